@@ -1,0 +1,71 @@
+//! Command-line syntax (clap). Only syntax is checked here; `config` turns these raw
+//! arguments into a validated `Config`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Move very large data between hosts over parallel, encrypted, verified streams.
+#[derive(Debug, Parser)]
+#[command(name = "haul", version, about, long_about = None)]
+pub struct Cli {
+    /// Print nothing but errors (and the ticket, for recv).
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: CommandArgs,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum CommandArgs {
+    /// Receive one transfer into DIR: prints a ticket, waits for `haul send`.
+    Recv {
+        /// Destination directory (created if missing).
+        dir: PathBuf,
+        /// Address to listen on, ADDR or ADDR:PORT (default: all addresses, any port).
+        #[arg(long, value_name = "ADDR[:PORT]")]
+        listen: Option<String>,
+        /// Also write the ticket to this file.
+        #[arg(long, value_name = "FILE")]
+        ticket_file: Option<PathBuf>,
+    },
+    /// Send files and directories to a waiting `haul recv`.
+    Send {
+        /// Files or directories; `dir/` sends the contents of dir (as rsync does).
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<PathBuf>,
+        /// The ticket printed by `haul recv`.
+        #[arg(long, value_name = "TICKET", env = "HAUL_TICKET", hide_env_values = true)]
+        to: String,
+        #[command(flatten)]
+        transfer: TransferArgs,
+        /// Send without TLS (connections are still authenticated and every block is
+        /// still verified). Only on networks you trust.
+        #[arg(long)]
+        no_encrypt: bool,
+    },
+    /// Copy files and directories on this host (same engine, no network).
+    Copy {
+        /// SRC... DST: sources, then the destination.
+        #[arg(required = true, num_args = 2.., value_name = "SRC... DST")]
+        paths: Vec<PathBuf>,
+        #[command(flatten)]
+        transfer: TransferArgs,
+    },
+}
+
+/// Options shared by `send` and `copy`.
+#[derive(Debug, Args)]
+pub struct TransferArgs {
+    /// Number of parallel data streams (default: twice the cores, 2 to 8).
+    #[arg(long, value_name = "N")]
+    pub streams: Option<usize>,
+    /// Compression per block: none, lz4, zstd or zstd:LEVEL.
+    #[arg(long, value_name = "CODEC")]
+    pub compress: Option<String>,
+    /// Block size, e.g. 4M (64K to 64M).
+    #[arg(long, value_name = "SIZE")]
+    pub block_size: Option<String>,
+}

@@ -1,0 +1,197 @@
+//! The three commands, wired from the library's parts: `recv` (listener + receiver),
+//! `send` (dialer + sender) and `copy` (both in one process over socket pairs, no
+//! network hop, no TLS).
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use crate::config::{Command, Config, Transfer};
+use crate::error::{Error, Result};
+use crate::plan::walk::Source;
+use crate::progress::summary_line;
+use crate::receive::{receive, ReceiveReport};
+use crate::send::{send, SendOptions, SendReport};
+use crate::store::Store;
+use crate::transport::{self, Conn, Listener, Role, Secret, Ticket};
+
+/// Runs the configured command. `Ok` means everything arrived; a partial transfer is
+/// `Err(Error::Partial)`.
+pub fn run(cfg: &Config) -> Result<()> {
+    match &cfg.command {
+        Command::Recv {
+            dir,
+            listen,
+            ticket_file,
+        } => run_recv(dir, *listen, ticket_file.as_deref(), cfg.quiet),
+        Command::Send {
+            sources,
+            ticket,
+            transfer,
+        } => run_send(sources, ticket, transfer, cfg.quiet),
+        Command::Copy {
+            sources,
+            dest,
+            transfer,
+        } => run_copy(sources, dest, transfer, cfg.quiet),
+    }
+}
+
+fn send_options(t: &Transfer, quiet: bool) -> SendOptions {
+    SendOptions {
+        streams: t.streams,
+        compress: t.compress,
+        block_size: t.block_size,
+        progress: !quiet,
+    }
+}
+
+fn run_recv(dir: &Path, listen: Option<SocketAddr>, ticket_file: Option<&Path>, quiet: bool) -> Result<()> {
+    // Fail on an unwritable destination before printing a ticket.
+    let store = Store::open(dir)?;
+    let listener = Listener::bind(listen)?;
+    let ticket = listener.ticket();
+    let line = ticket.encode();
+    if let Some(f) = ticket_file {
+        write_ticket_file(f, &line)?;
+    }
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    }
+    let key = ticket.secret.block_key();
+    let (_handle, accepted) = listener.spawn_acceptor();
+    let (tx, rx) = crossbeam_channel::unbounded();
+    std::thread::Builder::new()
+        .name("haul-incoming".into())
+        .spawn(move || {
+            for a in accepted {
+                if tx.send((a.conn, a.role)).is_err() {
+                    break;
+                }
+            }
+        })
+        .map_err(|e| Error::io("starting the listener thread", e))?;
+    let report = receive(store, key, rx, !quiet)?;
+    if !quiet {
+        eprintln!("{}", recv_summary(&report));
+    }
+    if report.sender_failed > 0 {
+        return Err(Error::Partial {
+            count: report.sender_failed,
+            first: "see the sender's output".into(),
+        });
+    }
+    Ok(())
+}
+
+fn recv_summary(r: &ReceiveReport) -> String {
+    summary_line(
+        "received",
+        r.summary.files,
+        r.summary.bytes,
+        r.counters.wire_bytes.load(std::sync::atomic::Ordering::Relaxed),
+        r.started,
+    )
+}
+
+fn write_ticket_file(path: &Path, line: &str) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp-haul");
+    let r = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        writeln!(f, "{line}")?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    r.map_err(|e| Error::io(format!("writing ticket file {}", path.display()), e))
+}
+
+fn run_send(sources: &[Source], ticket: &Ticket, t: &Transfer, quiet: bool) -> Result<()> {
+    let opts = send_options(t, quiet);
+    // The first connection finds an address that works; the data streams reuse it.
+    let found: Mutex<Option<SocketAddr>> = Mutex::new(None);
+    let dial = |role: Role| -> Result<Conn> {
+        let addr = found.lock().ok().and_then(|g| *g);
+        let conn = match addr {
+            Some(a) => transport::connect_addr(a, ticket, role, t.encrypt)?,
+            None => transport::connect(ticket, role, t.encrypt)?,
+        };
+        if let (Some(a), Ok(mut g)) = (conn.peer_addr(), found.lock()) {
+            g.get_or_insert(a);
+        }
+        Ok(conn)
+    };
+    let report = send(sources, &opts, ticket.secret.block_key(), dial)?;
+    finish_send(&report, quiet)
+}
+
+fn finish_send(report: &SendReport, quiet: bool) -> Result<()> {
+    if !quiet {
+        let c = &report.counters;
+        eprintln!(
+            "{}",
+            summary_line(
+                "sent",
+                report.summary.files,
+                c.done_bytes.load(std::sync::atomic::Ordering::Relaxed),
+                c.wire_bytes.load(std::sync::atomic::Ordering::Relaxed),
+                report.started,
+            )
+        );
+    }
+    match report.partial_error() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+fn run_copy(sources: &[Source], dest: &PathBuf, t: &Transfer, quiet: bool) -> Result<()> {
+    crate::plan::walk::check_sources(sources)?;
+    let store = Store::open(dest)?;
+    let key = *Secret::random().as_bytes();
+    let mut opts = send_options(t, quiet);
+    opts.progress = !quiet;
+    // One socket pair per connection; the receiving halves are handed over in order.
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let mut ends = Vec::new();
+    for role in std::iter::once(Role::Control).chain(std::iter::repeat_n(Role::Data, t.streams)) {
+        let (a, b) = Conn::pair().map_err(|e| Error::io("creating a local stream", e))?;
+        ends.push((role, a));
+        let _ = tx.send((b, role));
+    }
+    drop(tx);
+    let ends = Mutex::new(ends);
+    let receiver = std::thread::Builder::new()
+        .name("haul-receiver".into())
+        .spawn(move || receive(store, key, rx, false))
+        .map_err(|e| Error::io("starting the receiver", e))?;
+    let dial = |role: Role| -> Result<Conn> {
+        let mut g = ends.lock().map_err(|_| Error::io("local streams", std::io::Error::other("poisoned")))?;
+        let i = g
+            .iter()
+            .position(|(r, _)| *r == role)
+            .ok_or_else(|| Error::io("local streams", std::io::Error::other("none left")))?;
+        Ok(g.swap_remove(i).1)
+    };
+    let sent = send(sources, &opts, key, dial);
+    drop(ends);
+    let received = receiver
+        .join()
+        .map_err(|_| Error::io("receiver", std::io::Error::other("panicked")))?;
+    // The receiver's error is the more precise one (e.g. disk full), unless it only saw
+    // the sender go away.
+    let report = match (sent, received) {
+        (Ok(s), Ok(_)) => s,
+        (Err(e), Err(Error::Transport(_))) | (Err(e), Ok(_)) => return Err(e),
+        (_, Err(e)) => return Err(e),
+    };
+    finish_send(&report, quiet)
+}

@@ -1,0 +1,144 @@
+//! Typed errors of the library, one variant per cause the user can act on.
+//!
+//! Only `main` turns these into exit codes and printed lines (see [`Error::exit_code`]).
+//! The library never prints an error itself; it returns one.
+
+use std::io;
+use std::path::PathBuf;
+
+use crate::protocol::ProtocolError;
+use crate::transport::TransportError;
+
+/// Exit codes, documented in README.md. Keep them stable: scripts depend on them.
+pub mod exit {
+    /// Everything arrived and is durable at the destination.
+    pub const OK: i32 = 0;
+    /// An error that fits no other class (a bug, an unexpected system error).
+    pub const OTHER: i32 = 1;
+    /// Bad command line, bad ticket syntax.
+    pub const USAGE: i32 = 2;
+    /// A source path is missing or unreadable; nothing was sent.
+    pub const SOURCE: i32 = 3;
+    /// The destination cannot be written (permissions, read-only, disk full).
+    pub const DESTINATION: i32 = 4;
+    /// The peer could not be reached or vanished mid-transfer.
+    pub const NETWORK: i32 = 5;
+    /// The peer refused our credentials, or presented the wrong certificate.
+    pub const AUTH: i32 = 6;
+    /// The peer speaks another protocol version.
+    pub const VERSION: i32 = 7;
+    /// Data failed verification (hash mismatch) or the peer broke the protocol.
+    pub const INTEGRITY: i32 = 8;
+    /// Some source files could not be read; the rest arrived (like rsync's 23).
+    pub const PARTIAL: i32 = 23;
+}
+
+/// Everything that can make a transfer fail.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Invalid combination of options, found after parsing.
+    #[error("{0}")]
+    Usage(String),
+    /// A source given on the command line does not exist or cannot be read.
+    #[error("cannot read source {path}: {source}")]
+    Source {
+        /// The path as the user gave it.
+        path: PathBuf,
+        /// The system's reason.
+        source: io::Error,
+    },
+    /// The destination cannot be created or written.
+    #[error("cannot write destination {path}: {source}{hint}")]
+    Destination {
+        /// Path relative to the destination root (or the root itself).
+        path: PathBuf,
+        /// The system's reason.
+        source: io::Error,
+        /// A hint for the user, e.g. ": free some space and re-run".
+        hint: &'static str,
+    },
+    /// A block's BLAKE3 hash did not match its data.
+    #[error("block of {file} at offset {offset} failed verification (corrupted in transit?)")]
+    BlockHashMismatch {
+        /// The file the block belongs to, relative to the destination.
+        file: String,
+        /// The block's byte offset.
+        offset: u64,
+    },
+    /// The peer reported an error of its own.
+    #[error("{side}: {message}")]
+    Remote {
+        /// "receiver" or "sender".
+        side: &'static str,
+        /// What the peer said.
+        message: String,
+        /// The exit code class the peer assigned.
+        code: i32,
+    },
+    /// The peer sent something the protocol does not allow.
+    #[error("protocol error from peer: {0}")]
+    Protocol(#[from] ProtocolError),
+    /// Connecting, TLS, authentication or the stream itself failed.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// Some source files were unreadable and skipped; the rest arrived.
+    #[error("{count} source file(s) could not be read and were not sent (first: {first})")]
+    Partial {
+        /// How many files were skipped.
+        count: u64,
+        /// The first skipped file and why.
+        first: String,
+    },
+    /// An I/O error on our own side that fits nowhere else.
+    #[error("{context}: {source}")]
+    Io {
+        /// What we were doing.
+        context: String,
+        /// The system's reason.
+        source: io::Error,
+    },
+}
+
+impl Error {
+    /// The documented exit code for this error.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Usage(_) => exit::USAGE,
+            Error::Source { .. } => exit::SOURCE,
+            Error::Destination { .. } => exit::DESTINATION,
+            Error::BlockHashMismatch { .. } | Error::Protocol(_) => exit::INTEGRITY,
+            Error::Remote { code, .. } => *code,
+            Error::Transport(t) => t.exit_code(),
+            Error::Partial { .. } => exit::PARTIAL,
+            Error::Io { .. } => exit::OTHER,
+        }
+    }
+
+    /// Wraps an I/O error with what we were doing.
+    pub fn io(context: impl Into<String>, source: io::Error) -> Error {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// A destination write error, with a hint chosen from the errno.
+    pub fn destination(path: impl Into<PathBuf>, source: io::Error) -> Error {
+        let hint = match source.raw_os_error() {
+            Some(libc::ENOSPC) | Some(libc::EDQUOT) => ": free some space and re-run",
+            Some(libc::EROFS) => ": the file system is mounted read-only",
+            Some(libc::EACCES) | Some(libc::EPERM) => {
+                ": check permissions on the destination (or run as its owner)"
+            }
+            _ => "",
+        };
+        Error::Destination {
+            path: path.into(),
+            source,
+            hint,
+        }
+    }
+}
+
+/// Result with the library's error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,287 @@
+//! The work queue the stream workers share: files cut into blocks at multiples of the
+//! block size, small files bundled into packs, and always the largest remaining item
+//! first (wdt's rule), so one huge file spreads over every stream and the transfer does
+//! not end with one stream dragging a giant file alone.
+//!
+//! Not here: reading or sending (workers do that); deciding which files are needed
+//! (the receiver does).
+
+use std::collections::{BinaryHeap, VecDeque};
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex};
+
+use crate::plan::walk::FileData;
+
+/// A regular file to send.
+#[derive(Debug)]
+pub struct FileJob {
+    /// Manifest id.
+    pub id: u64,
+    /// Where to read it on this host.
+    pub path: PathBuf,
+    /// Its size at walk time.
+    pub size: u64,
+}
+
+/// One unit of work for a stream.
+#[derive(Debug)]
+pub enum Work {
+    /// Bytes `[offset, offset + len)` of one file.
+    Block {
+        /// The file.
+        file: Arc<FileJob>,
+        /// Start.
+        offset: u64,
+        /// Length.
+        len: u32,
+    },
+    /// Several whole small files.
+    Pack(Vec<Arc<FileJob>>),
+}
+
+/// A file still being cut into blocks.
+struct Cursor {
+    file: Arc<FileJob>,
+    extents: VecDeque<(u64, u64)>,
+    remaining: u64,
+}
+
+enum Item {
+    File(Cursor),
+    Pack(Vec<Arc<FileJob>>, u64),
+}
+
+impl Item {
+    fn weight(&self) -> u64 {
+        match self {
+            Item::File(c) => c.remaining,
+            Item::Pack(_, bytes) => *bytes,
+        }
+    }
+}
+
+impl PartialEq for Item {
+    fn eq(&self, other: &Self) -> bool {
+        self.weight() == other.weight()
+    }
+}
+impl Eq for Item {}
+impl PartialOrd for Item {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Item {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.weight().cmp(&other.weight())
+    }
+}
+
+#[derive(Default)]
+struct State {
+    heap: BinaryHeap<Item>,
+    pack: Vec<Arc<FileJob>>,
+    pack_bytes: u64,
+    closed: bool,
+    aborted: bool,
+}
+
+/// Largest-first work queue shared by the stream workers.
+pub struct WorkQueue {
+    block: u64,
+    pack_max_file: u64,
+    pack_max_files: usize,
+    state: Mutex<State>,
+    ready: Condvar,
+}
+
+impl WorkQueue {
+    /// A queue cutting at `block` bytes; files up to `block / 4` are packed.
+    pub fn new(block: u64) -> WorkQueue {
+        WorkQueue {
+            block,
+            pack_max_file: block / 4,
+            pack_max_files: crate::protocol::MAX_SEGMENTS,
+            state: Mutex::new(State::default()),
+            ready: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds a file. Small dense files go into the current pack.
+    pub fn push(&self, id: u64, data: FileData) {
+        let data_bytes: u64 = data.extents.iter().map(|(a, b)| b - a).sum();
+        if data_bytes == 0 {
+            return;
+        }
+        let job = Arc::new(FileJob {
+            id,
+            path: data.path,
+            size: data.size,
+        });
+        let mut st = self.lock();
+        if data_bytes == data.size && data.size <= self.pack_max_file {
+            st.pack.push(job);
+            st.pack_bytes += data.size;
+            if st.pack_bytes >= self.block || st.pack.len() >= self.pack_max_files {
+                Self::seal_pack(&mut st);
+                self.ready.notify_one();
+            }
+            return;
+        }
+        st.heap.push(Item::File(Cursor {
+            file: job,
+            extents: data.extents.into(),
+            remaining: data_bytes,
+        }));
+        self.ready.notify_one();
+    }
+
+    fn seal_pack(st: &mut State) {
+        if st.pack.is_empty() {
+            return;
+        }
+        let pack = std::mem::take(&mut st.pack);
+        let bytes = std::mem::take(&mut st.pack_bytes);
+        st.heap.push(Item::Pack(pack, bytes));
+    }
+
+    /// Makes the current partial pack available (e.g. at the end of a manifest batch, so
+    /// workers are not idle while the walk goes on).
+    pub fn flush(&self) {
+        let mut st = self.lock();
+        Self::seal_pack(&mut st);
+        self.ready.notify_all();
+    }
+
+    /// No more files will be added; workers drain what is left and stop.
+    pub fn close(&self) {
+        let mut st = self.lock();
+        Self::seal_pack(&mut st);
+        st.closed = true;
+        self.ready.notify_all();
+    }
+
+    /// Stop handing out work now.
+    pub fn abort(&self) {
+        let mut st = self.lock();
+        st.aborted = true;
+        self.ready.notify_all();
+    }
+
+    /// The next unit of work, largest first; `None` once closed and empty, or aborted.
+    pub fn next(&self) -> Option<Work> {
+        let mut st = self.lock();
+        loop {
+            if st.aborted {
+                return None;
+            }
+            if let Some(item) = st.heap.pop() {
+                return Some(match item {
+                    Item::Pack(files, _) => Work::Pack(files),
+                    Item::File(mut c) => {
+                        let work = self.cut(&mut c);
+                        if c.remaining > 0 {
+                            st.heap.push(Item::File(c));
+                        }
+                        work
+                    }
+                });
+            }
+            if st.closed {
+                return None;
+            }
+            st = self.ready.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Takes the next block of a file: from the first data range up to the next multiple
+    /// of the block size (blocks stay aligned to file offsets).
+    fn cut(&self, c: &mut Cursor) -> Work {
+        let (start, end) = c.extents.front().copied().unwrap_or((0, 0));
+        let block_end = (start / self.block + 1) * self.block;
+        let stop = end.min(block_end);
+        if stop >= end {
+            c.extents.pop_front();
+        } else if let Some(front) = c.extents.front_mut() {
+            front.0 = stop;
+        }
+        c.remaining -= stop - start;
+        Work::Block {
+            file: Arc::clone(&c.file),
+            offset: start,
+            len: (stop - start) as u32,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(size: u64, extents: Vec<(u64, u64)>) -> FileData {
+        FileData {
+            path: PathBuf::from("x"),
+            size,
+            extents,
+        }
+    }
+
+    #[test]
+    fn largest_first_and_aligned_blocks() {
+        let q = WorkQueue::new(100);
+        q.push(1, data(250, vec![(0, 250)]));
+        q.push(2, data(1000, vec![(50, 120), (700, 1000)]));
+        q.close();
+        let mut got = Vec::new();
+        while let Some(w) = q.next() {
+            match w {
+                Work::Block { file, offset, len } => got.push((file.id, offset, len)),
+                Work::Pack(_) => panic!("no packs expected"),
+            }
+        }
+        // File 2 has 370 data bytes, file 1 250: file 2 first, each block within one
+        // block-size-aligned window.
+        assert_eq!(got[0], (2, 50, 50));
+        for (_, off, len) in &got {
+            assert_eq!(off / 100, (off + u64::from(*len) - 1) / 100);
+        }
+        let total: u64 = got.iter().map(|g| u64::from(g.2)).sum();
+        assert_eq!(total, 620);
+        let mut f2: Vec<_> = got.iter().filter(|g| g.0 == 2).map(|g| (g.1, g.2)).collect();
+        f2.sort();
+        assert_eq!(f2, [(50, 50), (100, 20), (700, 100), (800, 100), (900, 100)]);
+    }
+
+    #[test]
+    fn small_files_are_packed() {
+        let q = WorkQueue::new(100);
+        for id in 0..9 {
+            q.push(id, data(20, vec![(0, 20)]));
+        }
+        q.push(99, data(0, vec![]));
+        q.close();
+        let mut packs = Vec::new();
+        while let Some(w) = q.next() {
+            match w {
+                Work::Pack(p) => packs.push(p.iter().map(|f| f.id).collect::<Vec<_>>()),
+                Work::Block { .. } => panic!("small files must be packed"),
+            }
+        }
+        assert_eq!(packs.len(), 2);
+        assert_eq!(packs.iter().map(Vec::len).sum::<usize>(), 9);
+    }
+
+    #[test]
+    fn abort_wakes_waiting_workers() {
+        let q = Arc::new(WorkQueue::new(100));
+        let q2 = Arc::clone(&q);
+        let t = std::thread::spawn(move || q2.next().is_none());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        q.abort();
+        assert!(t.join().unwrap());
+    }
+}

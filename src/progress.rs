@@ -1,0 +1,139 @@
+//! Progress display and the final summary line, fed by atomic counters that the workers
+//! bump. No transfer logic lives here.
+
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// Counters shared by the workers of one side of a transfer.
+#[derive(Default, Debug)]
+pub struct Counters {
+    /// Raw bytes announced by the manifest so far.
+    pub total_bytes: AtomicU64,
+    /// Regular files announced so far.
+    pub total_files: AtomicU64,
+    /// Raw bytes sent (sender) or written (receiver).
+    pub done_bytes: AtomicU64,
+    /// Files completed.
+    pub done_files: AtomicU64,
+    /// Bytes of frames put on (or taken off) the wire, before TLS.
+    pub wire_bytes: AtomicU64,
+}
+
+impl Counters {
+    /// Adds to a counter.
+    pub fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// Prints a warning line on stderr.
+pub fn warn(msg: &str) {
+    eprintln!("haul: warning: {msg}");
+}
+
+/// A progress bar on stderr while a transfer runs (only when stderr is a terminal).
+pub struct Progress {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Progress {
+    /// Starts drawing when `enabled` and stderr is a terminal.
+    pub fn start(counters: Arc<Counters>, enabled: bool) -> Progress {
+        let stop = Arc::new(AtomicBool::new(false));
+        if !enabled || !std::io::stderr().is_terminal() {
+            return Progress { stop, thread: None };
+        }
+        let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr_with_hz(5));
+        let style = ProgressStyle::with_template(
+            "{bar:30.cyan/blue} {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta} {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar());
+        bar.set_style(style.progress_chars("=> "));
+        let stop2 = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("haul-progress".into())
+            .spawn(move || {
+                while !stop2.load(Ordering::Relaxed) {
+                    bar.set_length(counters.total_bytes.load(Ordering::Relaxed));
+                    bar.set_position(counters.done_bytes.load(Ordering::Relaxed));
+                    bar.set_message(format!(
+                        "files {}/{}",
+                        counters.done_files.load(Ordering::Relaxed),
+                        counters.total_files.load(Ordering::Relaxed)
+                    ));
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                bar.finish_and_clear();
+            })
+            .ok();
+        Progress { stop, thread }
+    }
+
+    /// Stops and clears the bar.
+    pub fn finish(mut self) {
+        self.stop_now();
+    }
+
+    fn stop_now(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.stop_now();
+    }
+}
+
+/// The one-line summary printed at the end: files, bytes, time, rate, wire bytes.
+pub fn summary_line(verb: &str, files: u64, bytes: u64, wire: u64, started: Instant) -> String {
+    let secs = started.elapsed().as_secs_f64().max(1e-3);
+    let ratio = if wire > 0 {
+        format!(", compression ratio {:.2}", bytes as f64 / wire as f64)
+    } else {
+        String::new()
+    };
+    format!(
+        "haul: {verb} {files} files, {} in {secs:.1} s ({}/s), {} on the wire{ratio}",
+        human(bytes),
+        human((bytes as f64 / secs) as u64),
+        human(wire),
+    )
+}
+
+/// Bytes in binary units, e.g. "1.50 GiB".
+pub fn human(n: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.2} {}", UNITS[u])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_units() {
+        assert_eq!(human(5), "5 B");
+        assert_eq!(human(1536), "1.50 KiB");
+        assert_eq!(human(3 << 30), "3.00 GiB");
+    }
+}

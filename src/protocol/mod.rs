@@ -1,0 +1,65 @@
+//! The wire protocol, without I/O: frame layout, control messages, data-unit headers.
+//!
+//! Participants: a *sender* (has the files) and a *receiver* (writes them under one root
+//! directory). Either may be the one that dials; `transport` authenticates every
+//! connection before this module sees a byte.
+//!
+//! Goals: every length is bounded before anything is allocated; any byte string decodes to
+//! a frame or an error, never a panic; integers are little-endian with explicit widths.
+//! Non-goals: I/O, timing, retries (the drivers in `send` and `receive` own those).
+//!
+//! # Streams and order
+//! One control stream, then N data streams. On the control stream the sender writes
+//! [`Control::Start`], then for each manifest batch [`Control::Entries`], which the
+//! receiver answers with [`Control::Need`] (the ids whose data it wants). Data streams
+//! carry only [`FrameKind::Data`] frames and end with [`FrameKind::End`]. When everything
+//! is queued and sent, the sender writes [`Control::Finish`]; the receiver answers with
+//! [`Control::Done`] once every file is durable, or [`Control::Error`] at any point.
+
+mod frame;
+mod msg;
+mod path;
+
+pub use frame::{
+    decode_frame, encode_data_header, encode_frame, Codec, DataHeader, Frame, FrameHeader,
+    FrameKind, FrameReader, ReadError, Segment, DATA_FIXED_LEN, FRAME_HEADER_LEN, MAX_BLOCK, MAX_CONTROL_LEN,
+    MAX_DATA_LEN, MAX_SEGMENTS,
+};
+pub use msg::{Control, Entry, EntryKind, Summary};
+pub use path::{PathError, SafeRelPath};
+
+/// Everything the decoder can reject. Each is a reason to drop the connection.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ProtocolError {
+    /// A frame type this version does not know.
+    #[error("unknown frame type {0}")]
+    UnknownFrame(u8),
+    /// A header field that must be zero was not.
+    #[error("reserved header bits set")]
+    Reserved,
+    /// A length exceeds the protocol's bound.
+    #[error("{what} length {len} exceeds the limit {max}")]
+    TooLong {
+        /// Which length.
+        what: &'static str,
+        /// The length claimed.
+        len: u64,
+        /// The bound.
+        max: u64,
+    },
+    /// The payload's structure is inconsistent.
+    #[error("malformed {0}")]
+    Malformed(&'static str),
+    /// A compression codec id this version does not know.
+    #[error("unknown codec {0}")]
+    UnknownCodec(u8),
+    /// A control message could not be decoded.
+    #[error("undecodable control message: {0}")]
+    Control(String),
+    /// A message arrived where the protocol does not allow it.
+    #[error("unexpected message: {0}")]
+    Unexpected(String),
+    /// A path in the manifest is not a safe relative path.
+    #[error("unsafe path in manifest: {0}")]
+    Path(#[from] PathError),
+}

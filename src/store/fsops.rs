@@ -1,0 +1,181 @@
+//! File-system operations beneath a root directory that never follow a symlink and never
+//! leave the root: every path is resolved with `openat2(RESOLVE_BENEATH |
+//! RESOLVE_NO_SYMLINKS)` from the root's descriptor, and entries are created and renamed
+//! relative to their parent's descriptor.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+
+use rustix::fs::{self as rfs, Mode, OFlags, ResolveFlags, Timespec, Timestamps};
+
+use crate::protocol::{Entry, SafeRelPath};
+
+const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
+    .union(ResolveFlags::NO_SYMLINKS)
+    .union(ResolveFlags::NO_MAGICLINKS);
+
+/// Opens `path` beneath `root` with `flags`, refusing symlinks anywhere on the way.
+pub fn open_beneath(
+    root: &OwnedFd,
+    path: &[u8],
+    flags: OFlags,
+    mode: Mode,
+) -> io::Result<OwnedFd> {
+    let path: &[u8] = if path.is_empty() { b"." } else { path };
+    loop {
+        match rfs::openat2(root, path, flags | OFlags::CLOEXEC, mode, RESOLVE) {
+            Ok(fd) => return Ok(fd),
+            // openat2 returns EAGAIN when a concurrent rename raced the lookup.
+            Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Opens the directory `dir` beneath `root`.
+pub fn open_dir(root: &OwnedFd, dir: &SafeRelPath) -> io::Result<OwnedFd> {
+    open_beneath(
+        root,
+        dir.as_bytes(),
+        OFlags::RDONLY | OFlags::DIRECTORY,
+        Mode::empty(),
+    )
+}
+
+/// Joins a parent path and a name into the bytes `open_beneath` takes.
+pub fn join(parent: &SafeRelPath, name: &[u8]) -> Vec<u8> {
+    let mut v = parent.as_bytes().to_vec();
+    if !v.is_empty() {
+        v.push(b'/');
+    }
+    v.extend_from_slice(name);
+    v
+}
+
+/// The name of the in-progress file for final name `name` in the same directory.
+/// Deterministic, so a later run can find it (resume).
+pub fn partial_name(name: &[u8]) -> Vec<u8> {
+    let h = blake3::hash(name);
+    format!("{}{}.part", PARTIAL_PREFIX, hex8(h.as_bytes())).into_bytes()
+}
+
+/// The name used to build a symlink, hardlink or special file before renaming it into place.
+pub fn temp_name(name: &[u8]) -> Vec<u8> {
+    let h = blake3::hash(name);
+    format!("{}{}.tmp", PARTIAL_PREFIX, hex8(h.as_bytes())).into_bytes()
+}
+
+/// Prefix of every name haul creates before renaming it into place.
+pub const PARTIAL_PREFIX: &str = ".haul-";
+
+fn hex8(b: &[u8; 32]) -> String {
+    b[..8].iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Creates directory `name` in `parent` (mode u+rwx so we can fill it; the final mode is
+/// applied at the end). An existing directory is fine; an existing non-directory (never
+/// followed if a symlink) is replaced.
+pub fn make_dir(parent: &OwnedFd, name: &[u8]) -> io::Result<()> {
+    match rfs::mkdirat(parent, name, Mode::from_raw_mode(0o700)) {
+        Ok(()) => Ok(()),
+        Err(rustix::io::Errno::EXIST) => {
+            let st = rfs::statat(parent, name, rfs::AtFlags::SYMLINK_NOFOLLOW)?;
+            if rfs::FileType::from_raw_mode(st.st_mode) == rfs::FileType::Directory {
+                // Make sure we can write into it even if an earlier run left it 0555.
+                let fd = rfs::openat(
+                    parent,
+                    name,
+                    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )?;
+                let mode = st.st_mode & 0o7777;
+                if mode & 0o700 != 0o700 {
+                    rfs::fchmod(&fd, Mode::from_raw_mode(mode | 0o700))?;
+                }
+                return Ok(());
+            }
+            rfs::unlinkat(parent, name, rfs::AtFlags::empty())?;
+            rfs::mkdirat(parent, name, Mode::from_raw_mode(0o700))?;
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Renames `from` to `to` within one directory, replacing `to` (unless it is a directory).
+pub fn rename_in(dir: &OwnedFd, from: &[u8], to: &[u8]) -> io::Result<()> {
+    rfs::renameat(dir, from, dir, to).map_err(io::Error::from)
+}
+
+/// Removes `name` from `dir` if present.
+pub fn remove_if_present(dir: &OwnedFd, name: &[u8]) -> io::Result<()> {
+    match rfs::unlinkat(dir, name, rfs::AtFlags::empty()) {
+        Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Whether this process may set owners (is root).
+pub fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+fn mtime(e: &Entry) -> Timestamps {
+    Timestamps {
+        last_access: Timespec {
+            tv_sec: 0,
+            tv_nsec: rfs::UTIME_OMIT,
+        },
+        last_modification: Timespec {
+            tv_sec: e.mtime_sec,
+            tv_nsec: e.mtime_nsec.into(),
+        },
+    }
+}
+
+/// Applies owner (when root), mode and mtime to an open file or directory.
+pub fn apply_meta_fd(fd: impl AsFd, e: &Entry, as_root: bool) -> io::Result<()> {
+    let fd = fd.as_fd();
+    if as_root {
+        // chown first: it clears set-id bits, which chmod then restores.
+        rfs::fchown(
+            fd,
+            Some(rustix::process::Uid::from_raw(e.uid)),
+            Some(rustix::process::Gid::from_raw(e.gid)),
+        )?;
+    }
+    rfs::fchmod(fd, Mode::from_raw_mode(e.mode & 0o7777))?;
+    rfs::futimens(fd, &mtime(e))?;
+    Ok(())
+}
+
+/// Applies owner (when root) and mtime to a symlink, and mode too for anything else,
+/// without following it.
+pub fn apply_meta_at(dir: &OwnedFd, name: &[u8], e: &Entry, as_root: bool, is_link: bool) -> io::Result<()> {
+    if as_root {
+        rfs::chownat(
+            dir,
+            name,
+            Some(rustix::process::Uid::from_raw(e.uid)),
+            Some(rustix::process::Gid::from_raw(e.gid)),
+            rfs::AtFlags::SYMLINK_NOFOLLOW,
+        )?;
+    }
+    if !is_link {
+        rfs::chmodat(dir, name, Mode::from_raw_mode(e.mode & 0o7777), rfs::AtFlags::empty())?;
+    }
+    rfs::utimensat(dir, name, &mtime(e), rfs::AtFlags::SYMLINK_NOFOLLOW)?;
+    Ok(())
+}
+
+/// Durably flushes a directory (entries created or renamed in it).
+pub fn sync_dir(root: &OwnedFd, dir: &SafeRelPath) -> io::Result<()> {
+    let fd = open_dir(root, dir)?;
+    rfs::fsync(&fd).map_err(io::Error::from)
+}
+
+/// Converts an owned descriptor into a `File`.
+pub fn into_file(fd: OwnedFd) -> File {
+    File::from(fd)
+}

@@ -1,0 +1,116 @@
+//! The dialing side: reach a listener from its ticket, run TLS (pinned to the ticket's
+//! fingerprint) when encrypting, then the secret handshake.
+//!
+//! Nothing is remembered between calls: every connection tries the ticket's addresses afresh
+//! unless the caller names the one that worked ([`connect_addr`]).
+//!
+//! Not here: retries, or choosing between encrypted and plain (the caller decides).
+
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use rustls::{ClientConnection, StreamOwned};
+
+use super::auth::{self, DeadlineTcp};
+use super::ticket::{random32, Ticket};
+use super::tls::{self, TlsSocket};
+use super::{Conn, Role, TransportError};
+
+/// How long one TCP connect may take before the next address is tried.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long TLS plus the secret handshake may take once TCP is connected.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Dials the ticket's addresses in order (3 s connect timeout each; the first that connects
+/// and authenticates wins), runs TLS 1.3 with the certificate pinned by the ticket's
+/// fingerprint when `encrypt`, then proves the secret. TCP_NODELAY is on.
+///
+/// When no address works, the error is the first handshake failure if any address answered
+/// (that is the informative one), otherwise `Connect` listing every address.
+pub fn connect(ticket: &Ticket, role: Role, encrypt: bool) -> Result<Conn, TransportError> {
+    let mut answered: Option<TransportError> = None;
+    let mut last_connect_error = None;
+    for &addr in &ticket.addrs {
+        match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
+            Ok(sock) => match establish(sock, ticket, role, encrypt) {
+                Ok(conn) => return Ok(conn),
+                // Another host may hold this address on the dialer's network: try the rest.
+                Err(e) => {
+                    answered.get_or_insert(e);
+                }
+            },
+            Err(e) => last_connect_error = Some(e),
+        }
+    }
+    if let Some(e) = answered {
+        return Err(e);
+    }
+    let addrs = ticket
+        .addrs
+        .iter()
+        .map(SocketAddr::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    match last_connect_error {
+        Some(source) => Err(TransportError::Connect { addrs, source }),
+        None => Err(TransportError::BadTicket("it lists no addresses".into())),
+    }
+}
+
+/// Like [`connect`], but to one known address (after a first `connect` found one that works).
+pub fn connect_addr(
+    addr: SocketAddr,
+    ticket: &Ticket,
+    role: Role,
+    encrypt: bool,
+) -> Result<Conn, TransportError> {
+    let sock =
+        TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(|source| {
+            TransportError::Connect {
+                addrs: addr.to_string(),
+                source,
+            }
+        })?;
+    establish(sock, ticket, role, encrypt)
+}
+
+fn establish(
+    sock: TcpStream,
+    ticket: &Ticket,
+    role: Role,
+    encrypt: bool,
+) -> Result<Conn, TransportError> {
+    let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
+    sock.set_nodelay(true).map_err(TransportError::Io)?;
+    let key = *ticket.secret.as_bytes();
+    let nonce_c = random32().map_err(TransportError::Io)?;
+    if !encrypt {
+        let mut io = DeadlineTcp {
+            sock: &sock,
+            deadline,
+        };
+        auth::dial(&mut io, key, role, nonce_c)?;
+        sock.set_read_timeout(None).map_err(TransportError::Io)?;
+        sock.set_write_timeout(None).map_err(TransportError::Io)?;
+        return Ok(Conn::Plain(sock));
+    }
+    let config = tls::client_config(ticket.fingerprint)?;
+    let mut conn = ClientConnection::new(config, tls::server_name()?)
+        .map_err(|e| TransportError::Tls(format!("TLS setup failed: {e}")))?;
+    conn.set_buffer_limit(Some(tls::TLS_BUFFER_LIMIT));
+    let mut stream = StreamOwned::new(conn, TlsSocket::new(sock, Some(deadline)));
+    while stream.conn.is_handshaking() {
+        let (read, written) = stream
+            .conn
+            .complete_io(&mut stream.sock)
+            .map_err(tls::handshake_error)?;
+        if read == 0 && written == 0 {
+            return Err(TransportError::Handshake(
+                "the peer closed the connection during the TLS handshake".into(),
+            ));
+        }
+    }
+    auth::dial(&mut stream, key, role, nonce_c)?;
+    stream.sock.clear_deadline().map_err(TransportError::Io)?;
+    Ok(Conn::Tls(Box::new(stream)))
+}

@@ -1,0 +1,440 @@
+//! The listening side: bind, print a ticket, accept and authenticate connections.
+//!
+//! One thread polls the listening socket (100 ms ticks, so it notices a stop request
+//! promptly); each incoming connection gets its own short-lived thread that peeks the first
+//! byte (0x16 starts a TLS ClientHello, anything else must be the plain haul hello), runs TLS
+//! if asked and then the secret handshake, all under one deadline. Authenticated connections
+//! go out on a channel; every failure is one line on stderr and touches nothing else.
+//!
+//! Not here: what the connections carry, or deciding whether plain connections are welcome
+//! (each `Accepted` says whether it is encrypted; the caller decides).
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use rustls::{ServerConfig, ServerConnection, StreamOwned};
+
+use super::auth::{self, DeadlineTcp};
+use super::tls::{self, TlsSocket};
+use super::ticket::{random32, Secret, Ticket, MAX_TICKET_ADDRS};
+use super::{sys, Conn, Role, TransportError};
+
+/// How long a new connection may take to finish TLS and the secret handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the accept loop checks whether it should stop.
+const TICK: Duration = Duration::from_millis(100);
+/// Handshakes running at once; more connections are refused at once (port scans, floods).
+const MAX_PENDING: usize = 64;
+/// First byte of a TLS record carrying a handshake message (the ClientHello).
+const TLS_HANDSHAKE_RECORD: u8 = 0x16;
+
+/// A bound listening socket with its certificate and secret, ready to accept.
+pub struct Listener {
+    tcp: TcpListener,
+    local: SocketAddr,
+    config: Arc<ServerConfig>,
+    fingerprint: [u8; 32],
+    secret: Secret,
+    /// Deadline for each connection's handshake (shortened in tests).
+    pub(super) handshake_timeout: Duration,
+}
+
+/// One authenticated incoming connection.
+#[derive(Debug)]
+pub struct Accepted {
+    /// The stream, past TLS and the secret handshake.
+    pub conn: Conn,
+    /// What the dialer says this connection is for.
+    pub role: Role,
+    /// The dialer's address.
+    pub peer: SocketAddr,
+    /// Whether the stream is TLS.
+    pub encrypted: bool,
+}
+
+/// Controls a running accept loop; dropping it stops the loop (within ~100 ms).
+pub struct AcceptorHandle {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    local: SocketAddr,
+    rejected: Arc<AtomicU64>,
+}
+
+/// What every handshake thread shares.
+struct Shared {
+    config: Arc<ServerConfig>,
+    key: [u8; 32],
+    timeout: Duration,
+    tx: Sender<Accepted>,
+    /// Set when the receiver is gone: the loop stops.
+    closed: AtomicBool,
+    rejected: Arc<AtomicU64>,
+    pending: AtomicUsize,
+}
+
+impl Listener {
+    /// Binds (`None`: all addresses, dual-stack `[::]` falling back to `0.0.0.0`, ephemeral
+    /// port; `Some(addr)` may have port 0) and creates a fresh self-signed certificate and a
+    /// fresh secret.
+    pub fn bind(addr: Option<SocketAddr>) -> Result<Listener, TransportError> {
+        let tcp = match addr {
+            Some(a) => TcpListener::bind(a).map_err(|source| TransportError::Bind {
+                addr: a.to_string(),
+                source,
+            })?,
+            None => bind_wildcard()?,
+        };
+        let local = tcp.local_addr().map_err(|source| TransportError::Bind {
+            addr: "the listening socket".into(),
+            source,
+        })?;
+        let identity = tls::server_identity()?;
+        let secret = Secret::try_random().map_err(TransportError::Io)?;
+        Ok(Listener {
+            tcp,
+            local,
+            config: identity.config,
+            fingerprint: identity.fingerprint,
+            secret,
+            handshake_timeout: HANDSHAKE_TIMEOUT,
+        })
+    }
+
+    /// The ticket: the bound port with this host's usable addresses (for a wildcard bind,
+    /// every non-loopback interface address, IPv4 first, then loopback last; otherwise just
+    /// the bound address), the certificate fingerprint and the secret.
+    pub fn ticket(&self) -> Ticket {
+        let addrs = if self.local.ip().is_unspecified() {
+            let v6 = self.local.is_ipv6();
+            // A `[::]` socket takes IPv4 too unless the system made it IPv6-only.
+            let v4 = !v6 || !socket2::SockRef::from(&self.tcp).only_v6().unwrap_or(true);
+            let found = sys::interface_addrs().unwrap_or_default();
+            advertised(&found, v4, v6, self.local.port())
+        } else {
+            vec![self.local]
+        };
+        Ticket {
+            addrs,
+            fingerprint: self.fingerprint,
+            secret: self.secret.clone(),
+        }
+    }
+
+    /// The bound address (with the real port when bound to port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Spawns the accept loop. Authenticated connections arrive on the returned channel;
+    /// each rejected one prints "haul: rejected connection from ADDR: REASON" to stderr. The
+    /// loop stops when the handle is stopped or dropped, or once it finds the receiver gone.
+    pub fn spawn_acceptor(self) -> (AcceptorHandle, Receiver<Accepted>) {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let stop = Arc::new(AtomicBool::new(false));
+        let rejected = Arc::new(AtomicU64::new(0));
+        let shared = Arc::new(Shared {
+            config: self.config,
+            key: *self.secret.as_bytes(),
+            timeout: self.handshake_timeout,
+            tx,
+            closed: AtomicBool::new(false),
+            rejected: rejected.clone(),
+            pending: AtomicUsize::new(0),
+        });
+        // Without non-blocking mode a connection reset between poll and accept could block
+        // the loop until the next connection; poll still gates accept, so carry on.
+        let _ = self.tcp.set_nonblocking(true);
+        let tcp = self.tcp;
+        let loop_stop = stop.clone();
+        let thread = thread::Builder::new()
+            .name("haul-accept".into())
+            .spawn(move || accept_loop(&tcp, &loop_stop, &shared))
+            // On failure the sender is dropped with the closure, so the receiver reports
+            // disconnection at once instead of waiting forever.
+            .ok();
+        let handle = AcceptorHandle {
+            stop,
+            thread,
+            local: self.local,
+            rejected,
+        };
+        (handle, rx)
+    }
+}
+
+impl AcceptorHandle {
+    /// Stops the accept loop and waits for it (at most about one 100 ms tick). Handshakes
+    /// already running finish on their own.
+    pub fn stop(mut self) {
+        self.halt();
+    }
+
+    /// The listening address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// How many connections were rejected so far.
+    pub fn rejected(&self) -> u64 {
+        self.rejected.load(Ordering::Relaxed)
+    }
+
+    fn halt(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for AcceptorHandle {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+fn bind_wildcard() -> Result<TcpListener, TransportError> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let any6 = SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0));
+    let dual = (|| -> io::Result<TcpListener> {
+        let s = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP))?;
+        s.set_only_v6(false)?;
+        s.bind(&any6.into())?;
+        s.listen(1024)?;
+        Ok(s.into())
+    })();
+    match dual {
+        Ok(l) => Ok(l),
+        Err(_) => TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0)).map_err(|source| {
+            TransportError::Bind {
+                addr: "0.0.0.0:0".into(),
+                source,
+            }
+        }),
+    }
+}
+
+/// Picks the ticket's addresses from the interface list: non-loopback IPv4, then IPv6
+/// (link-local IPv6 needs the dialer's own interface index, so it is left out), then
+/// loopback; no duplicates, at most `MAX_TICKET_ADDRS`.
+fn advertised(found: &[sys::IfAddr], v4: bool, v6: bool, port: u16) -> Vec<SocketAddr> {
+    let usable = |ip: &IpAddr| match ip {
+        IpAddr::V4(a) => v4 && !a.is_unspecified(),
+        IpAddr::V6(a) => {
+            v6 && !a.is_unspecified() && (a.segments()[0] & 0xffc0) != 0xfe80
+                && a.to_ipv4_mapped().is_none()
+        }
+    };
+    let mut loopback: Vec<IpAddr> = Vec::new();
+    if v4 {
+        loopback.push(Ipv4Addr::LOCALHOST.into());
+    }
+    if v6 {
+        loopback.push(Ipv6Addr::LOCALHOST.into());
+    }
+    let mut ips: Vec<IpAddr> = Vec::new();
+    let outward = found.iter().filter(|a| !a.loopback && !a.ip.is_loopback());
+    let (fours, sixes): (Vec<_>, Vec<_>) = outward.map(|a| a.ip).partition(IpAddr::is_ipv4);
+    for ip in fours.into_iter().chain(sixes) {
+        if usable(&ip) && !ips.contains(&ip) && ips.len() + loopback.len() < MAX_TICKET_ADDRS {
+            ips.push(ip);
+        }
+    }
+    ips.extend(loopback);
+    ips.into_iter().map(|ip| SocketAddr::new(ip, port)).collect()
+}
+
+fn accept_loop(tcp: &TcpListener, stop: &AtomicBool, shared: &Arc<Shared>) {
+    while !stop.load(Ordering::Acquire) && !shared.closed.load(Ordering::Acquire) {
+        match sys::wait_acceptable(tcp, TICK) {
+            Ok(true) => {}
+            Ok(false) => continue,
+            Err(_) => {
+                thread::sleep(TICK);
+                continue;
+            }
+        }
+        // Take everything that is queued before polling again.
+        loop {
+            match tcp.accept() {
+                Ok((sock, peer)) => start_handshake(sock, peer, shared),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                // Aborted connections, or out of file descriptors: wait a tick, try again.
+                Err(_) => {
+                    thread::sleep(TICK);
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Decrements the pending count when a handshake thread ends, however it ends.
+struct PendingGuard(Arc<Shared>);
+
+impl Drop for PendingGuard {
+    fn drop(&mut self) {
+        self.0.pending.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+fn reject(shared: &Shared, peer: SocketAddr, reason: &str) {
+    shared.rejected.fetch_add(1, Ordering::Relaxed);
+    eprintln!("haul: rejected connection from {peer}: {reason}");
+}
+
+fn start_handshake(sock: TcpStream, peer: SocketAddr, shared: &Arc<Shared>) {
+    if shared.closed.load(Ordering::Acquire) {
+        return;
+    }
+    if shared.pending.fetch_add(1, Ordering::AcqRel) >= MAX_PENDING {
+        shared.pending.fetch_sub(1, Ordering::AcqRel);
+        reject(shared, peer, "too many handshakes in progress");
+        return;
+    }
+    let guard = PendingGuard(shared.clone());
+    let spawned = thread::Builder::new()
+        .name("haul-handshake".into())
+        .spawn(move || {
+            let shared = &guard.0;
+            match accept_one(sock, peer, shared) {
+                Ok(accepted) => {
+                    if shared.tx.send(accepted).is_err() {
+                        shared.closed.store(true, Ordering::Release);
+                    }
+                }
+                Err(reason) => reject(shared, peer, &reason),
+            }
+        });
+    if let Err(e) = spawned {
+        // The closure (and its guard) was dropped, so the count is already back down.
+        reject(shared, peer, &format!("cannot start a thread: {e}"));
+    }
+}
+
+/// TLS (when the dialer starts with a ClientHello) and the secret handshake, within the
+/// deadline. The reason to log on failure.
+fn accept_one(sock: TcpStream, peer: SocketAddr, shared: &Shared) -> Result<Accepted, String> {
+    let deadline = Instant::now() + shared.timeout;
+    let setup = |e: io::Error| format!("socket setup: {e}");
+    sock.set_nonblocking(false).map_err(setup)?;
+    sock.set_nodelay(true).map_err(setup)?;
+    tls::arm_deadline(&sock, Some(deadline), true).map_err(setup)?;
+    let mut first = [0u8; 1];
+    match sock.peek(&mut first) {
+        Ok(0) => return Err("closed without sending anything".into()),
+        Ok(_) => {}
+        Err(e) => return Err(auth::listener_io("waiting for the first byte", e)),
+    }
+    let nonce_s = random32().map_err(|e| format!("no random nonce: {e}"))?;
+    if first[0] != TLS_HANDSHAKE_RECORD {
+        let mut io = DeadlineTcp {
+            sock: &sock,
+            deadline,
+        };
+        let role = auth::listen(&mut io, shared.key, nonce_s)?;
+        sock.set_read_timeout(None).map_err(setup)?;
+        sock.set_write_timeout(None).map_err(setup)?;
+        return Ok(Accepted {
+            conn: Conn::Plain(sock),
+            role,
+            peer,
+            encrypted: false,
+        });
+    }
+    let mut conn = ServerConnection::new(shared.config.clone())
+        .map_err(|e| format!("TLS setup failed: {e}"))?;
+    conn.set_buffer_limit(Some(tls::TLS_BUFFER_LIMIT));
+    let mut stream = StreamOwned::new(conn, TlsSocket::new(sock, Some(deadline)));
+    while stream.conn.is_handshaking() {
+        match stream.conn.complete_io(&mut stream.sock) {
+            Ok((0, 0)) => return Err("closed during the TLS handshake".into()),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                return Err(format!("TLS handshake failed: {e}"))
+            }
+            Err(e) => return Err(auth::listener_io("in the TLS handshake", e)),
+        }
+    }
+    let role = auth::listen(&mut stream, shared.key, nonce_s)?;
+    stream.sock.clear_deadline().map_err(setup)?;
+    Ok(Accepted {
+        conn: Conn::TlsServer(Box::new(stream)),
+        role,
+        peer,
+        encrypted: true,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sys::IfAddr;
+
+    fn ifa(ip: &str, loopback: bool) -> IfAddr {
+        IfAddr {
+            ip: ip.parse().unwrap(),
+            loopback,
+        }
+    }
+
+    #[test]
+    fn advertised_orders_and_filters() {
+        let found = [
+            ifa("127.0.0.1", true),
+            ifa("::1", true),
+            ifa("2001:db8::5", false),
+            ifa("fe80::1", false),
+            ifa("10.0.0.5", false),
+            ifa("10.0.0.5", false),
+            ifa("192.168.1.9", false),
+        ];
+        let got = advertised(&found, true, true, 7000);
+        let want: Vec<SocketAddr> = [
+            "10.0.0.5:7000",
+            "192.168.1.9:7000",
+            "[2001:db8::5]:7000",
+            "127.0.0.1:7000",
+            "[::1]:7000",
+        ]
+        .iter()
+        .map(|s| s.parse().unwrap())
+        .collect();
+        assert_eq!(got, want);
+        let v4_only = advertised(&found, true, false, 7000);
+        assert!(v4_only.iter().all(SocketAddr::is_ipv4));
+        assert_eq!(v4_only.last().unwrap().to_string(), "127.0.0.1:7000");
+        assert_eq!(advertised(&[], true, true, 1).len(), 2);
+    }
+
+    #[test]
+    fn advertised_is_capped_with_loopback_kept() {
+        let found: Vec<IfAddr> = (0..100u8)
+            .map(|i| IfAddr {
+                ip: IpAddr::V4(Ipv4Addr::new(10, 1, 0, i)),
+                loopback: false,
+            })
+            .collect();
+        let got = advertised(&found, true, true, 9);
+        assert_eq!(got.len(), MAX_TICKET_ADDRS);
+        assert!(got[got.len() - 2].ip().is_loopback());
+        assert!(got[got.len() - 1].ip().is_loopback());
+    }
+
+    #[test]
+    fn wildcard_ticket_lists_loopback_last() {
+        let l = Listener::bind(None).unwrap();
+        let t = l.ticket();
+        assert!(l.local_addr().ip().is_unspecified());
+        assert!(t.addrs.iter().all(|a| a.port() == l.local_addr().port()));
+        assert!(t.addrs.last().unwrap().ip().is_loopback());
+        let specific = Listener::bind(Some("127.0.0.1:0".parse().unwrap())).unwrap();
+        assert_eq!(specific.ticket().addrs, vec![specific.local_addr()]);
+    }
+}

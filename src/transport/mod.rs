@@ -1,0 +1,134 @@
+//! Transport: connected, authenticated byte streams between the two ends of a transfer.
+//!
+//! **Participants.** The *listener* (the side started over ssh, or `haul recv`) binds an
+//! ephemeral port, creates a throwaway certificate and a random secret, and prints a
+//! [`Ticket`]. The *dialer* holds the ticket and opens one control connection and N data
+//! connections ([`connect`], [`connect_addr`]); the listener's accept loop
+//! ([`Listener::spawn_acceptor`]) hands each authenticated one over with its [`Role`].
+//!
+//! **Goals.** Every connection is TLS 1.3 pinned to the ticket's certificate fingerprint (or
+//! plain TCP when the dialer chooses not to encrypt), and on both kinds the dialer must prove
+//! it knows the secret before a single byte reaches the caller (see [`handshake`]). Garbage,
+//! scanners, stale tickets and silent sockets are refused one by one, each with one log line,
+//! without disturbing the transfer. Data streams run at GB/s: bytes pass straight through
+//! rustls with large buffers, TCP_NODELAY on, socket buffers left to kernel autotuning.
+//!
+//! **Non-goals.** Framing, retries and resume live above this module; so does the policy of
+//! whether plain connections are acceptable ([`Accepted::encrypted`] says which it was). No
+//! certificate authorities, names or expiry: the ticket is the only root of trust.
+//!
+//! Layout: `handshake` (sans-IO state machines), `auth` (drives them over a stream),
+//! `ticket`, `tls` (configs, pinning, socket adapter), `conn`, `listen`, `dial`, `sys` (the
+//! only `unsafe`: getifaddrs and poll).
+
+use std::fmt;
+use std::io;
+
+mod auth;
+mod conn;
+mod dial;
+pub mod handshake;
+mod listen;
+mod sys;
+mod ticket;
+mod tls;
+
+pub use conn::Conn;
+pub use dial::{connect, connect_addr};
+pub use listen::{AcceptorHandle, Accepted, Listener};
+pub use ticket::{Secret, Ticket, MAX_TICKET_ADDRS};
+pub use tls::TlsSocket;
+
+/// The version in every connection's hello; peers with another version are refused with
+/// [`TransportError::PeerIncompatible`].
+pub const PROTOCOL_VERSION: u16 = 1;
+
+/// Which kind of connection this is within one transfer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// The one control stream: manifest, needs/have, summary.
+    Control,
+    /// One of the data streams carrying blocks.
+    Data,
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Role::Control => "control",
+            Role::Data => "data",
+        })
+    }
+}
+
+/// Everything that can go wrong while reaching or authenticating a peer.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// The ticket text is malformed.
+    #[error("invalid ticket: {0} (copy the whole line printed by `haul recv`)")]
+    BadTicket(String),
+    /// The listening socket could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address we tried.
+        addr: String,
+        /// The system's reason.
+        source: io::Error,
+    },
+    /// No address of the ticket accepted a TCP connection.
+    #[error("cannot connect to {addrs}: {source} (is `haul recv` still running? firewall?)")]
+    Connect {
+        /// Every address tried, comma-separated.
+        addrs: String,
+        /// The last address's failure.
+        source: io::Error,
+    },
+    /// TLS failed, including a certificate that does not match the ticket.
+    #[error("{0}")]
+    Tls(String),
+    /// The listener did not accept our proof of the secret.
+    #[error("the receiver rejected the ticket's secret (wrong or expired ticket?)")]
+    AuthRejected,
+    /// The listener could not prove it knows the secret.
+    #[error(
+        "the receiver does not know the ticket's secret \
+         (wrong or stale ticket, or another program listens there?)"
+    )]
+    PeerUnauthenticated,
+    /// The peer speaks another protocol version.
+    #[error(
+        "the peer speaks protocol version {theirs}, we speak {ours}: \
+         use the same haul version on both hosts"
+    )]
+    PeerIncompatible {
+        /// Our [`PROTOCOL_VERSION`].
+        ours: u16,
+        /// The peer's.
+        theirs: u16,
+    },
+    /// The peer sent something that is not a valid handshake, or none in time.
+    #[error("handshake failed: {0}")]
+    Handshake(String),
+    /// The stream failed after the TCP connection was made.
+    #[error("connection to peer lost: {0}")]
+    Io(io::Error),
+}
+
+impl TransportError {
+    /// The exit-code class: bad ticket 2; cannot bind, connect or stream lost 5; TLS and
+    /// secret failures 6; version mismatch 7; malformed handshake 8.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            TransportError::BadTicket(_) => 2,
+            TransportError::Bind { .. } | TransportError::Connect { .. } | TransportError::Io(_) => 5,
+            TransportError::Tls(_)
+            | TransportError::AuthRejected
+            | TransportError::PeerUnauthenticated => 6,
+            TransportError::PeerIncompatible { .. } => 7,
+            TransportError::Handshake(_) => 8,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,304 @@
+//! TLS 1.3 setup: the listener's throwaway certificate, both configs, certificate pinning by
+//! fingerprint, and the socket adapter rustls reads and writes through.
+//!
+//! Trust comes only from the ticket: the dialer accepts exactly the certificate whose BLAKE3
+//! (over its DER) is the ticket's fingerprint, and still checks that the server signed the
+//! handshake with that certificate's key. No CA, no names, no expiry: the certificate lives as
+//! long as one `haul recv`.
+//!
+//! Every config is built on the *ring* provider explicitly (the crate enables no default
+//! provider), TLS 1.3 only, AES-128-GCM first: it is the fastest suite on hardware AES and
+//! strong enough for a transfer's lifetime.
+//!
+//! Not here: the secret-based authentication (see `handshake`), dialing and accepting.
+
+use std::io::{self, IoSlice, Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::Instant;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
+use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, ServerConfig, SignatureScheme};
+
+use super::TransportError;
+
+/// The server name the dialer asks for; nobody checks it (the fingerprint is the identity).
+pub const SERVER_NAME: &str = "haul.invalid";
+
+/// How much ciphertext rustls may queue before it writes to the socket. Larger than rustls's
+/// 64 KiB default so a MiB-sized write costs a few big `writev`s, not dozens of small ones.
+pub const TLS_BUFFER_LIMIT: usize = 1 << 20;
+
+/// Read buffer of [`TlsSocket`]: rustls asks for at most ~4 KiB per read, which would be one
+/// system call per record; this turns many small reads into one big one.
+const READ_BUFFER: usize = 256 * 1024;
+
+/// The listener's certificate and TLS configuration.
+pub struct ServerIdentity {
+    /// rustls configuration carrying the certificate.
+    pub config: Arc<ServerConfig>,
+    /// BLAKE3 of the certificate's DER: what the ticket pins.
+    pub fingerprint: [u8; 32],
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    let mut p = rustls::crypto::ring::default_provider();
+    // Keep TLS 1.3 suites only, AES-128-GCM first (the client's order decides).
+    p.cipher_suites.retain(|s| s.tls13().is_some());
+    p.cipher_suites.sort_by_key(|s| match s.suite() {
+        rustls::CipherSuite::TLS13_AES_128_GCM_SHA256 => 0,
+        rustls::CipherSuite::TLS13_AES_256_GCM_SHA384 => 1,
+        _ => 2,
+    });
+    Arc::new(p)
+}
+
+fn tls_err(what: &str, e: impl std::fmt::Display) -> TransportError {
+    TransportError::Tls(format!("{what}: {e}"))
+}
+
+/// A fresh self-signed ECDSA P-256 certificate and the server config around it.
+pub fn server_identity() -> Result<ServerIdentity, TransportError> {
+    let ck = rcgen::generate_simple_self_signed(vec![SERVER_NAME.to_string()])
+        .map_err(|e| tls_err("cannot create a certificate", e))?;
+    let cert: CertificateDer<'static> = ck.cert.der().clone();
+    let fingerprint = *blake3::hash(cert.as_ref()).as_bytes();
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(ck.signing_key.serialize_der()));
+    let mut config = ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| tls_err("TLS setup failed", e))?
+        .with_no_client_auth()
+        .with_single_cert(vec![cert], key)
+        .map_err(|e| tls_err("TLS setup failed", e))?;
+    // Every connection is a fresh handshake; resumption tickets would only cost a round of
+    // writes after the handshake.
+    config.send_tls13_tickets = 0;
+    Ok(ServerIdentity {
+        config: Arc::new(config),
+        fingerprint,
+    })
+}
+
+/// A client config that trusts exactly the certificate with this fingerprint.
+pub fn client_config(fingerprint: [u8; 32]) -> Result<Arc<ClientConfig>, TransportError> {
+    let provider = provider();
+    let verifier = PinnedCert {
+        fingerprint,
+        algorithms: provider.signature_verification_algorithms,
+    };
+    let mut config = ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| tls_err("TLS setup failed", e))?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier))
+        .with_no_client_auth();
+    config.resumption = rustls::client::Resumption::disabled();
+    config.enable_sni = false;
+    Ok(Arc::new(config))
+}
+
+/// The fixed server name as rustls wants it.
+pub fn server_name() -> Result<ServerName<'static>, TransportError> {
+    ServerName::try_from(SERVER_NAME).map_err(|e| tls_err("bad server name", e))
+}
+
+/// Accepts only the end-entity certificate whose BLAKE3 is `fingerprint`.
+#[derive(Debug)]
+struct PinnedCert {
+    fingerprint: [u8; 32],
+    algorithms: WebPkiSupportedAlgorithms,
+}
+
+impl ServerCertVerifier for PinnedCert {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        if blake3::hash(end_entity.as_ref()).as_bytes() == &self.fingerprint {
+            Ok(ServerCertVerified::assertion())
+        } else {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::ApplicationVerificationFailure,
+            ))
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        _message: &[u8],
+        _cert: &CertificateDer<'_>,
+        _dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        // Unreachable with a TLS 1.3-only config; refuse rather than trust.
+        Err(rustls::Error::General("TLS 1.2 is not supported".into()))
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}
+
+/// Turns an I/O error from a TLS handshake into the error the user should see.
+pub fn handshake_error(e: io::Error) -> TransportError {
+    let tls = e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>());
+    match tls {
+        Some(rustls::Error::InvalidCertificate(CertificateError::ApplicationVerificationFailure)) => {
+            TransportError::Tls(
+                "the receiver's certificate does not match the ticket (wrong or stale ticket?)"
+                    .into(),
+            )
+        }
+        Some(other) => TransportError::Tls(format!("TLS handshake failed: {other}")),
+        None => super::auth::dialer_io(e),
+    }
+}
+
+/// Sets the socket's read (or write) timeout to what is left until `deadline`; fails with
+/// `TimedOut` once it has passed. Does nothing without a deadline.
+pub fn arm_deadline(sock: &TcpStream, deadline: Option<Instant>, read: bool) -> io::Result<()> {
+    let Some(deadline) = deadline else {
+        return Ok(());
+    };
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "handshake deadline passed",
+        ));
+    }
+    if read {
+        sock.set_read_timeout(Some(left))
+    } else {
+        sock.set_write_timeout(Some(left))
+    }
+}
+
+/// The TCP socket under a TLS stream: buffers reads, and enforces an optional overall
+/// deadline (used only during the handshake) on every read and write.
+pub struct TlsSocket {
+    sock: TcpStream,
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
+    deadline: Option<Instant>,
+}
+
+impl TlsSocket {
+    /// Wraps a connected socket; `deadline` bounds every read and write until cleared.
+    pub fn new(sock: TcpStream, deadline: Option<Instant>) -> TlsSocket {
+        TlsSocket {
+            sock,
+            buf: vec![0u8; READ_BUFFER].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            deadline,
+        }
+    }
+
+    /// The socket underneath (for timeouts, shutdown and addresses).
+    pub fn tcp(&self) -> &TcpStream {
+        &self.sock
+    }
+
+    /// Ends the handshake deadline and clears the socket timeouts it set.
+    pub fn clear_deadline(&mut self) -> io::Result<()> {
+        self.deadline = None;
+        self.sock.set_read_timeout(None)?;
+        self.sock.set_write_timeout(None)
+    }
+
+}
+
+impl Read for TlsSocket {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if self.start == self.end {
+            arm_deadline(&self.sock, self.deadline, true)?;
+            if out.len() >= self.buf.len() {
+                return self.sock.read(out);
+            }
+            self.end = self.sock.read(&mut self.buf)?;
+            self.start = 0;
+        }
+        let n = out.len().min(self.end - self.start);
+        out[..n].copy_from_slice(&self.buf[self.start..self.start + n]);
+        self.start += n;
+        Ok(n)
+    }
+}
+
+impl Write for TlsSocket {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        arm_deadline(&self.sock, self.deadline, false)?;
+        self.sock.write(data)
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        arm_deadline(&self.sock, self.deadline, false)?;
+        self.sock.write_vectored(bufs)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.sock.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_fingerprint_is_blake3_of_der() {
+        let a = server_identity().unwrap();
+        let b = server_identity().unwrap();
+        assert_ne!(a.fingerprint, b.fingerprint, "each listener gets a fresh cert");
+        assert!(client_config(a.fingerprint).is_ok());
+    }
+
+    #[test]
+    fn pinned_verifier_checks_fingerprint() {
+        let cert = rcgen::generate_simple_self_signed(vec![SERVER_NAME.to_string()]).unwrap();
+        let der = cert.cert.der().clone();
+        let v = PinnedCert {
+            fingerprint: *blake3::hash(der.as_ref()).as_bytes(),
+            algorithms: provider().signature_verification_algorithms,
+        };
+        let name = server_name().unwrap();
+        assert!(v
+            .verify_server_cert(&der, &[], &name, &[], UnixTime::now())
+            .is_ok());
+        let other = PinnedCert {
+            fingerprint: [0; 32],
+            ..v
+        };
+        let err = other
+            .verify_server_cert(&der, &[], &name, &[], UnixTime::now())
+            .unwrap_err();
+        let mapped = handshake_error(io::Error::new(io::ErrorKind::InvalidData, err));
+        assert!(mapped.to_string().contains("does not match the ticket"));
+    }
+
+    #[test]
+    fn provider_is_tls13_aes128_first() {
+        let p = provider();
+        assert!(p.cipher_suites.iter().all(|s| s.tls13().is_some()));
+        assert_eq!(
+            p.cipher_suites[0].suite(),
+            rustls::CipherSuite::TLS13_AES_128_GCM_SHA256
+        );
+    }
+}
