@@ -37,7 +37,12 @@ pub enum CommandArgs {
         #[arg(required = true, value_name = "PATH")]
         paths: Vec<PathBuf>,
         /// The ticket printed by `haul recv`.
-        #[arg(long, value_name = "TICKET", env = "HAUL_TICKET", hide_env_values = true)]
+        #[arg(
+            long,
+            value_name = "TICKET",
+            env = "HAUL_TICKET",
+            hide_env_values = true
+        )]
         to: String,
         #[command(flatten)]
         transfer: TransferArgs,

@@ -47,7 +47,12 @@ fn send_options(t: &Transfer, quiet: bool) -> SendOptions {
     }
 }
 
-fn run_recv(dir: &Path, listen: Option<SocketAddr>, ticket_file: Option<&Path>, quiet: bool) -> Result<()> {
+fn run_recv(
+    dir: &Path,
+    listen: Option<SocketAddr>,
+    ticket_file: Option<&Path>,
+    quiet: bool,
+) -> Result<()> {
     // Fail on an unwritable destination before printing a ticket.
     let store = Store::open(dir)?;
     let listener = Listener::bind(listen)?;
@@ -92,7 +97,9 @@ fn recv_summary(r: &ReceiveReport) -> String {
         "received",
         r.summary.files,
         r.summary.bytes,
-        r.counters.wire_bytes.load(std::sync::atomic::Ordering::Relaxed),
+        r.counters
+            .wire_bytes
+            .load(std::sync::atomic::Ordering::Relaxed),
         r.started,
     )
 }
@@ -174,7 +181,9 @@ fn run_copy(sources: &[Source], dest: &PathBuf, t: &Transfer, quiet: bool) -> Re
         .spawn(move || receive(store, key, rx, false))
         .map_err(|e| Error::io("starting the receiver", e))?;
     let dial = |role: Role| -> Result<Conn> {
-        let mut g = ends.lock().map_err(|_| Error::io("local streams", std::io::Error::other("poisoned")))?;
+        let mut g = ends
+            .lock()
+            .map_err(|_| Error::io("local streams", std::io::Error::other("poisoned")))?;
         let i = g
             .iter()
             .position(|(r, _)| *r == role)

@@ -173,9 +173,8 @@ impl Decoder {
             }
             Codec::Zstd => {
                 if self.zstd.is_none() {
-                    self.zstd = Some(
-                        zstd::bulk::Decompressor::new().map_err(|_| VerifyError::Decompress)?,
-                    );
+                    self.zstd =
+                        Some(zstd::bulk::Decompressor::new().map_err(|_| VerifyError::Decompress)?);
                 }
                 let z = self.zstd.as_mut().ok_or(VerifyError::Decompress)?;
                 self.buf.resize(raw_len, 0);
@@ -228,7 +227,12 @@ mod tests {
 
     #[test]
     fn compressible_data_shrinks_and_round_trips() {
-        let raw: Vec<u8> = b"the quick brown fox ".iter().cycle().take(100_000).copied().collect();
+        let raw: Vec<u8> = b"the quick brown fox "
+            .iter()
+            .cycle()
+            .take(100_000)
+            .copied()
+            .collect();
         for mode in [Compression::Lz4, Compression::Zstd(1), Compression::Zstd(9)] {
             let (codec, out) = round_trip(mode, &raw);
             assert_ne!(codec, Codec::Raw, "{mode}");
@@ -257,7 +261,14 @@ mod tests {
             offset: 0,
             len: 1000,
         }];
-        encode_data_header(&mut frame, Codec::Raw, 1000, &unit_hash(&key, &raw), &seg, 1000);
+        encode_data_header(
+            &mut frame,
+            Codec::Raw,
+            1000,
+            &unit_hash(&key, &raw),
+            &seg,
+            1000,
+        );
         let mut bad = raw.clone();
         bad[500] ^= 1;
         frame.extend_from_slice(&bad);

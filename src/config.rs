@@ -20,7 +20,9 @@ const MIN_BLOCK_SIZE: u64 = 64 << 10;
 /// Default number of data streams: twice the cores (one stream's read waits while
 /// another's hash runs), at least 2, at most 8.
 pub fn default_streams() -> usize {
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2);
     (cores * 2).clamp(2, 8)
 }
 
@@ -105,7 +107,9 @@ impl Config {
                 mut paths,
                 transfer,
             } => {
-                let dst = paths.pop().ok_or_else(|| Error::Usage("copy needs SRC... DST".into()))?;
+                let dst = paths
+                    .pop()
+                    .ok_or_else(|| Error::Usage("copy needs SRC... DST".into()))?;
                 let (sources, dest) = copy_layout(&paths, &dst);
                 Command::Copy {
                     sources,
@@ -121,7 +125,11 @@ impl Config {
     }
 }
 
-fn transfer_config(a: &TransferArgs, encrypt: bool, default_compress: Compression) -> Result<Transfer> {
+fn transfer_config(
+    a: &TransferArgs,
+    encrypt: bool,
+    default_compress: Compression,
+) -> Result<Transfer> {
     let streams = a.streams.unwrap_or_else(default_streams);
     if streams == 0 || streams > usize::from(crate::receive::MAX_STREAMS) {
         return Err(Error::Usage(format!(
@@ -134,11 +142,14 @@ fn transfer_config(a: &TransferArgs, encrypt: bool, default_compress: Compressio
         None => default_compress,
     };
     let block_size = match &a.block_size {
-        Some(s) => parse_size(s).ok_or_else(|| Error::Usage(format!("invalid --block-size '{s}': use e.g. 4M")))?,
+        Some(s) => parse_size(s)
+            .ok_or_else(|| Error::Usage(format!("invalid --block-size '{s}': use e.g. 4M")))?,
         None => DEFAULT_BLOCK_SIZE,
     };
     if !(MIN_BLOCK_SIZE..=MAX_BLOCK as u64).contains(&block_size) {
-        return Err(Error::Usage("--block-size must be between 64K and 64M".into()));
+        return Err(Error::Usage(
+            "--block-size must be between 64K and 64M".into(),
+        ));
     }
     Ok(Transfer {
         streams,
@@ -182,7 +193,9 @@ pub fn copy_layout(srcs: &[PathBuf], dst: &Path) -> (Vec<Source>, PathBuf) {
     let dst_bytes = dst.as_os_str().as_bytes();
     if let [only] = srcs {
         let src_is_dir = std::fs::metadata(only).map(|m| m.is_dir()).unwrap_or(false)
-            && !std::fs::symlink_metadata(only).map(|m| m.file_type().is_symlink()).unwrap_or(false);
+            && !std::fs::symlink_metadata(only)
+                .map(|m| m.file_type().is_symlink())
+                .unwrap_or(false);
         if !src_is_dir && !dst_bytes.ends_with(b"/") && !dst.is_dir() {
             if let Some(name) = dst.file_name() {
                 let parent = match dst.parent() {
@@ -197,7 +210,10 @@ pub fn copy_layout(srcs: &[PathBuf], dst: &Path) -> (Vec<Source>, PathBuf) {
             }
         }
     }
-    (srcs.iter().map(|p| Source::from_arg(p)).collect(), dst.to_path_buf())
+    (
+        srcs.iter().map(|p| Source::from_arg(p)).collect(),
+        dst.to_path_buf(),
+    )
 }
 
 #[cfg(test)]
@@ -216,8 +232,14 @@ mod tests {
 
     #[test]
     fn listen_forms() {
-        assert_eq!(parse_listen("127.0.0.1:9").unwrap(), "127.0.0.1:9".parse().unwrap());
-        assert_eq!(parse_listen("127.0.0.1").unwrap(), "127.0.0.1:0".parse().unwrap());
+        assert_eq!(
+            parse_listen("127.0.0.1:9").unwrap(),
+            "127.0.0.1:9".parse().unwrap()
+        );
+        assert_eq!(
+            parse_listen("127.0.0.1").unwrap(),
+            "127.0.0.1:0".parse().unwrap()
+        );
         assert_eq!(parse_listen("::1").unwrap(), "[::1]:0".parse().unwrap());
         assert!(parse_listen("nope").is_err());
     }

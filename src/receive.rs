@@ -14,7 +14,10 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use crate::codec::Decoder;
 use crate::error::{Error, Result};
 use crate::progress::{Counters, Progress};
-use crate::protocol::{Control, DataHeader, EntryKind, FrameKind, FrameReader, ProtocolError, ReadError, Summary, MAX_BLOCK};
+use crate::protocol::{
+    Control, DataHeader, EntryKind, FrameKind, FrameReader, ProtocolError, ReadError, Summary,
+    MAX_BLOCK,
+};
 use crate::send::{lost, read_msg, write_msg};
 use crate::store::{Store, WriterCache};
 use crate::transport::{Conn, Role};
@@ -58,10 +61,14 @@ pub fn receive(
     let started = Instant::now();
     let mut reader = FrameReader::new();
     let (streams, block_size) = match read_msg(&mut control, &mut reader, None)? {
-        Control::Start { streams, block_size } => (streams, block_size),
+        Control::Start {
+            streams,
+            block_size,
+        } => (streams, block_size),
         other => return Err(ProtocolError::Unexpected(other.name().into()).into()),
     };
-    if streams == 0 || streams > MAX_STREAMS || block_size < 4096 || block_size as usize > MAX_BLOCK {
+    if streams == 0 || streams > MAX_STREAMS || block_size < 4096 || block_size as usize > MAX_BLOCK
+    {
         return Err(ProtocolError::Malformed("stream count or block size out of range").into());
     }
     store.set_block_size(u64::from(block_size));
@@ -80,7 +87,8 @@ pub fn receive(
             .spawn(move || {
                 let mut started = 0u16;
                 let spawn = |conn: Conn, i: u16| {
-                    let (store, abort, tx) = (Arc::clone(&store), Arc::clone(&abort), done_tx.clone());
+                    let (store, abort, tx) =
+                        (Arc::clone(&store), Arc::clone(&abort), done_tx.clone());
                     let r = std::thread::Builder::new()
                         .name(format!("haul-recv-{i}"))
                         .spawn(move || {
@@ -91,7 +99,8 @@ pub fn receive(
                             let _ = tx.send(r);
                         });
                     if r.is_err() {
-                        let e = Error::io("starting a stream thread", io::Error::other("spawn failed"));
+                        let e =
+                            Error::io("starting a stream thread", io::Error::other("spawn failed"));
                         let _ = done_tx.send(Err(e));
                     }
                 };
@@ -119,7 +128,15 @@ pub fn receive(
     }
     drop(done_tx);
 
-    let result = control_loop(&mut control, &mut reader, &store, &counters, &abort, &done_rx, streams);
+    let result = control_loop(
+        &mut control,
+        &mut reader,
+        &store,
+        &counters,
+        &abort,
+        &done_rx,
+        streams,
+    );
     abort.store(true, Ordering::Relaxed);
     bar.finish();
     match result {
@@ -149,7 +166,10 @@ pub fn receive(
                     match read_msg(&mut control, &mut reader, Some(TICK)) {
                         Ok(_) => {}
                         Err(Error::Transport(crate::transport::TransportError::Io(ref x)))
-                            if matches!(x.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
+                            if matches!(
+                                x.kind(),
+                                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                            ) => {}
                         Err(_) => break,
                     }
                 }
@@ -182,12 +202,17 @@ fn control_loop(
         let msg = match read_msg(control, reader, Some(TICK)) {
             Ok(m) => m,
             Err(Error::Transport(crate::transport::TransportError::Io(ref x)))
-                if matches!(x.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) =>
+                if matches!(
+                    x.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
             {
                 continue
             }
             Err(Error::Transport(_)) => {
-                return Err(lost(io::Error::other("the sender vanished mid-transfer (killed, or the network dropped)")))
+                return Err(lost(io::Error::other(
+                    "the sender vanished mid-transfer (killed, or the network dropped)",
+                )))
             }
             Err(e) => return Err(e),
         };
@@ -244,7 +269,10 @@ fn data_worker(mut conn: Conn, store: &Store, key: [u8; 32], abort: &AtomicBool)
         let frame = match reader.read_frame(&mut conn) {
             Ok(Some(f)) => f,
             Ok(None) | Err(ReadError::Truncated) => {
-                return Err(lost(io::Error::new(io::ErrorKind::UnexpectedEof, "the sender vanished mid-transfer (killed, or the network dropped)")))
+                return Err(lost(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the sender vanished mid-transfer (killed, or the network dropped)",
+                )))
             }
             Err(e) if e.is_timeout() => {
                 if abort.load(Ordering::Relaxed) {
@@ -258,7 +286,9 @@ fn data_worker(mut conn: Conn, store: &Store, key: [u8; 32], abort: &AtomicBool)
         match frame.kind {
             FrameKind::End => return Ok(()),
             FrameKind::Control => {
-                return Err(ProtocolError::Unexpected("control frame on a data stream".into()).into())
+                return Err(
+                    ProtocolError::Unexpected("control frame on a data stream".into()).into(),
+                )
             }
             FrameKind::Data => {}
         }

@@ -127,7 +127,14 @@ where
             })
             .map_err(|e| Error::io("starting the walk thread", e))?;
 
-        let manifest = run_manifest(&mut control, &mut reader, &wrx, &queue, &counters, &failures);
+        let manifest = run_manifest(
+            &mut control,
+            &mut reader,
+            &wrx,
+            &queue,
+            &counters,
+            &failures,
+        );
         if manifest.is_err() {
             queue.abort();
         } else {
@@ -143,7 +150,8 @@ where
                     worker_err.get_or_insert(e);
                 }
                 Err(_) => {
-                    worker_err.get_or_insert(Error::io("stream thread", io::Error::other("panicked")));
+                    worker_err
+                        .get_or_insert(Error::io("stream thread", io::Error::other("panicked")));
                 }
             }
         }
@@ -184,10 +192,7 @@ where
         }
     };
     let _ = control.shutdown_write();
-    let failed = failures
-        .into_inner()
-        .map(|f| f.list)
-        .unwrap_or_default();
+    let failed = failures.into_inner().map(|f| f.list).unwrap_or_default();
     Ok(SendReport {
         summary,
         counters,
@@ -225,7 +230,10 @@ fn run_manifest(
                 let w = *w;
                 if let Some(d) = w.data {
                     Counters::add(&counters.total_files, 1);
-                    Counters::add(&counters.total_bytes, d.extents.iter().map(|(a, b)| b - a).sum());
+                    Counters::add(
+                        &counters.total_bytes,
+                        d.extents.iter().map(|(a, b)| b - a).sum(),
+                    );
                     data.insert(w.entry.id, d);
                 }
                 batch_bytes += w.entry.path.len() + 64;
@@ -243,7 +251,10 @@ fn run_manifest(
             Err(RecvTimeoutError::Timeout) => None,
             Err(RecvTimeoutError::Disconnected) => Some(Ok(())),
         };
-        let flush = end.is_some() || batch.len() >= BATCH_ENTRIES || batch_bytes >= BATCH_BYTES || (!batch.is_empty() && wrx.is_empty());
+        let flush = end.is_some()
+            || batch.len() >= BATCH_ENTRIES
+            || batch_bytes >= BATCH_BYTES
+            || (!batch.is_empty() && wrx.is_empty());
         if flush && !batch.is_empty() {
             write_msg(control, &Control::Entries(std::mem::take(&mut batch)))?;
             batch_bytes = 0;
@@ -265,7 +276,9 @@ fn run_manifest(
                     })
                 }
                 other => {
-                    return Err(crate::protocol::ProtocolError::Unexpected(other.name().into()).into())
+                    return Err(
+                        crate::protocol::ProtocolError::Unexpected(other.name().into()).into(),
+                    )
                 }
             }
         }
@@ -316,7 +329,9 @@ fn data_worker(
                         }
                     };
                 }
-                let Some((_, f)) = open.as_ref() else { continue };
+                let Some((_, f)) = open.as_ref() else {
+                    continue;
+                };
                 raw.resize(len as usize, 0);
                 if let Err(e) = f.read_exact_at(&mut raw, offset) {
                     fail(file.id, &file.path, shrink_hint(e));
@@ -332,7 +347,8 @@ fn data_worker(
                 for job in files {
                     let start = raw.len();
                     raw.resize(start + job.size as usize, 0);
-                    let r = File::open(&job.path).and_then(|f| f.read_exact_at(&mut raw[start..], 0));
+                    let r =
+                        File::open(&job.path).and_then(|f| f.read_exact_at(&mut raw[start..], 0));
                     match r {
                         Ok(()) => segs.push(Segment {
                             file: job.id,
@@ -352,7 +368,11 @@ fn data_worker(
         }
         let hash = unit_hash(&key, &raw);
         let codec = enc.encode(&raw, &mut cbuf);
-        let body: &[u8] = if codec == crate::protocol::Codec::Raw { &raw } else { &cbuf };
+        let body: &[u8] = if codec == crate::protocol::Codec::Raw {
+            &raw
+        } else {
+            &cbuf
+        };
         encode_data_header(&mut hdr, codec, raw.len() as u32, &hash, &segs, body.len());
         conn.write_all(&hdr).map_err(lost)?;
         conn.write_all(body).map_err(lost)?;
@@ -391,11 +411,18 @@ pub(crate) fn write_msg(conn: &mut Conn, msg: &Control) -> Result<()> {
 
 /// Reads one control message; `timeout` None blocks. A peer that closes the stream is
 /// reported as gone.
-pub(crate) fn read_msg(conn: &mut Conn, reader: &mut FrameReader, timeout: Option<Duration>) -> Result<Control> {
+pub(crate) fn read_msg(
+    conn: &mut Conn,
+    reader: &mut FrameReader,
+    timeout: Option<Duration>,
+) -> Result<Control> {
     conn.set_read_timeout(timeout).map_err(lost)?;
     match reader.read_frame(conn) {
         Ok(Some(f)) if f.kind == FrameKind::Control => Ok(Control::decode(f.payload)?),
-        Ok(Some(_)) => Err(crate::protocol::ProtocolError::Unexpected("non-control frame on the control stream".into()).into()),
+        Ok(Some(_)) => Err(crate::protocol::ProtocolError::Unexpected(
+            "non-control frame on the control stream".into(),
+        )
+        .into()),
         Ok(None) | Err(crate::protocol::ReadError::Truncated) => Err(lost(io::Error::new(
             io::ErrorKind::UnexpectedEof,
             "the peer closed the connection",

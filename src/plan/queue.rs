@@ -251,9 +251,16 @@ mod tests {
         }
         let total: u64 = got.iter().map(|g| u64::from(g.2)).sum();
         assert_eq!(total, 620);
-        let mut f2: Vec<_> = got.iter().filter(|g| g.0 == 2).map(|g| (g.1, g.2)).collect();
+        let mut f2: Vec<_> = got
+            .iter()
+            .filter(|g| g.0 == 2)
+            .map(|g| (g.1, g.2))
+            .collect();
         f2.sort();
-        assert_eq!(f2, [(50, 50), (100, 20), (700, 100), (800, 100), (900, 100)]);
+        assert_eq!(
+            f2,
+            [(50, 50), (100, 20), (700, 100), (800, 100), (900, 100)]
+        );
     }
 
     #[test]

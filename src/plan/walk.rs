@@ -105,7 +105,11 @@ pub fn walk(
         let rel = s.dest_name.clone().unwrap_or_default();
         if s.dest_name.is_none() && !meta.is_dir() {
             // `file/` is not a thing; treat as the file itself.
-            let name = s.path.file_name().map(|n| n.as_bytes().to_vec()).unwrap_or_default();
+            let name = s
+                .path
+                .file_name()
+                .map(|n| n.as_bytes().to_vec())
+                .unwrap_or_default();
             if !w.visit(&s.path, name, &meta, &mut emit, &mut skip) {
                 return Ok(());
             }
@@ -174,7 +178,10 @@ impl Walker {
             let meta = match fs::symlink_metadata(&child) {
                 Ok(m) => m,
                 Err(e) => {
-                    skip(Skipped { path: child, error: e });
+                    skip(Skipped {
+                        path: child,
+                        error: e,
+                    });
                     continue;
                 }
             };
@@ -330,7 +337,10 @@ mod tests {
 
     #[test]
     fn rsync_trailing_slash_rule() {
-        assert_eq!(Source::from_arg(Path::new("a/b")).dest_name, Some(b"b".to_vec()));
+        assert_eq!(
+            Source::from_arg(Path::new("a/b")).dest_name,
+            Some(b"b".to_vec())
+        );
         assert_eq!(Source::from_arg(Path::new("a/b/")).dest_name, None);
         assert_eq!(Source::from_arg(Path::new(".")).dest_name, None);
         assert_eq!(Source::from_arg(Path::new("/")).dest_name, None);
@@ -370,7 +380,10 @@ mod tests {
             |s| panic!("{s:?}"),
         )
         .unwrap();
-        let paths: Vec<_> = got.iter().map(|e| String::from_utf8_lossy(&e.path).into_owned()).collect();
+        let paths: Vec<_> = got
+            .iter()
+            .map(|e| String::from_utf8_lossy(&e.path).into_owned())
+            .collect();
         assert_eq!(paths, ["t", "t/a", "t/a/b", "t/a/b/f", "t/a/g", "t/l"]);
         assert!(matches!(&got[4].kind, EntryKind::Hardlink { target } if target == b"t/a/b/f"));
         assert!(matches!(&got[5].kind, EntryKind::Symlink { target } if target == b"nowhere"));

@@ -22,8 +22,8 @@ mod path;
 
 pub use frame::{
     decode_frame, encode_data_header, encode_frame, Codec, DataHeader, Frame, FrameHeader,
-    FrameKind, FrameReader, ReadError, Segment, DATA_FIXED_LEN, FRAME_HEADER_LEN, MAX_BLOCK, MAX_CONTROL_LEN,
-    MAX_DATA_LEN, MAX_SEGMENTS,
+    FrameKind, FrameReader, ReadError, Segment, DATA_FIXED_LEN, FRAME_HEADER_LEN, MAX_BLOCK,
+    MAX_CONTROL_LEN, MAX_DATA_LEN, MAX_SEGMENTS,
 };
 pub use msg::{Control, Entry, EntryKind, Summary};
 pub use path::{PathError, SafeRelPath};

@@ -16,12 +16,7 @@ const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
     .union(ResolveFlags::NO_MAGICLINKS);
 
 /// Opens `path` beneath `root` with `flags`, refusing symlinks anywhere on the way.
-pub fn open_beneath(
-    root: &OwnedFd,
-    path: &[u8],
-    flags: OFlags,
-    mode: Mode,
-) -> io::Result<OwnedFd> {
+pub fn open_beneath(root: &OwnedFd, path: &[u8], flags: OFlags, mode: Mode) -> io::Result<OwnedFd> {
     let path: &[u8] = if path.is_empty() { b"." } else { path };
     loop {
         match rfs::openat2(root, path, flags | OFlags::CLOEXEC, mode, RESOLVE) {
@@ -152,7 +147,13 @@ pub fn apply_meta_fd(fd: impl AsFd, e: &Entry, as_root: bool) -> io::Result<()> 
 
 /// Applies owner (when root) and mtime to a symlink, and mode too for anything else,
 /// without following it.
-pub fn apply_meta_at(dir: &OwnedFd, name: &[u8], e: &Entry, as_root: bool, is_link: bool) -> io::Result<()> {
+pub fn apply_meta_at(
+    dir: &OwnedFd,
+    name: &[u8],
+    e: &Entry,
+    as_root: bool,
+    is_link: bool,
+) -> io::Result<()> {
     if as_root {
         rfs::chownat(
             dir,
@@ -163,7 +164,12 @@ pub fn apply_meta_at(dir: &OwnedFd, name: &[u8], e: &Entry, as_root: bool, is_li
         )?;
     }
     if !is_link {
-        rfs::chmodat(dir, name, Mode::from_raw_mode(e.mode & 0o7777), rfs::AtFlags::empty())?;
+        rfs::chmodat(
+            dir,
+            name,
+            Mode::from_raw_mode(e.mode & 0o7777),
+            rfs::AtFlags::empty(),
+        )?;
     }
     rfs::utimensat(dir, name, &mtime(e), rfs::AtFlags::SYMLINK_NOFOLLOW)?;
     Ok(())

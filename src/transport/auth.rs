@@ -22,7 +22,7 @@ use super::{tls, Role, TransportError, PROTOCOL_VERSION};
 const DRAIN_LIMIT: usize = 64 * 1024;
 
 /// Runs the dialer side; `Ok` once the listener accepted us.
-pub fn dial<S: Read + Write>(
+pub(super) fn dial<S: Read + Write>(
     io: &mut S,
     key: [u8; 32],
     role: Role,
@@ -51,7 +51,11 @@ pub fn dial<S: Read + Write>(
 
 /// Runs the listener side; the dialer's role when it proved the secret, otherwise the
 /// reason to log.
-pub fn listen<S: Read + Write>(io: &mut S, key: [u8; 32], nonce_s: [u8; 32]) -> Result<Role, String> {
+pub(super) fn listen<S: Read + Write>(
+    io: &mut S,
+    key: [u8; 32],
+    nonce_s: [u8; 32],
+) -> Result<Role, String> {
     let mut prefix = [0u8; CLIENT_PREFIX_LEN];
     io.read_exact(&mut prefix)
         .map_err(|e| listener_io("waiting for the hello", e))?;
@@ -130,7 +134,7 @@ fn listener_reason(e: HandshakeError) -> String {
 }
 
 /// Why an I/O error happened during the handshake, for the listener's log line.
-pub fn listener_io(stage: &str, e: io::Error) -> String {
+pub(super) fn listener_io(stage: &str, e: io::Error) -> String {
     match e.kind() {
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
             format!("handshake deadline passed while {stage}")
@@ -141,20 +145,20 @@ pub fn listener_io(stage: &str, e: io::Error) -> String {
 }
 
 /// A dialer-side I/O error that is not a TLS error.
-pub fn dialer_io(e: io::Error) -> TransportError {
+pub(super) fn dialer_io(e: io::Error) -> TransportError {
     match e.kind() {
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => TransportError::Handshake(
             "the peer did not complete the handshake in time (is this a haul receiver?)".into(),
         ),
-        io::ErrorKind::UnexpectedEof => TransportError::Handshake(
-            "the peer closed the connection during the handshake".into(),
-        ),
+        io::ErrorKind::UnexpectedEof => {
+            TransportError::Handshake("the peer closed the connection during the handshake".into())
+        }
         _ => TransportError::Io(e),
     }
 }
 
 /// A borrowed TCP socket whose every read and write must finish before `deadline`.
-pub struct DeadlineTcp<'a> {
+pub(super) struct DeadlineTcp<'a> {
     /// The socket.
     pub sock: &'a TcpStream,
     /// When the whole handshake must be over.
@@ -208,7 +212,10 @@ mod tests {
     #[test]
     fn wrong_key_fails_on_both_sides() {
         let (d, l) = pair_run([1; 32], [2; 32]);
-        assert!(matches!(d, Err(TransportError::PeerUnauthenticated)), "{d:?}");
+        assert!(
+            matches!(d, Err(TransportError::PeerUnauthenticated)),
+            "{d:?}"
+        );
         assert!(l.unwrap_err().contains("before proving"));
     }
 
@@ -244,11 +251,15 @@ mod tests {
     fn garbage_and_silence_are_reasons_not_panics() {
         let (mut a, mut b) = UnixStream::pair().unwrap();
         a.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
-        assert!(listen(&mut b, [1; 32], [5; 32]).unwrap_err().contains("not a haul"));
+        assert!(listen(&mut b, [1; 32], [5; 32])
+            .unwrap_err()
+            .contains("not a haul"));
         drop(a);
         let (a, mut b) = UnixStream::pair().unwrap();
         drop(a);
-        assert!(listen(&mut b, [1; 32], [5; 32]).unwrap_err().contains("closed"));
+        assert!(listen(&mut b, [1; 32], [5; 32])
+            .unwrap_err()
+            .contains("closed"));
         // A dialer talking to something that closes at once.
         let (mut a, b) = UnixStream::pair().unwrap();
         drop(b);

@@ -64,13 +64,12 @@ pub fn connect_addr(
     role: Role,
     encrypt: bool,
 ) -> Result<Conn, TransportError> {
-    let sock =
-        TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(|source| {
-            TransportError::Connect {
-                addrs: addr.to_string(),
-                source,
-            }
-        })?;
+    let sock = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(|source| {
+        TransportError::Connect {
+            addrs: addr.to_string(),
+            source,
+        }
+    })?;
     establish(sock, ticket, role, encrypt)
 }
 

@@ -116,7 +116,12 @@ fn server_proof(key: &[u8; 32], nonce_c: &[u8; 32], nonce_s: &[u8; 32]) -> blake
     h.finalize()
 }
 
-fn client_proof(key: &[u8; 32], nonce_s: &[u8; 32], nonce_c: &[u8; 32], role: Role) -> blake3::Hash {
+fn client_proof(
+    key: &[u8; 32],
+    nonce_s: &[u8; 32],
+    nonce_c: &[u8; 32],
+    role: Role,
+) -> blake3::Hash {
     let mut h = blake3::Hasher::new_keyed(key);
     h.update(CLIENT_LABEL)
         .update(nonce_s)
@@ -291,8 +296,13 @@ impl ListenerAwaitRest {
     pub fn handle_client_rest(
         self,
         rest: &[u8; CLIENT_REST_LEN],
-    ) -> Result<(ListenerAwaitProof, [u8; SERVER_PREFIX_LEN + SERVER_REST_LEN]), HandshakeError>
-    {
+    ) -> Result<
+        (
+            ListenerAwaitProof,
+            [u8; SERVER_PREFIX_LEN + SERVER_REST_LEN],
+        ),
+        HandshakeError,
+    > {
         let s = self.inner;
         let role = role_from_byte(rest[0])?;
         let mut nonce_c = [0u8; 32];
@@ -355,7 +365,10 @@ mod tests {
         dialer_key: [u8; 32],
         listener_key: [u8; 32],
         role: Role,
-    ) -> (Option<Result<Role, HandshakeError>>, Result<(), HandshakeError>) {
+    ) -> (
+        Option<Result<Role, HandshakeError>>,
+        Result<(), HandshakeError>,
+    ) {
         let (d, hello) = Dialer::start(V, dialer_key, role, NC);
         let l = Listener::new(V, listener_key, NS);
         let prefix: [u8; CLIENT_PREFIX_LEN] = hello[..6].try_into().unwrap();
@@ -399,7 +412,9 @@ mod tests {
             PrefixOutcome::Continue(l) => l,
             PrefixOutcome::VersionMismatch { .. } => panic!("same version"),
         };
-        let (l, reply) = l.handle_client_rest(hello[6..].try_into().unwrap()).unwrap();
+        let (l, reply) = l
+            .handle_client_rest(hello[6..].try_into().unwrap())
+            .unwrap();
         // Replaying the server's own proof must not work as a client proof.
         let v = l.handle_client_proof(reply[39..].try_into().unwrap());
         assert_eq!(v.reply, VERDICT_REJECTED);
@@ -428,7 +443,9 @@ mod tests {
         let d = d
             .handle_server_prefix(reply[..7].try_into().unwrap())
             .unwrap();
-        let (_, proof_c) = d.handle_server_rest(reply[7..].try_into().unwrap()).unwrap();
+        let (_, proof_c) = d
+            .handle_server_rest(reply[7..].try_into().unwrap())
+            .unwrap();
         assert!(l.handle_client_proof(&proof_c).outcome.is_err());
     }
 

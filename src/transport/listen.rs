@@ -20,8 +20,8 @@ use crossbeam_channel::{Receiver, Sender};
 use rustls::{ServerConfig, ServerConnection, StreamOwned};
 
 use super::auth::{self, DeadlineTcp};
-use super::tls::{self, TlsSocket};
 use super::ticket::{random32, Secret, Ticket, MAX_TICKET_ADDRS};
+use super::tls::{self, TlsSocket};
 use super::{sys, Conn, Role, TransportError};
 
 /// How long a new connection may take to finish TLS and the secret handshake.
@@ -210,12 +210,12 @@ fn bind_wildcard() -> Result<TcpListener, TransportError> {
     })();
     match dual {
         Ok(l) => Ok(l),
-        Err(_) => TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0)).map_err(|source| {
-            TransportError::Bind {
+        Err(_) => {
+            TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0)).map_err(|source| TransportError::Bind {
                 addr: "0.0.0.0:0".into(),
                 source,
-            }
-        }),
+            })
+        }
     }
 }
 
@@ -226,7 +226,8 @@ fn advertised(found: &[sys::IfAddr], v4: bool, v6: bool, port: u16) -> Vec<Socke
     let usable = |ip: &IpAddr| match ip {
         IpAddr::V4(a) => v4 && !a.is_unspecified(),
         IpAddr::V6(a) => {
-            v6 && !a.is_unspecified() && (a.segments()[0] & 0xffc0) != 0xfe80
+            v6 && !a.is_unspecified()
+                && (a.segments()[0] & 0xffc0) != 0xfe80
                 && a.to_ipv4_mapped().is_none()
         }
     };
@@ -246,7 +247,9 @@ fn advertised(found: &[sys::IfAddr], v4: bool, v6: bool, port: u16) -> Vec<Socke
         }
     }
     ips.extend(loopback);
-    ips.into_iter().map(|ip| SocketAddr::new(ip, port)).collect()
+    ips.into_iter()
+        .map(|ip| SocketAddr::new(ip, port))
+        .collect()
 }
 
 fn accept_loop(tcp: &TcpListener, stop: &AtomicBool, shared: &Arc<Shared>) {
@@ -356,9 +359,7 @@ fn accept_one(sock: TcpStream, peer: SocketAddr, shared: &Shared) -> Result<Acce
         match stream.conn.complete_io(&mut stream.sock) {
             Ok((0, 0)) => return Err("closed during the TLS handshake".into()),
             Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
-                return Err(format!("TLS handshake failed: {e}"))
-            }
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => return Err(tls_reason(&e)),
             Err(e) => return Err(auth::listener_io("in the TLS handshake", e)),
         }
     }
@@ -370,6 +371,18 @@ fn accept_one(sock: TcpStream, peer: SocketAddr, shared: &Shared) -> Result<Acce
         peer,
         encrypted: true,
     })
+}
+
+/// The log reason for a failed TLS handshake, with a hint when the dialer distrusts us.
+fn tls_reason(e: &io::Error) -> String {
+    let alert = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>());
+    match alert {
+        Some(rustls::Error::AlertReceived(rustls::AlertDescription::AccessDenied))
+        | Some(rustls::Error::AlertReceived(rustls::AlertDescription::BadCertificate)) => {
+            "the dialer does not trust our certificate (its ticket is from another run?)".into()
+        }
+        _ => format!("TLS handshake failed: {e}"),
+    }
 }
 
 #[cfg(test)]

@@ -35,7 +35,7 @@ mod tls;
 
 pub use conn::Conn;
 pub use dial::{connect, connect_addr};
-pub use listen::{AcceptorHandle, Accepted, Listener};
+pub use listen::{Accepted, AcceptorHandle, Listener};
 pub use ticket::{Secret, Ticket, MAX_TICKET_ADDRS};
 pub use tls::TlsSocket;
 
@@ -120,7 +120,9 @@ impl TransportError {
     pub fn exit_code(&self) -> i32 {
         match self {
             TransportError::BadTicket(_) => 2,
-            TransportError::Bind { .. } | TransportError::Connect { .. } | TransportError::Io(_) => 5,
+            TransportError::Bind { .. }
+            | TransportError::Connect { .. }
+            | TransportError::Io(_) => 5,
             TransportError::Tls(_)
             | TransportError::AuthRejected
             | TransportError::PeerUnauthenticated => 6,

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 /// One address of one network interface that is up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct IfAddr {
+pub(super) struct IfAddr {
     /// The address.
     pub ip: IpAddr,
     /// Whether the interface is a loopback interface.
@@ -21,7 +21,7 @@ pub struct IfAddr {
 }
 
 /// The IPv4 and IPv6 addresses of every interface that is up, in the kernel's order.
-pub fn interface_addrs() -> io::Result<Vec<IfAddr>> {
+pub(super) fn interface_addrs() -> io::Result<Vec<IfAddr>> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: `head` is a valid place for getifaddrs to store the list pointer; on success
     // the list stays valid until the matching freeifaddrs below.
@@ -46,7 +46,9 @@ pub fn interface_addrs() -> io::Result<Vec<IfAddr>> {
             match i32::from((*ifa.ifa_addr).sa_family) {
                 libc::AF_INET => {
                     let sin = &*(ifa.ifa_addr as *const libc::sockaddr_in);
-                    Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))))
+                    Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
+                        sin.sin_addr.s_addr,
+                    ))))
                 }
                 libc::AF_INET6 => {
                     let sin6 = &*(ifa.ifa_addr as *const libc::sockaddr_in6);
@@ -66,7 +68,7 @@ pub fn interface_addrs() -> io::Result<Vec<IfAddr>> {
 }
 
 /// Waits until `listener` has a connection to accept (`true`) or `timeout` passes (`false`).
-pub fn wait_acceptable(listener: &TcpListener, timeout: Duration) -> io::Result<bool> {
+pub(super) fn wait_acceptable(listener: &TcpListener, timeout: Duration) -> io::Result<bool> {
     let mut fds = libc::pollfd {
         fd: listener.as_raw_fd(),
         events: libc::POLLIN,

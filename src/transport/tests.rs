@@ -180,7 +180,9 @@ fn silent_connection_is_dropped_after_the_deadline_without_blocking_others() {
     // The idle one is closed by the listener (EOF or reset), not by our own timeout.
     let started = Instant::now();
     let r = idle.read(&mut [0u8; 1]);
-    assert!(matches!(r, Ok(0)) || r.is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset));
+    assert!(
+        matches!(r, Ok(0)) || r.is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset)
+    );
     assert!(started.elapsed() < WAIT);
     wait_until("the rejection", || h.rejected() == 1);
 }
@@ -239,7 +241,10 @@ fn dialer_tries_the_next_address_and_reports_unreachable_ones() {
     assert!(err.to_string().contains(&closed.to_string()));
     assert_eq!(err.exit_code(), 5);
     ticket.addrs.clear();
-    assert_eq!(connect(&ticket, Role::Data, true).unwrap_err().exit_code(), 2);
+    assert_eq!(
+        connect(&ticket, Role::Data, true).unwrap_err().exit_code(),
+        2
+    );
 }
 
 fn refused(addr: SocketAddr) -> bool {

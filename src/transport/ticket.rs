@@ -127,7 +127,11 @@ impl Ticket {
         bin.extend_from_slice(&check.as_bytes()[..CHECK_LEN]);
         let mut text = String::with_capacity(PREFIX.len() + bin.len() * 8 / 5 + 1);
         text.push_str(PREFIX);
-        text.push_str(&data_encoding::BASE32_NOPAD.encode(&bin).to_ascii_lowercase());
+        text.push_str(
+            &data_encoding::BASE32_NOPAD
+                .encode(&bin)
+                .to_ascii_lowercase(),
+        );
         text
     }
 

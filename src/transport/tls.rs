@@ -20,23 +20,25 @@ use std::time::Instant;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
-use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, ServerConfig, SignatureScheme};
+use rustls::{
+    CertificateError, ClientConfig, DigitallySignedStruct, ServerConfig, SignatureScheme,
+};
 
 use super::TransportError;
 
 /// The server name the dialer asks for; nobody checks it (the fingerprint is the identity).
-pub const SERVER_NAME: &str = "haul.invalid";
+pub(super) const SERVER_NAME: &str = "haul.invalid";
 
 /// How much ciphertext rustls may queue before it writes to the socket. Larger than rustls's
 /// 64 KiB default so a MiB-sized write costs a few big `writev`s, not dozens of small ones.
-pub const TLS_BUFFER_LIMIT: usize = 1 << 20;
+pub(super) const TLS_BUFFER_LIMIT: usize = 1 << 20;
 
 /// Read buffer of [`TlsSocket`]: rustls asks for at most ~4 KiB per read, which would be one
 /// system call per record; this turns many small reads into one big one.
 const READ_BUFFER: usize = 256 * 1024;
 
 /// The listener's certificate and TLS configuration.
-pub struct ServerIdentity {
+pub(super) struct ServerIdentity {
     /// rustls configuration carrying the certificate.
     pub config: Arc<ServerConfig>,
     /// BLAKE3 of the certificate's DER: what the ticket pins.
@@ -60,7 +62,7 @@ fn tls_err(what: &str, e: impl std::fmt::Display) -> TransportError {
 }
 
 /// A fresh self-signed ECDSA P-256 certificate and the server config around it.
-pub fn server_identity() -> Result<ServerIdentity, TransportError> {
+pub(super) fn server_identity() -> Result<ServerIdentity, TransportError> {
     let ck = rcgen::generate_simple_self_signed(vec![SERVER_NAME.to_string()])
         .map_err(|e| tls_err("cannot create a certificate", e))?;
     let cert: CertificateDer<'static> = ck.cert.der().clone();
@@ -82,7 +84,7 @@ pub fn server_identity() -> Result<ServerIdentity, TransportError> {
 }
 
 /// A client config that trusts exactly the certificate with this fingerprint.
-pub fn client_config(fingerprint: [u8; 32]) -> Result<Arc<ClientConfig>, TransportError> {
+pub(super) fn client_config(fingerprint: [u8; 32]) -> Result<Arc<ClientConfig>, TransportError> {
     let provider = provider();
     let verifier = PinnedCert {
         fingerprint,
@@ -100,7 +102,7 @@ pub fn client_config(fingerprint: [u8; 32]) -> Result<Arc<ClientConfig>, Transpo
 }
 
 /// The fixed server name as rustls wants it.
-pub fn server_name() -> Result<ServerName<'static>, TransportError> {
+pub(super) fn server_name() -> Result<ServerName<'static>, TransportError> {
     ServerName::try_from(SERVER_NAME).map_err(|e| tls_err("bad server name", e))
 }
 
@@ -154,15 +156,16 @@ impl ServerCertVerifier for PinnedCert {
 }
 
 /// Turns an I/O error from a TLS handshake into the error the user should see.
-pub fn handshake_error(e: io::Error) -> TransportError {
-    let tls = e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>());
+pub(super) fn handshake_error(e: io::Error) -> TransportError {
+    let tls = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>());
     match tls {
-        Some(rustls::Error::InvalidCertificate(CertificateError::ApplicationVerificationFailure)) => {
-            TransportError::Tls(
-                "the receiver's certificate does not match the ticket (wrong or stale ticket?)"
-                    .into(),
-            )
-        }
+        Some(rustls::Error::InvalidCertificate(
+            CertificateError::ApplicationVerificationFailure,
+        )) => TransportError::Tls(
+            "the receiver's certificate does not match the ticket (wrong or stale ticket?)".into(),
+        ),
         Some(other) => TransportError::Tls(format!("TLS handshake failed: {other}")),
         None => super::auth::dialer_io(e),
     }
@@ -170,7 +173,11 @@ pub fn handshake_error(e: io::Error) -> TransportError {
 
 /// Sets the socket's read (or write) timeout to what is left until `deadline`; fails with
 /// `TimedOut` once it has passed. Does nothing without a deadline.
-pub fn arm_deadline(sock: &TcpStream, deadline: Option<Instant>, read: bool) -> io::Result<()> {
+pub(super) fn arm_deadline(
+    sock: &TcpStream,
+    deadline: Option<Instant>,
+    read: bool,
+) -> io::Result<()> {
     let Some(deadline) = deadline else {
         return Ok(());
     };
@@ -200,7 +207,7 @@ pub struct TlsSocket {
 
 impl TlsSocket {
     /// Wraps a connected socket; `deadline` bounds every read and write until cleared.
-    pub fn new(sock: TcpStream, deadline: Option<Instant>) -> TlsSocket {
+    pub(super) fn new(sock: TcpStream, deadline: Option<Instant>) -> TlsSocket {
         TlsSocket {
             sock,
             buf: vec![0u8; READ_BUFFER].into_boxed_slice(),
@@ -216,12 +223,11 @@ impl TlsSocket {
     }
 
     /// Ends the handshake deadline and clears the socket timeouts it set.
-    pub fn clear_deadline(&mut self) -> io::Result<()> {
+    pub(super) fn clear_deadline(&mut self) -> io::Result<()> {
         self.deadline = None;
         self.sock.set_read_timeout(None)?;
         self.sock.set_write_timeout(None)
     }
-
 }
 
 impl Read for TlsSocket {
@@ -265,7 +271,10 @@ mod tests {
     fn identity_fingerprint_is_blake3_of_der() {
         let a = server_identity().unwrap();
         let b = server_identity().unwrap();
-        assert_ne!(a.fingerprint, b.fingerprint, "each listener gets a fresh cert");
+        assert_ne!(
+            a.fingerprint, b.fingerprint,
+            "each listener gets a fresh cert"
+        );
         assert!(client_config(a.fingerprint).is_ok());
     }
 

@@ -1,0 +1,326 @@
+//! A hostile sender, built from the library's own protocol and transport types, tries to
+//! make `haul recv` write outside its destination. Each case runs a real `haul recv`
+//! process and checks that it refuses (non-zero exit, no panic) and that nothing outside
+//! DIR changed.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use haul::codec::unit_hash;
+use haul::protocol::{
+    encode_data_header, encode_frame, Codec, Control, Entry, EntryKind, FrameKind, FrameReader,
+    Segment,
+};
+use haul::transport::{connect, Conn, Role, Ticket};
+
+struct Recv {
+    child: Child,
+    ticket: Ticket,
+}
+
+fn start_recv(dir: &Path) -> Recv {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_haul"))
+        .args(["recv", "--listen", "127.0.0.1:0", "-q"])
+        .arg(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn haul recv");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read ticket");
+    let ticket = Ticket::parse(line.trim()).expect("valid ticket");
+    Recv { child, ticket }
+}
+
+/// Waits for recv to exit; returns its exit code and stderr.
+fn wait(mut r: Recv) -> (i32, String) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = r.child.try_wait().expect("wait") {
+            let mut err = String::new();
+            if let Some(mut e) = r.child.stderr.take() {
+                let _ = std::io::Read::read_to_string(&mut e, &mut err);
+            }
+            return (status.code().unwrap_or(-1), err);
+        }
+        if Instant::now() > deadline {
+            let _ = r.child.kill();
+            panic!("haul recv did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn send_msg(c: &mut Conn, m: &Control) {
+    let mut buf = Vec::new();
+    m.encode(&mut buf).expect("encode");
+    // The receiver may already have hung up on us: that is an acceptable refusal.
+    let _ = c.write_all(&buf).and_then(|()| c.flush());
+}
+
+fn read_msg(c: &mut Conn, r: &mut FrameReader) -> Option<Control> {
+    match r.read_frame(c) {
+        Ok(Some(f)) if f.kind == FrameKind::Control => Control::decode(f.payload).ok(),
+        _ => None,
+    }
+}
+
+fn entry(id: u64, path: &[u8], kind: EntryKind) -> Entry {
+    Entry {
+        id,
+        path: path.to_vec(),
+        kind,
+        mode: 0o644,
+        mtime_sec: 1_600_000_000,
+        mtime_nsec: 0,
+        uid: 0,
+        gid: 0,
+    }
+}
+
+fn file(size: u64) -> EntryKind {
+    EntryKind::File {
+        size,
+        data_bytes: size,
+    }
+}
+
+/// Sends one data unit with a correct keyed hash.
+fn send_unit(ticket: &Ticket, file: u64, offset: u64, data: &[u8]) {
+    let Ok(mut d) = connect(ticket, Role::Data, true) else {
+        return;
+    };
+    let key = ticket.secret.block_key();
+    let mut hdr = Vec::new();
+    let seg = [Segment {
+        file,
+        offset,
+        len: data.len() as u32,
+    }];
+    encode_data_header(
+        &mut hdr,
+        Codec::Raw,
+        data.len() as u32,
+        &unit_hash(&key, data),
+        &seg,
+        data.len(),
+    );
+    let _ = d.write_all(&hdr);
+    let _ = d.write_all(data);
+    let mut end = Vec::new();
+    encode_frame(&mut end, FrameKind::End, &[]);
+    let _ = d.write_all(&end);
+    let _ = d.flush();
+}
+
+/// Runs one hostile session: Start, the entries, then data units for the files it
+/// says are needed, then Finish. Returns recv's exit code and stderr.
+fn hostile(dir: &Path, entries: Vec<Entry>, data: &[(u64, u64, &[u8])]) -> (i32, String) {
+    let r = start_recv(dir);
+    let mut c = connect(&r.ticket, Role::Control, true).expect("control connection");
+    let mut reader = FrameReader::new();
+    send_msg(
+        &mut c,
+        &Control::Start {
+            streams: 1,
+            block_size: 1 << 20,
+        },
+    );
+    send_msg(&mut c, &Control::Entries(entries));
+    if let Some(Control::Need(_)) = read_msg(&mut c, &mut reader) {
+        let t = r.ticket.clone();
+        let data: Vec<(u64, u64, Vec<u8>)> =
+            data.iter().map(|(f, o, d)| (*f, *o, d.to_vec())).collect();
+        for (f, o, d) in &data {
+            send_unit(&t, *f, *o, d);
+        }
+        if data.is_empty() {
+            send_unit(&t, 999, 0, b"x");
+        }
+        send_msg(&mut c, &Control::Finish { failed: vec![] });
+        let _ = read_msg(&mut c, &mut reader);
+    }
+    drop(c);
+    wait(r)
+}
+
+struct Bed {
+    _tmp: tempfile::TempDir,
+    dest: PathBuf,
+    outside: PathBuf,
+}
+
+fn bed() -> Bed {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dest = tmp.path().join("dest");
+    let outside = tmp.path().join("outside");
+    std::fs::create_dir_all(&dest).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("victim"), b"original").unwrap();
+    Bed {
+        _tmp: tmp,
+        dest,
+        outside,
+    }
+}
+
+fn assert_outside_untouched(b: &Bed) {
+    let names: Vec<_> = std::fs::read_dir(&b.outside)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["victim"], "something was created outside DIR");
+    assert_eq!(
+        std::fs::read(b.outside.join("victim")).unwrap(),
+        b"original"
+    );
+    let parent = b.dest.parent().unwrap();
+    let mut top: Vec<_> = std::fs::read_dir(parent)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    top.sort();
+    assert_eq!(top, ["dest", "outside"], "something was created beside DIR");
+}
+
+#[test]
+fn dot_dot_path_is_refused() {
+    let b = bed();
+    let (code, err) = hostile(
+        &b.dest,
+        vec![entry(0, b"../evil", file(4))],
+        &[(0, 0, b"evil")],
+    );
+    assert_eq!(code, 8, "{err}");
+    assert!(err.contains("unsafe path"), "{err}");
+    assert_outside_untouched(&b);
+}
+
+#[test]
+fn absolute_and_nul_paths_are_refused() {
+    for p in [&b"/tmp/evil"[..], b"a/../../evil", b"a\0b", b"a//b"] {
+        let b = bed();
+        let (code, err) = hostile(&b.dest, vec![entry(0, p, file(4))], &[(0, 0, b"evil")]);
+        assert_eq!(code, 8, "{p:?}: {err}");
+        assert_outside_untouched(&b);
+    }
+}
+
+#[test]
+fn existing_symlinked_directory_is_not_followed() {
+    let b = bed();
+    std::os::unix::fs::symlink(&b.outside, b.dest.join("out")).unwrap();
+    let (code, err) = hostile(
+        &b.dest,
+        vec![entry(0, b"out/pwn", file(4))],
+        &[(0, 0, b"evil")],
+    );
+    assert_ne!(code, 0, "{err}");
+    assert_outside_untouched(&b);
+}
+
+#[test]
+fn existing_symlink_at_file_name_is_replaced_not_followed() {
+    let b = bed();
+    std::os::unix::fs::symlink(b.outside.join("victim"), b.dest.join("f")).unwrap();
+    let (code, err) = hostile(&b.dest, vec![entry(0, b"f", file(4))], &[(0, 0, b"new!")]);
+    assert_eq!(code, 0, "{err}");
+    assert_outside_untouched(&b);
+    let meta = std::fs::symlink_metadata(b.dest.join("f")).unwrap();
+    assert!(
+        meta.is_file(),
+        "the symlink should have been replaced by the file"
+    );
+    assert_eq!(std::fs::read(b.dest.join("f")).unwrap(), b"new!");
+}
+
+#[test]
+fn symlink_sent_then_used_as_parent_is_refused() {
+    let b = bed();
+    let target = b.outside.as_os_str().as_encoded_bytes().to_vec();
+    let entries = vec![
+        entry(0, b"s", EntryKind::Symlink { target }),
+        entry(1, b"s/pwn", file(4)),
+    ];
+    let (code, err) = hostile(&b.dest, entries, &[(1, 0, b"evil")]);
+    assert_ne!(code, 0, "{err}");
+    assert_outside_untouched(&b);
+}
+
+#[test]
+fn hardlink_to_outside_is_refused() {
+    let b = bed();
+    let entries = vec![entry(
+        0,
+        b"h",
+        EntryKind::Hardlink {
+            target: b"../outside/victim".to_vec(),
+        },
+    )];
+    let (code, err) = hostile(&b.dest, entries, &[]);
+    assert_eq!(code, 8, "{err}");
+    assert_outside_untouched(&b);
+}
+
+#[test]
+fn data_beyond_file_end_or_for_unknown_file_is_refused() {
+    let b = bed();
+    let (code, err) = hostile(
+        &b.dest,
+        vec![entry(0, b"f", file(4))],
+        &[(0, 2, b"toolong")],
+    );
+    assert_eq!(code, 8, "{err}");
+    let b2 = bed();
+    let (code, err) = hostile(&b2.dest, vec![entry(0, b"f", file(4))], &[(77, 0, b"what")]);
+    assert_eq!(code, 8, "{err}");
+    // Neither left a file under its final name.
+    assert!(!b.dest.join("f").exists());
+    assert!(!b2.dest.join("f").exists());
+}
+
+#[test]
+fn tampered_unit_fails_verification() {
+    let b = bed();
+    let r = start_recv(&b.dest);
+    let mut c = connect(&r.ticket, Role::Control, false).expect("control");
+    let mut reader = FrameReader::new();
+    send_msg(
+        &mut c,
+        &Control::Start {
+            streams: 1,
+            block_size: 1 << 20,
+        },
+    );
+    send_msg(&mut c, &Control::Entries(vec![entry(0, b"f", file(4))]));
+    assert!(matches!(
+        read_msg(&mut c, &mut reader),
+        Some(Control::Need(_))
+    ));
+    let mut d = connect(&r.ticket, Role::Data, false).expect("data");
+    let mut hdr = Vec::new();
+    let seg = [Segment {
+        file: 0,
+        offset: 0,
+        len: 4,
+    }];
+    let key = r.ticket.secret.block_key();
+    encode_data_header(&mut hdr, Codec::Raw, 4, &unit_hash(&key, b"good"), &seg, 4);
+    d.write_all(&hdr).unwrap();
+    d.write_all(b"evil").unwrap();
+    d.flush().unwrap();
+    let reply = read_msg(&mut c, &mut reader);
+    assert!(
+        matches!(&reply, Some(Control::Error { code: 8, message }) if message.contains("failed verification")),
+        "{reply:?}"
+    );
+    drop((c, d));
+    let (code, err) = wait(r);
+    assert_eq!(code, 8, "{err}");
+    assert!(err.contains("offset 0"), "{err}");
+    assert!(!b.dest.join("f").exists());
+}
