@@ -97,7 +97,8 @@ impl Drop for Progress {
 /// The one-line summary printed at the end: files, bytes, time, rate, wire bytes.
 pub fn summary_line(verb: &str, files: u64, bytes: u64, wire: u64, started: Instant) -> String {
     let secs = started.elapsed().as_secs_f64().max(1e-3);
-    let ratio = if wire > 0 {
+    // Only worth saying when compression actually saved something.
+    let ratio = if wire > 0 && bytes > wire + wire / 50 {
         format!(", compression ratio {:.2}", bytes as f64 / wire as f64)
     } else {
         String::new()
