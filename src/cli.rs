@@ -30,6 +30,9 @@ pub enum CommandArgs {
         /// Also write the ticket to this file.
         #[arg(long, value_name = "FILE")]
         ticket_file: Option<PathBuf>,
+        /// Accepted for symmetry with send and ignored: the sender chooses.
+        #[arg(long, value_name = "N", hide = true)]
+        streams: Option<usize>,
     },
     /// Send files and directories to a waiting `haul recv`.
     Send {

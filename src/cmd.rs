@@ -4,7 +4,7 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 
 use crate::config::{Command, Config, Transfer};
@@ -160,7 +160,7 @@ fn finish_send(report: &SendReport, quiet: bool) -> Result<()> {
     }
 }
 
-fn run_copy(sources: &[Source], dest: &PathBuf, t: &Transfer, quiet: bool) -> Result<()> {
+fn run_copy(sources: &[Source], dest: &Path, t: &Transfer, quiet: bool) -> Result<()> {
     crate::plan::walk::check_sources(sources)?;
     let store = Store::open(dest)?;
     let key = *Secret::random().as_bytes();

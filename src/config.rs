@@ -88,6 +88,7 @@ impl Config {
                 dir,
                 listen,
                 ticket_file,
+                streams: _,
             } => Command::Recv {
                 dir,
                 listen: listen.as_deref().map(parse_listen).transpose()?,
@@ -249,7 +250,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let f = d.path().join("f");
         std::fs::write(&f, b"x").unwrap();
-        let (s, root) = copy_layout(&[f.clone()], &d.path().join("g"));
+        let (s, root) = copy_layout(std::slice::from_ref(&f), &d.path().join("g"));
         assert_eq!(root, d.path());
         assert_eq!(s[0].dest_name.as_deref(), Some(&b"g"[..]));
         // Into an existing directory: keeps its name.

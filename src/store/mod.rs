@@ -46,6 +46,9 @@ struct FileState {
     precreated: bool,
 }
 
+/// A file whose last byte is written, with an open descriptor, ready to finish.
+type Completed = (Arc<FileState>, File);
+
 /// The destination tree of one transfer.
 pub struct Store {
     root: OwnedFd,
@@ -56,8 +59,8 @@ pub struct Store {
     dirs: Mutex<Vec<(SafeRelPath, Entry)>>,
     hardlinks: Mutex<Vec<(SafeRelPath, SafeRelPath)>>,
     touched: Mutex<HashSet<SafeRelPath>>,
-    finish_tx: Mutex<Option<Sender<(Arc<FileState>, File)>>>,
-    finish_rx: Mutex<Option<Receiver<(Arc<FileState>, File)>>>,
+    finish_tx: Mutex<Option<Sender<Completed>>>,
+    finish_rx: Mutex<Option<Receiver<Completed>>>,
     finishers: Mutex<Vec<JoinHandle<()>>>,
     error: Arc<Mutex<Option<Error>>>,
     other: AtomicU64,
@@ -90,7 +93,7 @@ impl Store {
                 }
             }
         }
-        let (tx, rx) = crossbeam_channel::bounded::<(Arc<FileState>, File)>(1024);
+        let (tx, rx) = crossbeam_channel::bounded::<Completed>(1024);
         Ok(Store {
             root: fd,
             root_path: root.to_path_buf(),
@@ -118,7 +121,7 @@ impl Store {
         let mut handles = Vec::new();
         for i in 0..FINISHERS {
             let store = Arc::clone(self);
-            let rx: Receiver<(Arc<FileState>, File)> = rx.clone();
+            let rx: Receiver<Completed> = rx.clone();
             let h = std::thread::Builder::new()
                 .name(format!("haul-finish-{i}"))
                 .spawn(move || {

@@ -359,6 +359,13 @@ mod tests {
     const NC: [u8; 32] = [1; 32];
     const NS: [u8; 32] = [2; 32];
 
+    fn same_version(out: Result<PrefixOutcome, HandshakeError>) -> ListenerAwaitRest {
+        match out {
+            Ok(PrefixOutcome::Continue(l)) => l,
+            _ => panic!("expected the same version"),
+        }
+    }
+
     /// Runs both sides in memory; returns the listener's outcome (`None` when the dialer
     /// gave up before sending its proof) and the dialer's.
     fn run(
@@ -373,10 +380,7 @@ mod tests {
         let l = Listener::new(V, listener_key, NS);
         let prefix: [u8; CLIENT_PREFIX_LEN] = hello[..6].try_into().unwrap();
         let rest: [u8; CLIENT_REST_LEN] = hello[6..].try_into().unwrap();
-        let l = match l.handle_client_prefix(&prefix).unwrap() {
-            PrefixOutcome::Continue(l) => l,
-            PrefixOutcome::VersionMismatch { .. } => panic!("same version"),
-        };
+        let l = same_version(l.handle_client_prefix(&prefix));
         let (l, reply) = l.handle_client_rest(&rest).unwrap();
         let d = d
             .handle_server_prefix(reply[..7].try_into().unwrap())
@@ -405,13 +409,9 @@ mod tests {
     #[test]
     fn listener_rejects_forged_client_proof() {
         let (_, hello) = Dialer::start(V, K, Role::Data, NC);
-        let l = match Listener::new(V, K, NS)
-            .handle_client_prefix(hello[..6].try_into().unwrap())
-            .unwrap()
-        {
-            PrefixOutcome::Continue(l) => l,
-            PrefixOutcome::VersionMismatch { .. } => panic!("same version"),
-        };
+        let l = same_version(
+            Listener::new(V, K, NS).handle_client_prefix(hello[..6].try_into().unwrap()),
+        );
         let (l, reply) = l
             .handle_client_rest(hello[6..].try_into().unwrap())
             .unwrap();
@@ -430,13 +430,9 @@ mod tests {
         let (d, hello) = Dialer::start(V, K, Role::Control, NC);
         let mut tampered = hello;
         tampered[6] = role_byte(Role::Data);
-        let l = match Listener::new(V, K, NS)
-            .handle_client_prefix(tampered[..6].try_into().unwrap())
-            .unwrap()
-        {
-            PrefixOutcome::Continue(l) => l,
-            PrefixOutcome::VersionMismatch { .. } => panic!("same version"),
-        };
+        let l = same_version(
+            Listener::new(V, K, NS).handle_client_prefix(tampered[..6].try_into().unwrap()),
+        );
         let (l, reply) = l
             .handle_client_rest(tampered[6..].try_into().unwrap())
             .unwrap();
@@ -485,13 +481,9 @@ mod tests {
         );
         let mut hello = Dialer::start(V, K, Role::Data, NC).1;
         hello[6] = 9;
-        let l = match Listener::new(V, K, NS)
-            .handle_client_prefix(hello[..6].try_into().unwrap())
-            .unwrap()
-        {
-            PrefixOutcome::Continue(l) => l,
-            PrefixOutcome::VersionMismatch { .. } => panic!("same version"),
-        };
+        let l = same_version(
+            Listener::new(V, K, NS).handle_client_prefix(hello[..6].try_into().unwrap()),
+        );
         assert_eq!(
             l.handle_client_rest(hello[6..].try_into().unwrap()).err(),
             Some(HandshakeError::UnknownRole(9))

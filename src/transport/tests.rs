@@ -49,6 +49,10 @@ fn round_trip(encrypt: bool) {
     assert_eq!(acc.role, Role::Data);
     assert_eq!(acc.encrypted, encrypt);
     assert_eq!(dialer.is_encrypted(), encrypt);
+    if let Conn::Tls(s) = &dialer {
+        let suite = s.conn.negotiated_cipher_suite().map(|s| s.suite());
+        assert_eq!(suite, Some(rustls::CipherSuite::TLS13_AES_128_GCM_SHA256));
+    }
     let mut listener_side = acc.conn;
     assert_eq!(listener_side.peer_addr(), Some(acc.peer));
     assert_eq!(listener_side.is_encrypted(), encrypt);

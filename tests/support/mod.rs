@@ -1,0 +1,111 @@
+//! Shared helpers of the end-to-end tests of the `haul` binary.
+//!
+//! - [`tree`]: builds the hostile-but-legal source tree (and random files).
+//! - [`compare`]: asserts that a destination tree equals its source, stat for stat.
+//! - [`process`]: runs `haul recv`, `send` and `copy` with timeouts, reading the ticket.
+//!
+//! The helpers panic with a full explanation instead of returning errors: a test either
+//! proves what arrived or fails saying what did not. Each test binary uses a subset, hence
+//! the `dead_code` and `unused_imports` (of re-exports) allowances.
+#![allow(dead_code, unused_imports)]
+
+pub mod compare;
+pub mod process;
+pub mod tree;
+
+use std::fs;
+use std::net::TcpListener;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+pub use compare::{assert_contents_equal, assert_trees_equal, Compare};
+pub use process::{
+    assert_transfer_ok, copy, haul_bin, recv, send, transfer, Haul, Outcome, Recv, Running,
+};
+pub use tree::{build_tree, write_random_file, Rng, TreeOptions};
+
+/// One mebibyte.
+pub const MIB: u64 = 1 << 20;
+/// The block size every tree test passes, as the CLI spells it; matches
+/// [`TreeOptions::block_size`].
+pub const BLOCK_SIZE_ARG: &str = "1M";
+
+/// Whether the tests run as root (then owners are preserved and compared).
+pub fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// A TCP port on 127.0.0.1 that was free a moment ago (bound, then released).
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    listener.local_addr().unwrap().port()
+}
+
+/// `path` with a trailing `/` (rsync's "the contents of" form).
+pub fn with_slash(path: &Path) -> PathBuf {
+    let mut bytes = path.as_os_str().as_bytes().to_vec();
+    if bytes.last() != Some(&b'/') {
+        bytes.push(b'/');
+    }
+    PathBuf::from(std::ffi::OsStr::from_bytes(&bytes))
+}
+
+/// Whether `name` is one of haul's partial-file names, `.haul-<hex>.part`.
+pub fn is_part_name(name: &[u8]) -> bool {
+    let Some(hex) = name
+        .strip_prefix(b".haul-")
+        .and_then(|rest| rest.strip_suffix(b".part"))
+    else {
+        return false;
+    };
+    !hex.is_empty() && hex.iter().all(u8::is_ascii_hexdigit)
+}
+
+/// Every `.haul-*.part` file under `dir` (not following symlinks); empty if `dir` is missing.
+pub fn part_files(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        let Ok(entries) = fs::read_dir(&path) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let child = entry.path();
+            if is_part_name(entry.file_name().as_bytes()) {
+                found.push(child.clone());
+            }
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(child);
+            }
+        }
+    }
+    found
+}
+
+/// Asserts that no `.haul-*.part` file is left anywhere under `dir`.
+pub fn assert_no_part_files(dir: &Path) {
+    let parts = part_files(dir);
+    assert!(parts.is_empty(), "partial files left behind: {parts:?}");
+}
+
+/// The names directly inside `dir`, sorted; empty if `dir` does not exist.
+pub fn dir_names(dir: &Path) -> Vec<Vec<u8>> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut names: Vec<Vec<u8>> = entries
+        .map(|e| e.unwrap().file_name().as_bytes().to_vec())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Asserts that `dir` is missing or empty: nothing was delivered into it.
+pub fn assert_nothing_delivered(dir: &Path) {
+    let names = dir_names(dir);
+    let shown: Vec<String> = names.iter().map(|n| compare::show(n)).collect();
+    assert!(
+        names.is_empty(),
+        "{dir:?} should have received nothing, but holds {shown:?}"
+    );
+}
