@@ -12,6 +12,9 @@ pub struct Cli {
     /// Print nothing but errors (and the ticket, for recv).
     #[arg(short, long, global = true)]
     pub quiet: bool,
+    /// At the end, print the transfer's summary as one JSON object on stdout.
+    #[arg(long, global = true)]
+    pub json: bool,
     /// What to do.
     #[command(subcommand)]
     pub command: CommandArgs,
@@ -76,4 +79,16 @@ pub struct TransferArgs {
     /// Block size, e.g. 4M (64K to 64M).
     #[arg(long, value_name = "SIZE")]
     pub block_size: Option<String>,
+    /// Compare block hashes of existing destination files even when size and mtime
+    /// match (otherwise such files are skipped as unchanged).
+    #[arg(short = 'c', long)]
+    pub checksum: bool,
+    /// Update changed destination files in place instead of building a new copy and
+    /// renaming it (saves space and I/O; an interrupted run leaves a mixed file).
+    #[arg(long)]
+    pub inplace: bool,
+    /// Delete destination entries that do not exist at the source (inside the
+    /// directories sent; never outside the destination).
+    #[arg(long)]
+    pub delete: bool,
 }

@@ -24,17 +24,17 @@ pub fn run(cfg: &Config) -> Result<()> {
             dir,
             listen,
             ticket_file,
-        } => run_recv(dir, *listen, ticket_file.as_deref(), cfg.quiet),
+        } => run_recv(dir, *listen, ticket_file.as_deref(), cfg),
         Command::Send {
             sources,
             ticket,
             transfer,
-        } => run_send(sources, ticket, transfer, cfg.quiet),
+        } => run_send(sources, ticket, transfer, cfg),
         Command::Copy {
             sources,
             dest,
             transfer,
-        } => run_copy(sources, dest, transfer, cfg.quiet),
+        } => run_copy(sources, dest, transfer, cfg),
     }
 }
 
@@ -44,6 +44,7 @@ fn send_options(t: &Transfer, quiet: bool) -> SendOptions {
         compress: t.compress,
         block_size: t.block_size,
         progress: !quiet,
+        sync: t.sync,
     }
 }
 
@@ -51,8 +52,9 @@ fn run_recv(
     dir: &Path,
     listen: Option<SocketAddr>,
     ticket_file: Option<&Path>,
-    quiet: bool,
+    cfg: &Config,
 ) -> Result<()> {
+    let quiet = cfg.quiet;
     // Fail on an unwritable destination before printing a ticket.
     let store = Store::open(dir)?;
     let listener = Listener::bind(listen)?;
@@ -82,6 +84,9 @@ fn run_recv(
     let report = receive(store, key, rx, !quiet)?;
     if !quiet {
         eprintln!("{}", recv_summary(&report));
+    }
+    if cfg.json {
+        println!("{}", report.report().to_json());
     }
     if report.sender_failed > 0 {
         return Err(Error::Partial {
@@ -121,8 +126,8 @@ fn write_ticket_file(path: &Path, line: &str) -> Result<()> {
     r.map_err(|e| Error::io(format!("writing ticket file {}", path.display()), e))
 }
 
-fn run_send(sources: &[Source], ticket: &Ticket, t: &Transfer, quiet: bool) -> Result<()> {
-    let opts = send_options(t, quiet);
+fn run_send(sources: &[Source], ticket: &Ticket, t: &Transfer, cfg: &Config) -> Result<()> {
+    let opts = send_options(t, cfg.quiet);
     // The first connection finds an address that works; the data streams reuse it.
     let found: Mutex<Option<SocketAddr>> = Mutex::new(None);
     let dial = |role: Role| -> Result<Conn> {
@@ -137,11 +142,14 @@ fn run_send(sources: &[Source], ticket: &Ticket, t: &Transfer, quiet: bool) -> R
         Ok(conn)
     };
     let report = send(sources, &opts, ticket.secret.block_key(), dial)?;
-    finish_send(&report, quiet)
+    finish_send(&report, cfg)
 }
 
-fn finish_send(report: &SendReport, quiet: bool) -> Result<()> {
-    if !quiet {
+fn finish_send(report: &SendReport, cfg: &Config) -> Result<()> {
+    if cfg.json {
+        println!("{}", report.report().to_json());
+    }
+    if !cfg.quiet {
         let c = &report.counters;
         eprintln!(
             "{}",
@@ -160,7 +168,8 @@ fn finish_send(report: &SendReport, quiet: bool) -> Result<()> {
     }
 }
 
-fn run_copy(sources: &[Source], dest: &Path, t: &Transfer, quiet: bool) -> Result<()> {
+fn run_copy(sources: &[Source], dest: &Path, t: &Transfer, cfg: &Config) -> Result<()> {
+    let quiet = cfg.quiet;
     crate::plan::walk::check_sources(sources)?;
     let store = Store::open(dest)?;
     let key = *Secret::random().as_bytes();
@@ -202,5 +211,5 @@ fn run_copy(sources: &[Source], dest: &Path, t: &Transfer, quiet: bool) -> Resul
         (Err(e), Err(Error::Transport(_))) | (Err(e), Ok(_)) => return Err(e),
         (_, Err(e)) => return Err(e),
     };
-    finish_send(&report, quiet)
+    finish_send(&report, cfg)
 }

@@ -208,6 +208,7 @@ mod tests {
             file: 0,
             offset: 0,
             len: raw.len() as u32,
+            keep: false,
         }];
         encode_data_header(
             &mut frame,
@@ -260,6 +261,7 @@ mod tests {
             file: 0,
             offset: 0,
             len: 1000,
+            keep: false,
         }];
         encode_data_header(
             &mut frame,
@@ -298,7 +300,7 @@ mod tests {
             let codec = if codec == 1 { Codec::Lz4 } else { Codec::Zstd };
             if body.len() >= raw_len as usize { return Ok(()); }
             let mut frame = Vec::new();
-            let seg = [Segment { file: 0, offset: 0, len: raw_len }];
+            let seg = [Segment { file: 0, offset: 0, len: raw_len , keep: false}];
             encode_data_header(&mut frame, codec, raw_len, &[0u8; 32], &seg, body.len());
             frame.extend_from_slice(&body);
             let (f, _) = decode_frame(&frame).unwrap().unwrap();

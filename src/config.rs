@@ -9,7 +9,7 @@ use crate::cli::{Cli, CommandArgs, TransferArgs};
 use crate::codec::Compression;
 use crate::error::{Error, Result};
 use crate::plan::walk::Source;
-use crate::protocol::MAX_BLOCK;
+use crate::protocol::{SyncOptions, MAX_BLOCK};
 use crate::transport::Ticket;
 
 /// Default block size: large enough to amortise per-unit costs, small enough that a
@@ -37,6 +37,8 @@ pub struct Transfer {
     pub block_size: u64,
     /// TLS on the wire.
     pub encrypt: bool,
+    /// What to do with what the destination already has.
+    pub sync: SyncOptions,
 }
 
 /// What to run.
@@ -78,6 +80,8 @@ pub struct Config {
     pub command: Command,
     /// No progress bar, no summary.
     pub quiet: bool,
+    /// Print the summary as JSON on stdout.
+    pub json: bool,
 }
 
 impl Config {
@@ -122,6 +126,7 @@ impl Config {
         Ok(Config {
             command,
             quiet: cli.quiet,
+            json: cli.json,
         })
     }
 }
@@ -157,6 +162,11 @@ fn transfer_config(
         compress,
         block_size,
         encrypt,
+        sync: SyncOptions {
+            checksum: a.checksum,
+            inplace: a.inplace,
+            delete: a.delete,
+        },
     })
 }
 

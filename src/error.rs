@@ -31,6 +31,9 @@ pub mod exit {
     pub const INTEGRITY: i32 = 8;
     /// Some source files could not be read; the rest arrived (like rsync's 23).
     pub const PARTIAL: i32 = 23;
+    /// Some source files kept changing while being read and were not sent; the rest
+    /// arrived (like rsync's 24).
+    pub const CHANGED: i32 = 24;
 }
 
 /// Everything that can make a transfer fail.
@@ -89,6 +92,14 @@ pub enum Error {
         /// The first skipped file and why.
         first: String,
     },
+    /// Some source files kept changing while being read; the rest arrived.
+    #[error("{count} source file(s) kept changing while being read and were not sent (first: {first}); copying a live database's files is not a consistent backup")]
+    Changed {
+        /// How many files.
+        count: u64,
+        /// The first of them.
+        first: String,
+    },
     /// An I/O error on our own side that fits nowhere else.
     #[error("{context}: {source}")]
     Io {
@@ -110,6 +121,7 @@ impl Error {
             Error::Remote { code, .. } => *code,
             Error::Transport(t) => t.exit_code(),
             Error::Partial { .. } => exit::PARTIAL,
+            Error::Changed { .. } => exit::CHANGED,
             Error::Io { .. } => exit::OTHER,
         }
     }

@@ -22,6 +22,8 @@ pub struct Counters {
     pub done_files: AtomicU64,
     /// Bytes of frames put on (or taken off) the wire, before TLS.
     pub wire_bytes: AtomicU64,
+    /// Source bytes read (sender): more than sent when a delta found matching pieces.
+    pub read_bytes: AtomicU64,
 }
 
 impl Counters {
@@ -111,6 +113,58 @@ pub fn summary_line(verb: &str, files: u64, bytes: u64, wire: u64, started: Inst
     )
 }
 
+/// The final account of a transfer, as `--json` prints it. The field names are a
+/// stable interface (documented in README).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Report {
+    /// Regular files written (new or changed).
+    pub files: u64,
+    /// Regular files already up to date at the destination.
+    pub files_unchanged: u64,
+    /// Source bytes read and sent (sender; 0 on the receiving side).
+    pub bytes_read: u64,
+    /// Bytes of frames on the wire (before TLS).
+    pub bytes_wire: u64,
+    /// Bytes not sent because the destination already had them.
+    pub bytes_skipped: u64,
+    /// Bytes written at the destination.
+    pub bytes_written: u64,
+    /// Entries removed by --delete.
+    pub deleted: u64,
+    /// Files that could not be read.
+    pub failed_files: u64,
+    /// Files that kept changing while read.
+    pub changed_files: u64,
+    /// Connections re-established during the run.
+    pub reconnects: u64,
+    /// Wall time.
+    pub seconds: f64,
+}
+
+impl Report {
+    /// One JSON object on one line.
+    pub fn to_json(&self) -> String {
+        format!(
+            concat!(
+                "{{\"files\":{},\"files_unchanged\":{},\"bytes_read\":{},\"bytes_wire\":{},",
+                "\"bytes_skipped\":{},\"bytes_written\":{},\"deleted\":{},\"failed_files\":{},",
+                "\"changed_files\":{},\"reconnects\":{},\"seconds\":{:.3}}}"
+            ),
+            self.files,
+            self.files_unchanged,
+            self.bytes_read,
+            self.bytes_wire,
+            self.bytes_skipped,
+            self.bytes_written,
+            self.deleted,
+            self.failed_files,
+            self.changed_files,
+            self.reconnects,
+            self.seconds
+        )
+    }
+}
+
 /// Bytes in binary units, e.g. "1.50 GiB".
 pub fn human(n: u64) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
@@ -130,6 +184,19 @@ pub fn human(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_is_one_object() {
+        let r = Report {
+            files: 3,
+            seconds: 1.5,
+            ..Report::default()
+        };
+        let j = r.to_json();
+        assert!(j.starts_with("{\"files\":3,"), "{j}");
+        assert!(j.ends_with("\"seconds\":1.500}"), "{j}");
+        assert!(!j.contains('\n'));
+    }
 
     #[test]
     fn human_units() {

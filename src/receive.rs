@@ -40,6 +40,25 @@ pub struct ReceiveReport {
     pub started: Instant,
 }
 
+impl ReceiveReport {
+    /// The account `--json` prints.
+    pub fn report(&self) -> crate::progress::Report {
+        crate::progress::Report {
+            files: self.summary.files,
+            files_unchanged: self.summary.unchanged_files,
+            bytes_read: 0,
+            bytes_wire: self.counters.wire_bytes.load(Ordering::Relaxed),
+            bytes_skipped: self.summary.unchanged_bytes,
+            bytes_written: self.summary.bytes,
+            deleted: self.summary.deleted,
+            failed_files: self.sender_failed,
+            changed_files: 0,
+            reconnects: 0,
+            seconds: self.started.elapsed().as_secs_f64(),
+        }
+    }
+}
+
 /// Serves one transfer into `store`. `incoming` yields authenticated connections; the
 /// first control connection starts the transfer.
 pub fn receive(
@@ -60,18 +79,19 @@ pub fn receive(
     };
     let started = Instant::now();
     let mut reader = FrameReader::new();
-    let (streams, block_size) = match read_msg(&mut control, &mut reader, None)? {
+    let (streams, block_size, options) = match read_msg(&mut control, &mut reader, None)? {
         Control::Start {
             streams,
             block_size,
-        } => (streams, block_size),
+            options,
+        } => (streams, block_size, options),
         other => return Err(ProtocolError::Unexpected(other.name().into()).into()),
     };
     if streams == 0 || streams > MAX_STREAMS || block_size < 4096 || block_size as usize > MAX_BLOCK
     {
         return Err(ProtocolError::Malformed("stream count or block size out of range").into());
     }
-    store.set_block_size(u64::from(block_size));
+    store.configure(u64::from(block_size), options, key);
     let store = Arc::new(store);
     store.start();
     let counters = Arc::clone(&store.stats);
@@ -151,6 +171,8 @@ pub fn receive(
             })
         }
         Err(e) => {
+            // Whatever stopped us, what is durable now is kept for the next run.
+            store.save_progress();
             if !matches!(e, Error::Transport(_)) {
                 let _ = write_msg(
                     &mut control,
@@ -227,6 +249,7 @@ fn control_loop(
                 let need = store.apply_entries(entries)?;
                 write_msg(control, &Control::Need(need))?;
             }
+            Control::Forget(ids) => store.discard(&ids)?,
             Control::Finish { failed } => {
                 store.discard(&failed)?;
                 while finished_streams < streams {

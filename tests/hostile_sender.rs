@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use haul::codec::unit_hash;
 use haul::protocol::{
     encode_data_header, encode_frame, Codec, Control, Entry, EntryKind, FrameKind, FrameReader,
-    Segment,
+    Segment, SyncOptions,
 };
 use haul::transport::{connect, Conn, Role, Ticket};
 
@@ -100,6 +100,7 @@ fn send_unit(ticket: &Ticket, file: u64, offset: u64, data: &[u8]) {
         file,
         offset,
         len: data.len() as u32,
+        keep: false,
     }];
     encode_data_header(
         &mut hdr,
@@ -128,6 +129,7 @@ fn hostile(dir: &Path, entries: Vec<Entry>, data: &[(u64, u64, &[u8])]) -> (i32,
         &Control::Start {
             streams: 1,
             block_size: 1 << 20,
+            options: SyncOptions::default(),
         },
     );
     send_msg(&mut c, &Control::Entries(entries));
@@ -294,6 +296,7 @@ fn tampered_unit_fails_verification() {
         &Control::Start {
             streams: 1,
             block_size: 1 << 20,
+            options: SyncOptions::default(),
         },
     );
     send_msg(&mut c, &Control::Entries(vec![entry(0, b"f", file(4))]));
@@ -307,6 +310,7 @@ fn tampered_unit_fails_verification() {
         file: 0,
         offset: 0,
         len: 4,
+        keep: false,
     }];
     let key = r.ticket.secret.block_key();
     encode_data_header(&mut hdr, Codec::Raw, 4, &unit_hash(&key, b"good"), &seg, 4);

@@ -10,7 +10,8 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 
-use crate::plan::walk::FileData;
+use crate::plan::walk::{FileData, Stamp};
+use crate::protocol::WantKind;
 
 /// A regular file to send.
 #[derive(Debug)]
@@ -21,6 +22,21 @@ pub struct FileJob {
     pub path: PathBuf,
     /// Its size at walk time.
     pub size: u64,
+    /// Size, mtime and ctime at walk time.
+    pub stamp: Stamp,
+    /// Its path at the destination.
+    pub dest: Vec<u8>,
+    /// The receiver's hashes of an older version: send only pieces that differ.
+    pub delta: Option<Delta>,
+}
+
+/// The receiver's old version, hashed per piece.
+#[derive(Debug)]
+pub struct Delta {
+    /// Bytes per piece (divides the block size).
+    pub chunk: u32,
+    /// One hash per piece of the old content.
+    pub hashes: Vec<[u8; 16]>,
 }
 
 /// One unit of work for a stream.
@@ -84,6 +100,8 @@ struct State {
     pack_bytes: u64,
     closed: bool,
     aborted: bool,
+    /// Units handed out and not yet reported done.
+    in_flight: usize,
 }
 
 /// Largest-first work queue shared by the stream workers.
@@ -111,19 +129,29 @@ impl WorkQueue {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Adds a file. Small dense files go into the current pack.
-    pub fn push(&self, id: u64, data: FileData) {
-        let data_bytes: u64 = data.extents.iter().map(|(a, b)| b - a).sum();
+    /// Adds a file, or the part of it the receiver wants. Small dense files go into the
+    /// current pack.
+    pub fn push(&self, id: u64, data: FileData, want: WantKind) {
+        let (extents, delta) = match want {
+            WantKind::All => (data.extents, None),
+            WantKind::Ranges(r) => (intersect(&data.extents, &r), None),
+            WantKind::Delta { chunk, hashes } => (data.extents, Some(Delta { chunk, hashes })),
+        };
+        let data_bytes: u64 = extents.iter().map(|(a, b)| b - a).sum();
         if data_bytes == 0 {
             return;
         }
+        let whole = data_bytes == data.size && delta.is_none();
         let job = Arc::new(FileJob {
             id,
             path: data.path,
             size: data.size,
+            stamp: data.stamp,
+            dest: data.dest,
+            delta,
         });
         let mut st = self.lock();
-        if data_bytes == data.size && data.size <= self.pack_max_file {
+        if whole && data.size <= self.pack_max_file {
             st.pack.push(job);
             st.pack_bytes += data.size;
             if st.pack_bytes >= self.block || st.pack.len() >= self.pack_max_files {
@@ -134,7 +162,7 @@ impl WorkQueue {
         }
         st.heap.push(Item::File(Cursor {
             file: job,
-            extents: data.extents.into(),
+            extents: extents.into(),
             remaining: data_bytes,
         }));
         self.ready.notify_one();
@@ -180,6 +208,7 @@ impl WorkQueue {
                 return None;
             }
             if let Some(item) = st.heap.pop() {
+                st.in_flight += 1;
                 return Some(match item {
                     Item::Pack(files, _) => Work::Pack(files),
                     Item::File(mut c) => {
@@ -194,6 +223,26 @@ impl WorkQueue {
             if st.closed {
                 return None;
             }
+            st = self.ready.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// A worker finished a unit it got from `next`.
+    pub fn done(&self) {
+        let mut st = self.lock();
+        st.in_flight = st.in_flight.saturating_sub(1);
+        if st.in_flight == 0 && st.heap.is_empty() {
+            self.ready.notify_all();
+        }
+    }
+
+    /// Waits until every queued unit was handed out and reported done (or the queue was
+    /// aborted). Seals the current pack first.
+    pub fn wait_idle(&self) {
+        let mut st = self.lock();
+        Self::seal_pack(&mut st);
+        self.ready.notify_all();
+        while !st.aborted && (st.in_flight > 0 || !st.heap.is_empty()) {
             st = self.ready.wait(st).unwrap_or_else(|p| p.into_inner());
         }
     }
@@ -218,6 +267,25 @@ impl WorkQueue {
     }
 }
 
+/// The parts of `extents` inside `ranges` (both sorted and disjoint).
+fn intersect(extents: &[(u64, u64)], ranges: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let (mut i, mut j) = (0, 0);
+    while i < extents.len() && j < ranges.len() {
+        let a = extents[i].0.max(ranges[j].0);
+        let b = extents[i].1.min(ranges[j].1);
+        if a < b {
+            out.push((a, b));
+        }
+        if extents[i].1 < ranges[j].1 {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,14 +295,29 @@ mod tests {
             path: PathBuf::from("x"),
             size,
             extents,
+            stamp: Stamp {
+                size,
+                mtime: 0,
+                ctime: 0,
+            },
+            dest: b"x".to_vec(),
         }
+    }
+
+    #[test]
+    fn intersect_ranges() {
+        assert_eq!(
+            intersect(&[(0, 10), (20, 30)], &[(5, 25), (28, 40)]),
+            [(5, 10), (20, 25), (28, 30)]
+        );
+        assert_eq!(intersect(&[(0, 10)], &[]), []);
     }
 
     #[test]
     fn largest_first_and_aligned_blocks() {
         let q = WorkQueue::new(100);
-        q.push(1, data(250, vec![(0, 250)]));
-        q.push(2, data(1000, vec![(50, 120), (700, 1000)]));
+        q.push(1, data(250, vec![(0, 250)]), WantKind::All);
+        q.push(2, data(1000, vec![(50, 120), (700, 1000)]), WantKind::All);
         q.close();
         let mut got = Vec::new();
         while let Some(w) = q.next() {
@@ -267,9 +350,9 @@ mod tests {
     fn small_files_are_packed() {
         let q = WorkQueue::new(100);
         for id in 0..9 {
-            q.push(id, data(20, vec![(0, 20)]));
+            q.push(id, data(20, vec![(0, 20)]), WantKind::All);
         }
-        q.push(99, data(0, vec![]));
+        q.push(99, data(0, vec![]), WantKind::All);
         q.close();
         let mut packs = Vec::new();
         while let Some(w) = q.next() {

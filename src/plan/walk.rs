@@ -64,6 +64,60 @@ pub struct FileData {
     pub size: u64,
     /// Data ranges `(start, end)`, sorted, excluding holes.
     pub extents: Vec<(u64, u64)>,
+    /// Size, mtime and ctime at walk time: a file whose stamp differs after reading
+    /// changed while it was read.
+    pub stamp: Stamp,
+    /// Its path at the destination (for re-sending it if it changes while read).
+    pub dest: Vec<u8>,
+}
+
+/// What identifies a version of a file: size, mtime and ctime (nanoseconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    /// Size.
+    pub size: u64,
+    /// Modification time, ns since the epoch.
+    pub mtime: i128,
+    /// Status change time, ns since the epoch.
+    pub ctime: i128,
+}
+
+impl Stamp {
+    /// The stamp of `meta`.
+    pub fn of(meta: &fs::Metadata) -> Stamp {
+        Stamp {
+            size: meta.len(),
+            mtime: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+            ctime: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+        }
+    }
+}
+
+/// The entry for one regular file, walked again (after it changed while being read).
+/// `None` if it is no longer a regular file.
+pub fn file_again(id: u64, path: &Path, dest: Vec<u8>) -> io::Result<Option<Walked>> {
+    let meta = fs::symlink_metadata(path)?;
+    if !meta.is_file() {
+        return Ok(None);
+    }
+    let extents = data_extents(path, &meta)?;
+    let data_bytes = extents.iter().map(|(a, b)| b - a).sum();
+    let size = meta.len();
+    Ok(Some(Walked {
+        entry: make_entry(
+            id,
+            dest.clone(),
+            EntryKind::File { size, data_bytes },
+            &meta,
+        ),
+        data: Some(FileData {
+            path: path.to_path_buf(),
+            size,
+            extents,
+            stamp: Stamp::of(&meta),
+            dest,
+        }),
+    }))
 }
 
 /// Something the walk could not read; the transfer goes on without it.
@@ -257,6 +311,8 @@ impl Walker {
                 path: path.to_path_buf(),
                 size,
                 extents,
+                stamp: Stamp::of(meta),
+                dest: rel.clone(),
             });
             EntryKind::File { size, data_bytes }
         } else if ft.is_fifo() {

@@ -10,6 +10,10 @@
 //! body                                              -- raw_len bytes, compressed by codec
 //! ```
 //!
+//! Bit 31 of a segment's `len` is the KEEP flag: the range is already correct at the
+//! receiver (delta: the hashes matched) and carries no bytes; it only counts towards the
+//! file's completion. A unit may consist of KEEP segments only (`raw_len` 0, empty body).
+//!
 //! One data unit is either one block of one file (one segment) or a pack of whole small
 //! files (many segments); `hash` is keyed BLAKE3 over the concatenated raw bytes.
 //! A compressed body is only ever sent when it is smaller than the raw bytes, so
@@ -30,6 +34,8 @@ pub const MAX_SEGMENTS: usize = 4096;
 /// Bytes of the fixed part of a data payload.
 pub const DATA_FIXED_LEN: usize = 44;
 const SEGMENT_LEN: usize = 20;
+/// Bit in a segment's length word marking a KEEP segment.
+const KEEP_BIT: u32 = 1 << 31;
 /// Largest data payload.
 pub const MAX_DATA_LEN: usize = DATA_FIXED_LEN + MAX_SEGMENTS * SEGMENT_LEN + MAX_BLOCK;
 
@@ -161,8 +167,10 @@ pub struct Segment {
     pub file: u64,
     /// Byte offset in the file.
     pub offset: u64,
-    /// Number of bytes.
+    /// Number of bytes (at most `MAX_BLOCK`).
     pub len: u32,
+    /// The receiver already has these bytes; none are carried.
+    pub keep: bool,
 }
 
 /// A parsed data payload, borrowing the frame. Its lengths are consistent: the segments
@@ -221,10 +229,15 @@ impl<'a> DataHeader<'a> {
         };
         let mut sum: u64 = 0;
         for s in h.segments() {
-            if s.len == 0 || s.offset.checked_add(s.len.into()).is_none() {
+            if s.len == 0
+                || s.len as usize > MAX_BLOCK
+                || s.offset.checked_add(s.len.into()).is_none()
+            {
                 return Err(ProtocolError::Malformed("segment"));
             }
-            sum += u64::from(s.len);
+            if !s.keep {
+                sum += u64::from(s.len);
+            }
         }
         if sum != u64::from(raw_len) {
             return Err(ProtocolError::Malformed("segment lengths"));
@@ -241,10 +254,14 @@ impl<'a> DataHeader<'a> {
 
     /// The segments, in the order their bytes appear in the raw unit.
     pub fn segments(&self) -> impl Iterator<Item = Segment> + 'a {
-        self.segments.chunks_exact(SEGMENT_LEN).map(|c| Segment {
-            file: u64::from_le_bytes(c[0..8].try_into().unwrap_or_default()),
-            offset: u64::from_le_bytes(c[8..16].try_into().unwrap_or_default()),
-            len: u32::from_le_bytes(c[16..20].try_into().unwrap_or_default()),
+        self.segments.chunks_exact(SEGMENT_LEN).map(|c| {
+            let len = u32::from_le_bytes(c[16..20].try_into().unwrap_or_default());
+            Segment {
+                file: u64::from_le_bytes(c[0..8].try_into().unwrap_or_default()),
+                offset: u64::from_le_bytes(c[8..16].try_into().unwrap_or_default()),
+                len: len & !KEEP_BIT,
+                keep: len & KEEP_BIT != 0,
+            }
         })
     }
 
@@ -275,7 +292,8 @@ pub fn encode_data_header(
     for s in segments {
         out.extend_from_slice(&s.file.to_le_bytes());
         out.extend_from_slice(&s.offset.to_le_bytes());
-        out.extend_from_slice(&s.len.to_le_bytes());
+        let len = if s.keep { s.len | KEEP_BIT } else { s.len };
+        out.extend_from_slice(&len.to_le_bytes());
     }
 }
 
@@ -399,11 +417,13 @@ mod tests {
                 file: 1,
                 offset: 0,
                 len: 3,
+                keep: false,
             },
             Segment {
                 file: 9,
                 offset: 4096,
                 len: 2,
+                keep: false,
             },
         ];
         let bytes = data_frame(Codec::Raw, &segs, b"abcde", 5);
@@ -424,6 +444,7 @@ mod tests {
                 file: 1,
                 offset: 0,
                 len: 4,
+                keep: false,
             }],
             b"abcd",
             4,
@@ -439,6 +460,7 @@ mod tests {
             file: 1,
             offset: 0,
             len: 4,
+            keep: false,
         }];
         // Raw body shorter than raw_len.
         let b = data_frame(Codec::Raw, &seg, b"abc", 4);
@@ -555,12 +577,13 @@ mod tests {
 
         #[test]
         fn data_round_trip_any(
-            segs in proptest::collection::vec((any::<u64>(), 0u64..(1 << 40), 1u32..5000), 1..20),
+            segs in proptest::collection::vec((any::<u64>(), 0u64..(1 << 40), 1u32..5000, any::<bool>()), 1..20),
             codec in 0u8..3,
         ) {
-            let segs: Vec<Segment> = segs.into_iter().map(|(file, offset, len)| Segment { file, offset, len }).collect();
-            let raw: u32 = segs.iter().map(|s| s.len).sum();
+            let segs: Vec<Segment> = segs.into_iter().map(|(file, offset, len, keep)| Segment { file, offset, len, keep }).collect();
+            let raw: u32 = segs.iter().filter(|s| !s.keep).map(|s| s.len).sum();
             let codec = Codec::from_u8(codec).unwrap();
+            let codec = if raw == 0 { Codec::Raw } else { codec };
             let body = vec![0xA5u8; if codec == Codec::Raw { raw as usize } else { raw as usize - 1 }];
             let bytes = data_frame(codec, &segs, &body, raw);
             let (f, used) = decode_frame(&bytes).unwrap().unwrap();

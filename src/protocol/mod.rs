@@ -25,7 +25,7 @@ pub use frame::{
     FrameKind, FrameReader, ReadError, Segment, DATA_FIXED_LEN, FRAME_HEADER_LEN, MAX_BLOCK,
     MAX_CONTROL_LEN, MAX_DATA_LEN, MAX_SEGMENTS,
 };
-pub use msg::{Control, Entry, EntryKind, Summary};
+pub use msg::{Control, Entry, EntryKind, Summary, SyncOptions, Want, WantKind};
 pub use path::{PathError, SafeRelPath};
 
 /// Everything the decoder can reject. Each is a reason to drop the connection.

@@ -18,12 +18,17 @@ pub enum Control {
         streams: u16,
         /// Block size in bytes (files are cut at multiples of it).
         block_size: u32,
+        /// What the receiver should do with what it already has.
+        options: SyncOptions,
     },
     /// Sender → receiver: a batch of the manifest, in walk order (parents before children).
     Entries(Vec<Entry>),
-    /// Receiver → sender, answering one `Entries`: the ids of regular files whose data
-    /// the receiver wants.
-    Need(Vec<u64>),
+    /// Receiver → sender, answering one `Entries`: the regular files whose data the
+    /// receiver wants, and how much of it. Files not listed are already there.
+    Need(Vec<Want>),
+    /// Sender → receiver: forget these files (they changed while being read and will be
+    /// sent again under new ids); data still in flight for them is ignored.
+    Forget(Vec<u64>),
     /// Sender → receiver: the manifest is complete and every needed unit has been sent.
     Finish {
         /// Files the sender could not read; the receiver discards their partial data.
@@ -40,17 +45,62 @@ pub enum Control {
     },
 }
 
+/// How the receiver treats files it already has (set by the sender's user).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyncOptions {
+    /// Compare block hashes even when size and mtime match (rsync's `--checksum`).
+    pub checksum: bool,
+    /// Update existing files in place instead of building a new copy.
+    pub inplace: bool,
+    /// Remove destination entries that are not in the source.
+    pub delete: bool,
+}
+
+/// What the receiver wants of one regular file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Want {
+    /// The file's manifest id.
+    pub id: u64,
+    /// Which part of it.
+    pub what: WantKind,
+}
+
+/// How much of a file the receiver wants.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WantKind {
+    /// Every data byte.
+    All,
+    /// Only these `(start, end)` ranges (sorted, disjoint): an earlier run's partial file
+    /// already holds the rest, durably (resume).
+    Ranges(Vec<(u64, u64)>),
+    /// The receiver holds an older version: the keyed hash (first 16 bytes) of each
+    /// `chunk`-sized piece of it. Send only pieces whose hash differs; mark the rest KEEP.
+    Delta {
+        /// Bytes per hashed piece.
+        chunk: u32,
+        /// One hash per piece of the old content, in order.
+        hashes: Vec<[u8; 16]>,
+    },
+}
+
 /// The receiver's account of a finished transfer.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Summary {
-    /// Regular files written.
+    /// Regular files written (new or changed).
     pub files: u64,
     /// Directories, symlinks, hardlinks and special files created.
     pub other: u64,
-    /// Raw file bytes written.
+    /// Raw file bytes written from the wire.
     pub bytes: u64,
     /// Entries skipped with a warning (e.g. sockets, devices when not root).
     pub skipped: u64,
+    /// Files already up to date (same size and mtime, or same hashes with --checksum).
+    pub unchanged_files: u64,
+    /// Bytes not sent because the receiver already had them (unchanged files, matching
+    /// delta pieces, blocks of an earlier run).
+    pub unchanged_bytes: u64,
+    /// Entries removed by --delete.
+    pub deleted: u64,
 }
 
 /// One manifest entry: a path and what to create there.
@@ -140,6 +190,7 @@ impl Control {
             Control::Start { .. } => "Start",
             Control::Entries(_) => "Entries",
             Control::Need(_) => "Need",
+            Control::Forget(_) => "Forget",
             Control::Finish { .. } => "Finish",
             Control::Done(_) => "Done",
             Control::Error { .. } => "Error",
@@ -159,6 +210,7 @@ mod tests {
             Control::Start {
                 streams: 4,
                 block_size: 4 << 20,
+                options: SyncOptions::default(),
             },
             Control::Entries(vec![Entry {
                 id: 3,
@@ -173,7 +225,24 @@ mod tests {
                 uid: 0,
                 gid: 7,
             }]),
-            Control::Need(vec![1, 2, u64::MAX]),
+            Control::Need(vec![
+                Want {
+                    id: 1,
+                    what: WantKind::All,
+                },
+                Want {
+                    id: 2,
+                    what: WantKind::Ranges(vec![(0, 5), (9, 12)]),
+                },
+                Want {
+                    id: u64::MAX,
+                    what: WantKind::Delta {
+                        chunk: 16384,
+                        hashes: vec![[7; 16]; 3],
+                    },
+                },
+            ]),
+            Control::Forget(vec![4]),
             Control::Finish { failed: vec![] },
             Control::Done(Summary::default()),
             Control::Error {

@@ -3,7 +3,6 @@
 //! RESOLVE_NO_SYMLINKS)` from the root's descriptor, and entries are created and renamed
 //! relative to their parent's descriptor.
 
-use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 
@@ -18,6 +17,12 @@ const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
 /// Opens `path` beneath `root` with `flags`, refusing symlinks anywhere on the way.
 pub fn open_beneath(root: &OwnedFd, path: &[u8], flags: OFlags, mode: Mode) -> io::Result<OwnedFd> {
     let path: &[u8] = if path.is_empty() { b"." } else { path };
+    // openat2 rejects a mode without O_CREAT.
+    let mode = if flags.contains(OFlags::CREATE) {
+        mode
+    } else {
+        Mode::empty()
+    };
     loop {
         match rfs::openat2(root, path, flags | OFlags::CLOEXEC, mode, RESOLVE) {
             Ok(fd) => return Ok(fd),
@@ -53,6 +58,12 @@ pub fn join(parent: &SafeRelPath, name: &[u8]) -> Vec<u8> {
 pub fn partial_name(name: &[u8]) -> Vec<u8> {
     let h = blake3::hash(name);
     format!("{}{}.part", PARTIAL_PREFIX, hex8(h.as_bytes())).into_bytes()
+}
+
+/// The name of the resume journal of the partial file for final name `name`.
+pub fn journal_name(name: &[u8]) -> Vec<u8> {
+    let h = blake3::hash(name);
+    format!("{}{}.journal", PARTIAL_PREFIX, hex8(h.as_bytes())).into_bytes()
 }
 
 /// The name used to build a symlink, hardlink or special file before renaming it into place.
@@ -179,9 +190,4 @@ pub fn apply_meta_at(
 pub fn sync_dir(root: &OwnedFd, dir: &SafeRelPath) -> io::Result<()> {
     let fd = open_dir(root, dir)?;
     rfs::fsync(&fd).map_err(io::Error::from)
-}
-
-/// Converts an owned descriptor into a `File`.
-pub fn into_file(fd: OwnedFd) -> File {
-    File::from(fd)
 }

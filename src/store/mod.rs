@@ -7,44 +7,38 @@
 //! of small files do not pay one fsync round-trip each in sequence. Directory metadata,
 //! hardlinks and directory fsyncs happen in [`Store::finish`].
 //!
-//! Not here: resume journals and delta (a later issue keeps the partial files this
-//! module leaves behind on failure, named deterministically for that reason).
+//! Files already present are used: same size and mtime means unchanged (rsync's quick
+//! check); an earlier run's partial file plus its journal means resume; an older version
+//! under the final name means delta (see `file`). `--delete` lives in `mirror`.
 
+mod file;
 mod fsops;
+mod journal;
+mod mirror;
+
+pub use file::piece_hash;
+use file::FileState;
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io;
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{Receiver, Sender};
-use rustix::fs::{FallocateFlags, Mode, OFlags};
+use rustix::fs::{Mode, OFlags};
 
-use crate::codec::VerifiedUnit;
 use crate::error::{Error, Result};
 use crate::progress::Counters;
-use crate::protocol::{Entry, EntryKind, ProtocolError, SafeRelPath, Segment, Summary};
+use crate::protocol::{Entry, EntryKind, ProtocolError, SafeRelPath, Summary, SyncOptions, Want};
 
 pub use fsops::PARTIAL_PREFIX;
 
 /// How many files may be fsynced and renamed at once.
 const FINISHERS: usize = 8;
-
-/// A regular file in progress.
-struct FileState {
-    entry: Entry,
-    path: SafeRelPath,
-    size: u64,
-    /// Raw bytes still to arrive.
-    remaining: AtomicU64,
-    /// Created at manifest time (large or sparse); otherwise its single unit creates it.
-    precreated: bool,
-}
 
 /// A file whose last byte is written, with an open descriptor, ready to finish.
 type Completed = (Arc<FileState>, File);
@@ -65,6 +59,13 @@ pub struct Store {
     error: Arc<Mutex<Option<Error>>>,
     other: AtomicU64,
     skipped: AtomicU64,
+    unchanged_files: AtomicU64,
+    unchanged_bytes: AtomicU64,
+    deleted: AtomicU64,
+    forgotten: Mutex<HashSet<u64>>,
+    /// Every path in the manifest (kept only for --delete).
+    seen: Mutex<HashSet<SafeRelPath>>,
+    options: Mutex<(SyncOptions, [u8; 32])>,
     /// Progress counters.
     pub stats: Arc<Counters>,
 }
@@ -109,6 +110,12 @@ impl Store {
             error: Arc::new(Mutex::new(None)),
             other: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
+            unchanged_files: AtomicU64::new(0),
+            unchanged_bytes: AtomicU64::new(0),
+            deleted: AtomicU64::new(0),
+            forgotten: Mutex::new(HashSet::new()),
+            seen: Mutex::new(HashSet::new()),
+            options: Mutex::new((SyncOptions::default(), [0u8; 32])),
             stats: Arc::new(Counters::default()),
         })
     }
@@ -140,9 +147,21 @@ impl Store {
         }
     }
 
-    /// Sets the block size the sender announced (files larger than it are precreated).
-    pub fn set_block_size(&self, block_size: u64) {
+    /// Applies what the sender announced: block size (files larger than it are
+    /// precreated and journaled), sync options, and the block key (for delta hashes).
+    pub fn configure(&self, block_size: u64, options: SyncOptions, key: [u8; 32]) {
         self.block_size.store(block_size, Ordering::Relaxed);
+        if let Ok(mut g) = self.options.lock() {
+            *g = (options, key);
+        }
+    }
+
+    fn options(&self) -> SyncOptions {
+        self.options.lock().map(|g| g.0).unwrap_or_default()
+    }
+
+    fn key(&self) -> [u8; 32] {
+        self.options.lock().map(|g| g.1).unwrap_or_default()
     }
 
     /// The destination path of file `id`, for messages.
@@ -176,10 +195,16 @@ impl Store {
 
     /// Creates what a manifest batch describes and returns the ids of files whose data
     /// is wanted.
-    pub fn apply_entries(&self, entries: Vec<Entry>) -> Result<Vec<u64>> {
+    pub fn apply_entries(&self, entries: Vec<Entry>) -> Result<Vec<Want>> {
         let mut need = Vec::new();
+        let delete = self.options().delete;
         for e in entries {
             let path = SafeRelPath::parse(&e.path).map_err(ProtocolError::from)?;
+            if delete {
+                if let Ok(mut seen) = self.seen.lock() {
+                    seen.insert(path.clone());
+                }
+            }
             if let Some((parent, _)) = path.split_last() {
                 if let Ok(mut t) = self.touched.lock() {
                     if !t.contains(&parent) {
@@ -197,9 +222,8 @@ impl Store {
                     if path.is_root() {
                         return Err(ProtocolError::Malformed("file at the root path").into());
                     }
-                    let id = e.id;
-                    if self.add_file(e, path, size, data_bytes)? {
-                        need.push(id);
+                    if let Some(want) = self.add_file(e, path, size, data_bytes)? {
+                        need.push(want);
                     }
                 }
                 EntryKind::Symlink { .. } | EntryKind::Fifo | EntryKind::Device { .. } => {
@@ -229,63 +253,6 @@ impl Store {
         }
         self.other.fetch_add(1, Ordering::Relaxed);
         Ok(())
-    }
-
-    /// Registers a regular file; returns whether its data is wanted.
-    fn add_file(&self, e: Entry, path: SafeRelPath, size: u64, data_bytes: u64) -> Result<bool> {
-        let id = e.id;
-        let precreated =
-            data_bytes == 0 || data_bytes != size || size > self.block_size.load(Ordering::Relaxed);
-        let state = Arc::new(FileState {
-            entry: e,
-            path,
-            size,
-            remaining: AtomicU64::new(data_bytes),
-            precreated,
-        });
-        let mut file = None;
-        if precreated {
-            let f = self.create_partial(&state, true)?;
-            f.set_len(size).map_err(|x| self.dest_err(&state.path, x))?;
-            if data_bytes == size && size > 0 {
-                match rustix::fs::fallocate(&f, FallocateFlags::empty(), 0, size) {
-                    Ok(()) | Err(rustix::io::Errno::OPNOTSUPP) => {}
-                    Err(x) => return Err(self.dest_err(&state.path, x.into())),
-                }
-            }
-            file = Some(f);
-        }
-        if data_bytes == 0 {
-            // Nothing will arrive: the file (empty, or all holes) is complete now.
-            if let Some(f) = file {
-                self.queue_finish(state, f)?;
-            }
-            return Ok(false);
-        }
-        match self.files.lock() {
-            Ok(mut m) => {
-                if m.insert(id, state).is_some() {
-                    return Err(ProtocolError::Malformed("duplicate file id").into());
-                }
-            }
-            Err(_) => return Err(Error::io("file table", io::Error::other("poisoned"))),
-        }
-        Ok(true)
-    }
-
-    fn create_partial(&self, state: &FileState, truncate: bool) -> Result<File> {
-        let (parent, name) = state
-            .path
-            .split_last()
-            .ok_or(ProtocolError::Malformed("file at the root path"))?;
-        let partial = fsops::join(&parent, &fsops::partial_name(name));
-        let mut flags = OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW;
-        if truncate {
-            flags |= OFlags::TRUNC;
-        }
-        let fd = fsops::open_beneath(&self.root, &partial, flags, Mode::from_raw_mode(0o600))
-            .map_err(|x| self.dest_err(&state.path, x))?;
-        Ok(fsops::into_file(fd))
     }
 
     fn queue_finish(&self, state: Arc<FileState>, file: File) -> Result<()> {
@@ -352,104 +319,6 @@ impl Store {
         Ok(())
     }
 
-    /// Writes one verified unit's segments into their partial files. Completed files go to
-    /// the finishers.
-    pub fn write_unit(
-        &self,
-        unit: &VerifiedUnit<'_>,
-        segments: impl Iterator<Item = Segment>,
-        cache: &mut WriterCache,
-    ) -> Result<()> {
-        let bytes = unit.bytes();
-        let mut pos = 0usize;
-        for seg in segments {
-            let len = seg.len as usize;
-            let data = bytes
-                .get(pos..pos + len)
-                .ok_or(ProtocolError::Malformed("segments exceed unit"))?;
-            pos += len;
-            let state = self
-                .files
-                .lock()
-                .ok()
-                .and_then(|m| m.get(&seg.file).cloned())
-                .ok_or(ProtocolError::Malformed(
-                    "data for an unknown or finished file",
-                ))?;
-            let end = seg.offset + u64::from(seg.len);
-            if end > state.size {
-                return Err(ProtocolError::Malformed("data beyond the end of its file").into());
-            }
-            if !state.precreated && (seg.offset != 0 || end != state.size) {
-                return Err(ProtocolError::Malformed("small file split across units").into());
-            }
-            let file = match &cache.open {
-                Some((id, f)) if *id == seg.file => Arc::clone(f),
-                _ => {
-                    let f = Arc::new(self.create_partial(&state, !state.precreated)?);
-                    cache.open = Some((seg.file, Arc::clone(&f)));
-                    f
-                }
-            };
-            file.write_all_at(data, seg.offset)
-                .map_err(|x| self.dest_err(&state.path, x))?;
-            if state.precreated {
-                start_writeback(&file, seg.offset, len);
-            }
-            self.stats
-                .done_bytes
-                .fetch_add(len as u64, Ordering::Relaxed);
-            let prev = state
-                .remaining
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| {
-                    r.checked_sub(u64::from(seg.len))
-                })
-                .map_err(|_| ProtocolError::Malformed("more data than the file declared"))?;
-            if prev == u64::from(seg.len) {
-                if let Ok(mut m) = self.files.lock() {
-                    m.remove(&seg.file);
-                }
-                cache.open = None;
-                let file = Arc::try_unwrap(file)
-                    .or_else(|shared| shared.try_clone())
-                    .map_err(|x| self.dest_err(&state.path, x))?;
-                self.queue_finish(state, file)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// fsync, metadata and rename of one complete file (runs on a finisher thread).
-    fn finalize_file(&self, state: &FileState, file: File) -> Result<()> {
-        let err = |x| self.dest_err(&state.path, x);
-        fsops::apply_meta_fd(&file, &state.entry, self.as_root).map_err(err)?;
-        file.sync_all().map_err(err)?;
-        drop(file);
-        let (parent, name) = state
-            .path
-            .split_last()
-            .ok_or(ProtocolError::Malformed("file at the root path"))?;
-        let pfd = fsops::open_dir(&self.root, &parent).map_err(err)?;
-        fsops::rename_in(&pfd, &fsops::partial_name(name), name).map_err(err)?;
-        self.stats.done_files.fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// Drops files the sender could not read: their partial files are removed.
-    pub fn discard(&self, ids: &[u64]) -> Result<()> {
-        for id in ids {
-            let state = self.files.lock().ok().and_then(|mut m| m.remove(id));
-            if let Some(state) = state {
-                if let Some((parent, name)) = state.path.split_last() {
-                    if let Ok(pfd) = fsops::open_dir(&self.root, &parent) {
-                        let _ = fsops::remove_if_present(&pfd, &fsops::partial_name(name));
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// Completes the transfer: waits for the finishers, makes hardlinks, applies directory
     /// metadata, fsyncs every directory that changed. Fails if any file is incomplete.
     pub fn finish(&self) -> Result<Summary> {
@@ -495,6 +364,10 @@ impl Store {
             .lock()
             .map(|mut d| std::mem::take(&mut *d))
             .unwrap_or_default();
+        if self.options().delete {
+            let sent: Vec<SafeRelPath> = dirs.iter().map(|(p, _)| p.clone()).collect();
+            self.delete_extraneous(&sent)?;
+        }
         // Deepest first, so a read-only parent never blocks its children.
         dirs.sort_by_key(|(p, _)| std::cmp::Reverse(p.components().count()));
         let mut touched = self
@@ -518,6 +391,9 @@ impl Store {
             other: self.other.load(Ordering::Relaxed),
             bytes: self.stats.done_bytes.load(Ordering::Relaxed),
             skipped: self.skipped.load(Ordering::Relaxed),
+            unchanged_files: self.unchanged_files.load(Ordering::Relaxed),
+            unchanged_bytes: self.unchanged_bytes.load(Ordering::Relaxed),
+            deleted: self.deleted.load(Ordering::Relaxed),
         })
     }
 
@@ -544,23 +420,5 @@ impl Store {
         fsops::rename_in(&pfd, &tmp, name).map_err(err)?;
         self.other.fetch_add(1, Ordering::Relaxed);
         Ok(())
-    }
-}
-
-/// Starts writeback of a just-written range without waiting for it, so the data is
-/// mostly on disk by the time the file's single fsync comes (wdt does the same). Without
-/// it, a large file's whole dirty page cache is flushed in one long fsync at the end.
-fn start_writeback(file: &File, offset: u64, len: usize) {
-    use std::os::fd::AsRawFd;
-    // Hand-written because neither rustix nor std wraps sync_file_range.
-    // SAFETY: sync_file_range only reads its integer arguments; the descriptor is valid
-    // for the duration of the call because `file` is borrowed. Errors are advisory.
-    unsafe {
-        libc::sync_file_range(
-            file.as_raw_fd(),
-            offset as libc::off64_t,
-            len as libc::off64_t,
-            libc::SYNC_FILE_RANGE_WRITE,
-        );
     }
 }

@@ -6,24 +6,22 @@
 //! Entries/Need pairs, then Finish, answered by Done or Error.
 
 use std::collections::{HashMap, HashSet};
-use std::fs::File;
 use std::io::{self, Write};
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::RecvTimeoutError;
 
-use crate::codec::{unit_hash, Compression, Encoder};
+use crate::codec::Compression;
 use crate::error::{Error, Result};
-use crate::plan::queue::{Work, WorkQueue};
-use crate::plan::walk::{self, Skipped, Source, Walked};
+use crate::plan::queue::WorkQueue;
+use crate::plan::walk::{self, FileData, Skipped, Source, Walked};
 use crate::progress::{Counters, Progress};
-use crate::protocol::{
-    encode_data_header, encode_frame, Control, FrameKind, FrameReader, Segment, Summary,
-};
+use crate::protocol::{Control, Entry, FrameKind, FrameReader, Summary, SyncOptions};
 use crate::transport::{Conn, Role, TransportError};
+
+mod worker;
 
 /// How to send.
 #[derive(Clone, Debug)]
@@ -36,7 +34,14 @@ pub struct SendOptions {
     pub block_size: u64,
     /// Draw a progress bar (when stderr is a terminal).
     pub progress: bool,
+    /// What the receiver should do with what it already has.
+    pub sync: SyncOptions,
 }
+
+/// How often a file that changes while read is sent again before giving up on it.
+const CHANGE_RETRIES: usize = 3;
+/// Ids of files sent again are allocated from here up (the walk counts from 0).
+const RETRY_ID_BASE: u64 = 1 << 62;
 
 /// What the sender reports when the receiver confirmed the transfer.
 #[derive(Debug)]
@@ -47,26 +52,59 @@ pub struct SendReport {
     pub counters: Arc<Counters>,
     /// Files that could not be read, and why.
     pub failed: Vec<(PathBuf, io::Error)>,
+    /// Files that kept changing while read (not sent).
+    pub unstable: Vec<PathBuf>,
     /// When the transfer started.
     pub started: Instant,
 }
 
 impl SendReport {
+    /// The account `--json` prints.
+    pub fn report(&self) -> crate::progress::Report {
+        let c = &self.counters;
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        crate::progress::Report {
+            files: self.summary.files,
+            files_unchanged: self.summary.unchanged_files,
+            bytes_read: load(&c.read_bytes),
+            bytes_wire: load(&c.wire_bytes),
+            bytes_skipped: self.summary.unchanged_bytes,
+            bytes_written: self.summary.bytes,
+            deleted: self.summary.deleted,
+            failed_files: self.failed.len() as u64,
+            changed_files: self.unstable.len() as u64,
+            reconnects: 0,
+            seconds: self.started.elapsed().as_secs_f64(),
+        }
+    }
+
     /// The error to exit with when some files were skipped.
     pub fn partial_error(&self) -> Option<Error> {
-        let (path, e) = self.failed.first()?;
-        Some(Error::Partial {
-            count: self.failed.len() as u64,
-            first: format!("{}: {e}", path.display()),
+        if let Some((path, e)) = self.failed.first() {
+            return Some(Error::Partial {
+                count: self.failed.len() as u64,
+                first: format!("{}: {e}", path.display()),
+            });
+        }
+        let path = self.unstable.first()?;
+        Some(Error::Changed {
+            count: self.unstable.len() as u64,
+            first: path.display().to_string(),
         })
     }
 }
 
-/// Files the workers or the walk could not read.
+/// Files the workers or the walk could not read, or that changed while read.
 #[derive(Default)]
-struct Failures {
-    ids: HashSet<u64>,
-    list: Vec<(PathBuf, io::Error)>,
+pub(crate) struct Failures {
+    /// Ids not to send any more of (unreadable or changed).
+    pub(crate) ids: HashSet<u64>,
+    /// Unreadable files, and why.
+    pub(crate) list: Vec<(PathBuf, io::Error)>,
+    /// Files that changed while read in this round: id → (source path, destination path).
+    pub(crate) changed: HashMap<u64, (PathBuf, Vec<u8>)>,
+    /// Files that kept changing through every retry.
+    pub(crate) unstable: Vec<PathBuf>,
 }
 
 const BATCH_ENTRIES: usize = 2000;
@@ -88,6 +126,7 @@ where
         &Control::Start {
             streams: opts.streams as u16,
             block_size: opts.block_size as u32,
+            options: opts.sync,
         },
     )?;
     let queue = WorkQueue::new(opts.block_size);
@@ -101,7 +140,7 @@ where
                 .name(format!("haul-send-{i}"))
                 .spawn_scoped(s, move || {
                     let r = dial(Role::Data)
-                        .and_then(|conn| data_worker(conn, queue, key, opts, counters, failures));
+                        .and_then(|conn| worker::run(conn, queue, key, opts, counters, failures));
                     if r.is_err() {
                         queue.abort();
                     }
@@ -134,7 +173,8 @@ where
             &queue,
             &counters,
             &failures,
-        );
+        )
+        .and_then(|()| resend_changed(&mut control, &mut reader, &queue, &failures));
         if manifest.is_err() {
             queue.abort();
         } else {
@@ -192,11 +232,12 @@ where
         }
     };
     let _ = control.shutdown_write();
-    let failed = failures.into_inner().map(|f| f.list).unwrap_or_default();
+    let f = failures.into_inner().unwrap_or_default();
     Ok(SendReport {
         summary,
         counters,
-        failed,
+        failed: f.list,
+        unstable: f.unstable,
         started,
     })
 }
@@ -258,29 +299,7 @@ fn run_manifest(
         if flush && !batch.is_empty() {
             write_msg(control, &Control::Entries(std::mem::take(&mut batch)))?;
             batch_bytes = 0;
-            match read_msg(control, reader, None)? {
-                Control::Need(ids) => {
-                    for id in ids {
-                        if let Some(d) = data.remove(&id) {
-                            queue.push(id, d);
-                        }
-                    }
-                    queue.flush();
-                    data.clear();
-                }
-                Control::Error { code, message } => {
-                    return Err(Error::Remote {
-                        side: "receiver",
-                        message,
-                        code,
-                    })
-                }
-                other => {
-                    return Err(
-                        crate::protocol::ProtocolError::Unexpected(other.name().into()).into(),
-                    )
-                }
-            }
+            queue_needed(control, reader, queue, &mut data)?;
         }
         if let Some(r) = end {
             return r;
@@ -288,114 +307,93 @@ fn run_manifest(
     }
 }
 
-/// One data stream: takes work until the queue is empty, then ends the stream.
-fn data_worker(
-    mut conn: Conn,
+/// Reads the receiver's answer to one `Entries` batch and queues what it needs. `data`
+/// holds the batch's files and is emptied.
+fn queue_needed(
+    control: &mut Conn,
+    reader: &mut FrameReader,
     queue: &WorkQueue,
-    key: [u8; 32],
-    opts: &SendOptions,
-    counters: &Counters,
+    data: &mut HashMap<u64, FileData>,
+) -> Result<()> {
+    match read_msg(control, reader, None)? {
+        Control::Need(wants) => {
+            for w in wants {
+                if let Some(d) = data.remove(&w.id) {
+                    queue.push(w.id, d, w.what);
+                }
+            }
+            queue.flush();
+            data.clear();
+            Ok(())
+        }
+        Control::Error { code, message } => Err(Error::Remote {
+            side: "receiver",
+            message,
+            code,
+        }),
+        other => Err(crate::protocol::ProtocolError::Unexpected(other.name().into()).into()),
+    }
+}
+
+/// Sends files that changed while being read again, under new ids, until they read
+/// consistently or `CHANGE_RETRIES` rounds have passed; then gives up on them (they are
+/// reported, and the exit status says so).
+fn resend_changed(
+    control: &mut Conn,
+    reader: &mut FrameReader,
+    queue: &WorkQueue,
     failures: &Mutex<Failures>,
 ) -> Result<()> {
-    let mut raw: Vec<u8> = Vec::with_capacity(opts.block_size as usize);
-    let mut cbuf = Vec::new();
-    let mut hdr = Vec::new();
-    let mut segs: Vec<Segment> = Vec::new();
-    let mut enc = Encoder::new(opts.compress);
-    let mut open: Option<(u64, File)> = None;
-    let fail = |id: u64, path: &PathBuf, e: io::Error| {
-        if let Ok(mut f) = failures.lock() {
-            if f.ids.insert(id) {
-                crate::progress::warn(&format!("cannot read {}: {e}", path.display()));
-                f.list.push((path.clone(), e));
-            }
+    let mut next_id = RETRY_ID_BASE;
+    for round in 0..=CHANGE_RETRIES {
+        queue.wait_idle();
+        let changed = match failures.lock() {
+            Ok(mut f) => std::mem::take(&mut f.changed),
+            Err(_) => return Ok(()),
+        };
+        if changed.is_empty() {
+            return Ok(());
         }
-    };
-    let is_failed = |id: u64| failures.lock().map(|f| f.ids.contains(&id)).unwrap_or(true);
-    while let Some(work) = queue.next() {
-        raw.clear();
-        segs.clear();
-        match work {
-            Work::Block { file, offset, len } => {
-                if is_failed(file.id) {
-                    continue;
+        write_msg(control, &Control::Forget(changed.keys().copied().collect()))?;
+        if round == CHANGE_RETRIES {
+            if let Ok(mut f) = failures.lock() {
+                for (path, _) in changed.into_values() {
+                    crate::progress::warn(&format!(
+                        "{} kept changing while being read; not sent",
+                        path.display()
+                    ));
+                    f.unstable.push(path);
                 }
-                if open.as_ref().map(|(id, _)| *id) != Some(file.id) {
-                    open = match File::open(&file.path) {
-                        Ok(f) => Some((file.id, f)),
-                        Err(e) => {
-                            fail(file.id, &file.path, e);
-                            continue;
-                        }
-                    };
-                }
-                let Some((_, f)) = open.as_ref() else {
-                    continue;
-                };
-                raw.resize(len as usize, 0);
-                if let Err(e) = f.read_exact_at(&mut raw, offset) {
-                    fail(file.id, &file.path, shrink_hint(e));
-                    continue;
-                }
-                segs.push(Segment {
-                    file: file.id,
-                    offset,
-                    len,
-                });
             }
-            Work::Pack(files) => {
-                for job in files {
-                    let start = raw.len();
-                    raw.resize(start + job.size as usize, 0);
-                    let r =
-                        File::open(&job.path).and_then(|f| f.read_exact_at(&mut raw[start..], 0));
-                    match r {
-                        Ok(()) => segs.push(Segment {
-                            file: job.id,
-                            offset: 0,
-                            len: job.size as u32,
-                        }),
-                        Err(e) => {
-                            raw.truncate(start);
-                            fail(job.id, &job.path, shrink_hint(e));
-                        }
+            return Ok(());
+        }
+        let mut entries: Vec<Entry> = Vec::new();
+        let mut data = HashMap::new();
+        for (path, dest) in changed.into_values() {
+            match walk::file_again(next_id, &path, dest) {
+                Ok(Some(w)) => {
+                    if let Some(d) = w.data {
+                        data.insert(next_id, d);
+                    }
+                    entries.push(w.entry);
+                    next_id += 1;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    crate::progress::warn(&format!("cannot read {}: {e}", path.display()));
+                    if let Ok(mut f) = failures.lock() {
+                        f.list.push((path, e));
                     }
                 }
             }
         }
-        if segs.is_empty() {
-            continue;
+        if entries.is_empty() {
+            return Ok(());
         }
-        let hash = unit_hash(&key, &raw);
-        let codec = enc.encode(&raw, &mut cbuf);
-        let body: &[u8] = if codec == crate::protocol::Codec::Raw {
-            &raw
-        } else {
-            &cbuf
-        };
-        encode_data_header(&mut hdr, codec, raw.len() as u32, &hash, &segs, body.len());
-        conn.write_all(&hdr).map_err(lost)?;
-        conn.write_all(body).map_err(lost)?;
-        Counters::add(&counters.done_bytes, raw.len() as u64);
-        Counters::add(&counters.done_files, segs.len() as u64);
-        Counters::add(&counters.wire_bytes, (hdr.len() + body.len()) as u64);
+        write_msg(control, &Control::Entries(entries))?;
+        queue_needed(control, reader, queue, &mut data)?;
     }
-    let mut end = Vec::new();
-    encode_frame(&mut end, FrameKind::End, &[]);
-    conn.write_all(&end).map_err(lost)?;
-    conn.flush().map_err(lost)?;
-    // The receiver may already have closed its end after reading End: the receiver's
-    // final Done on the control stream is what confirms delivery, not this.
-    let _ = conn.shutdown_write();
     Ok(())
-}
-
-fn shrink_hint(e: io::Error) -> io::Error {
-    if e.kind() == io::ErrorKind::UnexpectedEof {
-        io::Error::new(e.kind(), "file shrank while being read")
-    } else {
-        e
-    }
 }
 
 /// Maps a stream failure to a transport error.

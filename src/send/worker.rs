@@ -1,0 +1,255 @@
+//! One data stream of the sender: a blocking loop that takes units from the work queue,
+//! reads them (pread, reusing one buffer), checks the file did not change while read,
+//! hashes, compresses and writes one frame per unit.
+//!
+//! For a delta file it compares each piece's hash with the receiver's and sends only the
+//! pieces that differ; matching pieces go as KEEP segments that carry no bytes.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Mutex;
+
+use super::{lost, Failures, SendOptions};
+use crate::codec::{unit_hash, Encoder};
+use crate::error::Result;
+use crate::plan::queue::{FileJob, Work, WorkQueue};
+use crate::plan::walk::Stamp;
+use crate::progress::Counters;
+use crate::protocol::{encode_data_header, encode_frame, Codec, FrameKind, Segment};
+use crate::store::piece_hash;
+use crate::transport::Conn;
+
+/// What went wrong reading one file.
+enum ReadFail {
+    /// Cannot be read: reported, the rest goes on (exit "partial").
+    Unreadable(io::Error),
+    /// Changed while read: sent again in a later round.
+    Changed,
+}
+
+/// The state of one stream's loop.
+struct Worker<'a> {
+    key: [u8; 32],
+    failures: &'a Mutex<Failures>,
+    raw: Vec<u8>,
+    segs: Vec<Segment>,
+    open: Option<(u64, File)>,
+    /// Source bytes read for the current unit.
+    read: u64,
+}
+
+/// Runs one data stream until the queue is closed and empty, then ends the stream.
+pub(super) fn run(
+    mut conn: Conn,
+    queue: &WorkQueue,
+    key: [u8; 32],
+    opts: &SendOptions,
+    counters: &Counters,
+    failures: &Mutex<Failures>,
+) -> Result<()> {
+    let mut w = Worker {
+        key,
+        failures,
+        raw: Vec::with_capacity(opts.block_size as usize),
+        segs: Vec::new(),
+        open: None,
+        read: 0,
+    };
+    let mut cbuf = Vec::new();
+    let mut hdr = Vec::new();
+    let mut enc = Encoder::new(opts.compress);
+    while let Some(work) = queue.next() {
+        w.raw.clear();
+        w.segs.clear();
+        w.read = 0;
+        match work {
+            Work::Block { file, offset, len } => w.read_block(&file, offset, len),
+            Work::Pack(files) => w.read_pack(&files),
+        }
+        if !w.segs.is_empty() {
+            let sent = send_unit(&mut conn, &mut enc, &w, &mut cbuf, &mut hdr, counters);
+            if sent.is_err() {
+                queue.done();
+                return sent;
+            }
+        }
+        queue.done();
+    }
+    let mut end = Vec::new();
+    encode_frame(&mut end, FrameKind::End, &[]);
+    conn.write_all(&end).map_err(lost)?;
+    conn.flush().map_err(lost)?;
+    // The receiver may already have closed its end after reading End: the receiver's
+    // final Done on the control stream is what confirms delivery, not this.
+    let _ = conn.shutdown_write();
+    Ok(())
+}
+
+fn send_unit(
+    conn: &mut Conn,
+    enc: &mut Encoder,
+    w: &Worker<'_>,
+    cbuf: &mut Vec<u8>,
+    hdr: &mut Vec<u8>,
+    counters: &Counters,
+) -> Result<()> {
+    let raw = &w.raw;
+    let hash = unit_hash(&w.key, raw);
+    let codec = if raw.is_empty() {
+        Codec::Raw
+    } else {
+        enc.encode(raw, cbuf)
+    };
+    let body: &[u8] = if codec == Codec::Raw { raw } else { cbuf };
+    encode_data_header(hdr, codec, raw.len() as u32, &hash, &w.segs, body.len());
+    conn.write_all(hdr).map_err(lost)?;
+    conn.write_all(body).map_err(lost)?;
+    Counters::add(&counters.done_bytes, raw.len() as u64);
+    Counters::add(&counters.read_bytes, w.read);
+    let whole_files = w.segs.iter().filter(|s| s.offset == 0).count() as u64;
+    Counters::add(&counters.done_files, whole_files);
+    Counters::add(&counters.wire_bytes, (hdr.len() + body.len()) as u64);
+    Ok(())
+}
+
+impl Worker<'_> {
+    fn skip(&self, id: u64) -> bool {
+        self.failures
+            .lock()
+            .map(|f| f.ids.contains(&id))
+            .unwrap_or(true)
+    }
+
+    fn record(&self, job: &FileJob, fail: ReadFail) {
+        let Ok(mut f) = self.failures.lock() else {
+            return;
+        };
+        if !f.ids.insert(job.id) {
+            return;
+        }
+        match fail {
+            ReadFail::Unreadable(e) => {
+                crate::progress::warn(&format!("cannot read {}: {e}", job.path.display()));
+                f.list.push((job.path.clone(), e));
+            }
+            ReadFail::Changed => {
+                f.changed
+                    .insert(job.id, (job.path.clone(), job.dest.clone()));
+            }
+        }
+    }
+
+    /// Reads `[offset, offset + len)` of one file into the buffer.
+    fn read_block(&mut self, job: &FileJob, offset: u64, len: u32) {
+        if self.skip(job.id) {
+            return;
+        }
+        if self.open.as_ref().map(|(id, _)| *id) != Some(job.id) {
+            self.open = match File::open(&job.path) {
+                Ok(f) => Some((job.id, f)),
+                Err(e) => return self.record(job, ReadFail::Unreadable(e)),
+            };
+        }
+        let Some((_, f)) = self.open.as_ref() else {
+            return;
+        };
+        self.raw.resize(len as usize, 0);
+        let r = f
+            .read_exact_at(&mut self.raw, offset)
+            .and_then(|()| stamp_of(f));
+        self.read += u64::from(len);
+        match r {
+            Ok(now) if now == job.stamp => {}
+            Ok(_) => return self.record(job, ReadFail::Changed),
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                return self.record(job, ReadFail::Changed)
+            }
+            Err(e) => return self.record(job, ReadFail::Unreadable(e)),
+        }
+        match &job.delta {
+            None => self.segs.push(Segment {
+                file: job.id,
+                offset,
+                len,
+                keep: false,
+            }),
+            Some(d) => self.keep_matching(job.id, offset, d.chunk, &d.hashes),
+        }
+    }
+
+    /// Delta: turns the block in the buffer into segments, KEEP for pieces whose hash
+    /// matches the receiver's, and compacts the buffer to the bytes that must travel.
+    fn keep_matching(&mut self, id: u64, offset: u64, chunk: u32, hashes: &[[u8; 16]]) {
+        let chunk = chunk as usize;
+        let first = (offset / chunk as u64) as usize;
+        let mut write = 0usize;
+        let mut read = 0usize;
+        while read < self.raw.len() {
+            let end = (read + chunk).min(self.raw.len());
+            let piece = first + read / chunk;
+            let same = hashes
+                .get(piece)
+                .is_some_and(|h| *h == piece_hash(&self.key, &self.raw[read..end]));
+            let len = (end - read) as u32;
+            let at = offset + read as u64;
+            match self.segs.last_mut() {
+                Some(s) if s.keep == same && s.offset + u64::from(s.len) == at => s.len += len,
+                _ => self.segs.push(Segment {
+                    file: id,
+                    offset: at,
+                    len,
+                    keep: same,
+                }),
+            }
+            if !same {
+                self.raw.copy_within(read..end, write);
+                write += end - read;
+            }
+            read = end;
+        }
+        self.raw.truncate(write);
+    }
+
+    /// Reads several whole small files into the buffer, one segment each.
+    fn read_pack(&mut self, files: &[std::sync::Arc<FileJob>]) {
+        for job in files {
+            let start = self.raw.len();
+            self.raw.resize(start + job.size as usize, 0);
+            let r = read_whole(&job.path, &mut self.raw[start..]);
+            self.read += job.size;
+            match r {
+                Ok(now) if now == job.stamp => self.segs.push(Segment {
+                    file: job.id,
+                    offset: 0,
+                    len: job.size as u32,
+                    keep: false,
+                }),
+                Ok(_) => {
+                    self.raw.truncate(start);
+                    self.record(job, ReadFail::Changed);
+                }
+                Err(e) => {
+                    self.raw.truncate(start);
+                    let fail = if e.kind() == io::ErrorKind::UnexpectedEof {
+                        ReadFail::Changed
+                    } else {
+                        ReadFail::Unreadable(e)
+                    };
+                    self.record(job, fail);
+                }
+            }
+        }
+    }
+}
+
+fn read_whole(path: &Path, buf: &mut [u8]) -> io::Result<Stamp> {
+    let f = File::open(path)?;
+    f.read_exact_at(buf, 0)?;
+    stamp_of(&f)
+}
+
+fn stamp_of(f: &File) -> io::Result<Stamp> {
+    f.metadata().map(|m| Stamp::of(&m))
+}

@@ -1,0 +1,556 @@
+//! Regular files at the destination: deciding what to ask for (nothing, everything, the
+//! ranges an earlier run did not finish, or a delta against an older version), writing
+//! verified units, journaling durable ranges, and finishing files.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::AsFd;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rustix::fs::{AtFlags, FallocateFlags, FileType, Mode, OFlags};
+
+use super::journal::{self, Identity};
+use super::{fsops, Store, WriterCache};
+use crate::codec::VerifiedUnit;
+use crate::error::{Error, Result};
+use crate::protocol::{Entry, ProtocolError, SafeRelPath, Segment, Want, WantKind};
+
+/// Journal records are written after at most this many bytes...
+const JOURNAL_BYTES: u64 = 64 << 20;
+/// ...or this long, whichever comes first (each costs one fdatasync of the partial file).
+const JOURNAL_EVERY: Duration = Duration::from_secs(1);
+/// Smallest delta piece: database pages are 8 KiB (PostgreSQL) or 16 KiB (InnoDB).
+const DELTA_CHUNK: u64 = 16 << 10;
+/// Most pieces hashed per file (bounds the `Need` message to 4 MiB).
+const DELTA_MAX_PIECES: u64 = 256 << 10;
+
+/// A regular file in progress.
+pub(super) struct FileState {
+    pub(super) entry: Entry,
+    pub(super) path: SafeRelPath,
+    size: u64,
+    /// Raw bytes (or KEEP ranges) still to arrive.
+    remaining: AtomicU64,
+    /// Created at manifest time (large or sparse); otherwise its single unit creates it.
+    precreated: bool,
+    /// Written in place under its final name (`--inplace` delta): no rename at the end.
+    inplace: bool,
+    /// Durable-range journal (partial files larger than a block).
+    journal: Option<Mutex<JournalState>>,
+}
+
+struct JournalState {
+    file: File,
+    pending: Vec<(u64, u32)>,
+    pending_bytes: u64,
+    last_flush: Instant,
+}
+
+impl FileState {
+    /// The name written to, in the file's directory.
+    fn work_name(&self) -> Result<(SafeRelPath, Vec<u8>)> {
+        let (parent, name) = self
+            .path
+            .split_last()
+            .ok_or(ProtocolError::Malformed("file at the root path"))?;
+        let work = if self.inplace {
+            name.to_vec()
+        } else {
+            fsops::partial_name(name)
+        };
+        Ok((parent, work))
+    }
+}
+
+fn identity(e: &Entry, size: u64, data_bytes: u64) -> Identity {
+    Identity {
+        size,
+        mtime_sec: e.mtime_sec,
+        mtime_nsec: e.mtime_nsec,
+        data_bytes,
+    }
+}
+
+impl Store {
+    /// Decides what to do for a regular file and returns what to ask the sender for, if
+    /// anything.
+    pub(super) fn add_file(
+        &self,
+        e: Entry,
+        path: SafeRelPath,
+        size: u64,
+        data_bytes: u64,
+    ) -> Result<Option<Want>> {
+        let id = e.id;
+        let (parent, name) = path
+            .split_last()
+            .ok_or(ProtocolError::Malformed("file at the root path"))?;
+        let name = name.to_vec();
+        let shown = path.clone();
+        let err = |x| self.dest_err(&shown, x);
+        let pfd = fsops::open_dir(&self.root, &parent).map_err(err)?;
+        let existing = rustix::fs::statat(&pfd, name.as_slice(), AtFlags::SYMLINK_NOFOLLOW)
+            .ok()
+            .filter(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile);
+        let opts = self.options();
+
+        // Quick check: same size and mtime means up to date (rsync's rule).
+        if let Some(st) = &existing {
+            let same = st.st_size as u64 == size
+                && st.st_mtime == e.mtime_sec
+                && st.st_mtime_nsec as u32 == e.mtime_nsec;
+            if same && !opts.checksum {
+                fsops::apply_meta_at(&pfd, &name, &e, self.as_root, false).map_err(err)?;
+                self.unchanged_files.fetch_add(1, Ordering::Relaxed);
+                self.unchanged_bytes
+                    .fetch_add(data_bytes, Ordering::Relaxed);
+                return Ok(None);
+            }
+        }
+
+        let block = self.block_size.load(Ordering::Relaxed);
+        let precreated = data_bytes == 0 || data_bytes != size || size > block;
+        let dense = data_bytes == size;
+        let ident = identity(&e, size, data_bytes);
+        let mut want = WantKind::All;
+        let mut remaining = data_bytes;
+        let mut journal = None;
+        let mut inplace = false;
+        let mut file = None;
+
+        if precreated && data_bytes > 0 {
+            let partial = fsops::partial_name(&name);
+            let jname = fsops::journal_name(&name);
+            // Resume: an earlier run's partial file and journal for this same source.
+            if let Some((f, j, have)) = self.open_resumable(&pfd, &partial, &jname, &ident, size) {
+                let have_bytes: u64 = have.iter().map(|(a, b)| b - a).sum();
+                remaining = data_bytes.saturating_sub(have_bytes);
+                self.unchanged_bytes
+                    .fetch_add(have_bytes, Ordering::Relaxed);
+                want = WantKind::Ranges(journal::missing(size, &have));
+                journal = Some(j);
+                file = Some(f);
+            } else if let (Some(st), true) = (&existing, dense) {
+                // Delta against the older version under the final name.
+                let old_len = st.st_size as u64;
+                let old = fsops::open_beneath(
+                    &self.root,
+                    &fsops::join(&parent, &name),
+                    OFlags::RDWR | OFlags::NOFOLLOW,
+                    Mode::empty(),
+                )
+                .map(File::from)
+                .map_err(err)?;
+                if let Some((chunk, hashes)) =
+                    self.hash_pieces(&old, old_len, block).map_err(err)?
+                {
+                    want = WantKind::Delta { chunk, hashes };
+                    if opts.inplace {
+                        inplace = true;
+                        old.set_len(size).map_err(err)?;
+                        file = Some(old);
+                    } else {
+                        let f = self
+                            .create_work_file(&pfd, &partial, size, false)
+                            .map_err(err)?;
+                        copy_range(&old, &f, old_len.min(size)).map_err(err)?;
+                        journal = Some(new_journal(&pfd, &jname, &ident).map_err(err)?);
+                        file = Some(f);
+                    }
+                }
+            }
+            if file.is_none() {
+                file = Some(
+                    self.create_work_file(&pfd, &partial, size, dense)
+                        .map_err(err)?,
+                );
+                if size > block {
+                    journal = Some(new_journal(&pfd, &jname, &ident).map_err(err)?);
+                }
+            }
+        }
+        let state = Arc::new(FileState {
+            entry: e,
+            path,
+            size,
+            remaining: AtomicU64::new(remaining),
+            precreated,
+            inplace,
+            journal: journal.map(|file| {
+                Mutex::new(JournalState {
+                    file,
+                    pending: Vec::new(),
+                    pending_bytes: 0,
+                    last_flush: Instant::now(),
+                })
+            }),
+        });
+        if remaining == 0 {
+            // Nothing will arrive (empty, all holes, or fully resumed): complete now.
+            let f = match file {
+                Some(f) => f,
+                None => self
+                    .create_work_file(&pfd, &fsops::partial_name(&name), size, false)
+                    .map_err(err)?,
+            };
+            self.queue_finish(state, f)?;
+            return Ok(None);
+        }
+        match self.files.lock() {
+            Ok(mut m) => {
+                if m.insert(id, state).is_some() {
+                    return Err(ProtocolError::Malformed("duplicate file id").into());
+                }
+            }
+            Err(_) => return Err(Error::io("file table", io::Error::other("poisoned"))),
+        }
+        Ok(Some(Want { id, what: want }))
+    }
+
+    /// An earlier run's partial file and journal, if they belong to this source version.
+    fn open_resumable(
+        &self,
+        pfd: &std::os::fd::OwnedFd,
+        partial: &[u8],
+        jname: &[u8],
+        ident: &Identity,
+        size: u64,
+    ) -> Option<(File, File, journal::Ranges)> {
+        let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let jfd = rustix::fs::openat(pfd, jname, flags, Mode::empty()).ok()?;
+        let mut j = File::from(jfd);
+        let (have, good) = journal::read(&mut j, ident).ok()??;
+        let f = File::from(rustix::fs::openat(pfd, partial, flags, Mode::empty()).ok()?);
+        if f.metadata().ok()?.len() != size {
+            return None;
+        }
+        // Drop a torn tail so new records follow the last intact one.
+        j.set_len(good).ok()?;
+        std::io::Seek::seek(&mut j, std::io::SeekFrom::Start(good)).ok()?;
+        Some((f, j, have))
+    }
+
+    /// Creates (truncating) the partial file at its full size.
+    fn create_work_file(
+        &self,
+        pfd: &std::os::fd::OwnedFd,
+        name: &[u8],
+        size: u64,
+        preallocate: bool,
+    ) -> io::Result<File> {
+        let fd = rustix::fs::openat(
+            pfd,
+            name,
+            OFlags::RDWR | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )?;
+        let f = File::from(fd);
+        f.set_len(size)?;
+        if preallocate && size > 0 {
+            match rustix::fs::fallocate(&f, FallocateFlags::empty(), 0, size) {
+                Ok(()) | Err(rustix::io::Errno::OPNOTSUPP) => {}
+                Err(x) => return Err(x.into()),
+            }
+        }
+        Ok(f)
+    }
+
+    /// Hashes the old content in pieces for a delta; `None` when a delta does not fit.
+    fn hash_pieces(
+        &self,
+        old: &File,
+        old_len: u64,
+        block: u64,
+    ) -> io::Result<Option<(u32, Vec<[u8; 16]>)>> {
+        if old_len == 0 {
+            return Ok(None);
+        }
+        let mut chunk = DELTA_CHUNK;
+        while old_len.div_ceil(chunk) > DELTA_MAX_PIECES && block % (chunk * 2) == 0 {
+            chunk *= 2;
+        }
+        if block % chunk != 0 || old_len.div_ceil(chunk) > DELTA_MAX_PIECES {
+            return Ok(None);
+        }
+        let key = self.key();
+        let mut hashes = Vec::with_capacity(old_len.div_ceil(chunk) as usize);
+        let mut buf = vec![0u8; (4 << 20) as usize];
+        let mut pos = 0u64;
+        let mut reader = old;
+        while pos < old_len {
+            let want = ((old_len - pos) as usize).min(buf.len());
+            reader.read_exact(&mut buf[..want])?;
+            for piece in buf[..want].chunks(chunk as usize) {
+                hashes.push(piece_hash(&key, piece));
+            }
+            pos += want as u64;
+        }
+        Ok(Some((chunk as u32, hashes)))
+    }
+
+    /// Writes one verified unit's segments. Completed files go to the finishers.
+    pub fn write_unit(
+        &self,
+        unit: &VerifiedUnit<'_>,
+        segments: impl Iterator<Item = Segment>,
+        cache: &mut WriterCache,
+    ) -> Result<()> {
+        let bytes = unit.bytes();
+        let mut pos = 0usize;
+        for seg in segments {
+            let len = seg.len as usize;
+            let data = if seg.keep {
+                &[][..]
+            } else {
+                let d = bytes
+                    .get(pos..pos + len)
+                    .ok_or(ProtocolError::Malformed("segments exceed unit"))?;
+                pos += len;
+                d
+            };
+            let found = self
+                .files
+                .lock()
+                .ok()
+                .and_then(|m| m.get(&seg.file).cloned());
+            let Some(state) = found else {
+                if self.is_forgotten(seg.file) {
+                    continue;
+                }
+                return Err(
+                    ProtocolError::Malformed("data for an unknown or finished file").into(),
+                );
+            };
+            let end = seg.offset + u64::from(seg.len);
+            if end > state.size {
+                return Err(ProtocolError::Malformed("data beyond the end of its file").into());
+            }
+            if !state.precreated && (seg.keep || seg.offset != 0 || end != state.size) {
+                return Err(ProtocolError::Malformed("small file split across units").into());
+            }
+            let file = match &cache.open {
+                Some((id, f)) if *id == seg.file => Arc::clone(f),
+                _ => {
+                    let f = Arc::new(self.open_work_file(&state)?);
+                    cache.open = Some((seg.file, Arc::clone(&f)));
+                    f
+                }
+            };
+            if !seg.keep {
+                file.write_all_at(data, seg.offset)
+                    .map_err(|x| self.dest_err(&state.path, x))?;
+                if state.precreated {
+                    start_writeback(&file, seg.offset, len);
+                }
+                self.stats
+                    .done_bytes
+                    .fetch_add(len as u64, Ordering::Relaxed);
+            } else {
+                self.unchanged_bytes
+                    .fetch_add(len as u64, Ordering::Relaxed);
+            }
+            let prev = state
+                .remaining
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| {
+                    r.checked_sub(u64::from(seg.len))
+                })
+                .map_err(|_| ProtocolError::Malformed("more data than the file declared"))?;
+            let complete = prev == u64::from(seg.len);
+            if let Some(j) = &state.journal {
+                if !complete {
+                    self.journal_range(&state, j, &file, seg.offset, seg.len)?;
+                }
+            }
+            if complete {
+                if let Ok(mut m) = self.files.lock() {
+                    m.remove(&seg.file);
+                }
+                cache.open = None;
+                let file = Arc::try_unwrap(file)
+                    .or_else(|shared| shared.try_clone())
+                    .map_err(|x| self.dest_err(&state.path, x))?;
+                self.queue_finish(state, file)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Records a written range; every `JOURNAL_BYTES` or `JOURNAL_EVERY`, makes the data
+    /// durable and then appends the records (the order that keeps the journal honest).
+    fn journal_range(
+        &self,
+        state: &FileState,
+        j: &Mutex<JournalState>,
+        file: &File,
+        offset: u64,
+        len: u32,
+    ) -> Result<()> {
+        let mut g = j
+            .lock()
+            .map_err(|_| Error::io("journal", io::Error::other("poisoned")))?;
+        g.pending.push((offset, len));
+        g.pending_bytes += u64::from(len);
+        if g.pending_bytes >= JOURNAL_BYTES || g.last_flush.elapsed() >= JOURNAL_EVERY {
+            flush_journal(&mut g, file).map_err(|x| self.dest_err(&state.path, x))?;
+        }
+        Ok(())
+    }
+
+    /// Makes every pending journal record durable-backed and written: used when the
+    /// transfer stops early, so the next run resumes from here.
+    pub fn save_progress(&self) {
+        let states: Vec<Arc<FileState>> = self
+            .files
+            .lock()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default();
+        for s in states {
+            let Some(j) = &s.journal else { continue };
+            let Ok(mut g) = j.lock() else { continue };
+            if g.pending.is_empty() {
+                continue;
+            }
+            if let Ok(f) = self.open_work_file(&s) {
+                let _ = flush_journal(&mut g, &f);
+            }
+        }
+    }
+
+    fn open_work_file(&self, state: &FileState) -> Result<File> {
+        let (parent, work) = state.work_name()?;
+        let path = fsops::join(&parent, &work);
+        let mut flags = OFlags::WRONLY | OFlags::NOFOLLOW;
+        if !state.precreated {
+            flags |= OFlags::CREATE | OFlags::TRUNC;
+        }
+        fsops::open_beneath(&self.root, &path, flags, Mode::from_raw_mode(0o600))
+            .map(File::from)
+            .map_err(|x| self.dest_err(&state.path, x))
+    }
+
+    /// fsync, metadata and rename of one complete file (runs on a finisher thread).
+    pub(super) fn finalize_file(&self, state: &FileState, file: File) -> Result<()> {
+        let err = |x| self.dest_err(&state.path, x);
+        fsops::apply_meta_fd(&file, &state.entry, self.as_root).map_err(err)?;
+        file.sync_all().map_err(err)?;
+        drop(file);
+        let (parent, name) = state
+            .path
+            .split_last()
+            .ok_or(ProtocolError::Malformed("file at the root path"))?;
+        let pfd = fsops::open_dir(&self.root, &parent).map_err(err)?;
+        if !state.inplace {
+            fsops::rename_in(&pfd, &fsops::partial_name(name), name).map_err(err)?;
+        }
+        fsops::remove_if_present(&pfd, &fsops::journal_name(name)).map_err(err)?;
+        self.stats.done_files.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Drops files the sender could not read (or that changed while read): their
+    /// partial files are removed and data still in flight for them is ignored.
+    pub fn discard(&self, ids: &[u64]) -> Result<()> {
+        for id in ids {
+            if let Ok(mut f) = self.forgotten.lock() {
+                f.insert(*id);
+            }
+            let state = self.files.lock().ok().and_then(|mut m| m.remove(id));
+            let Some(state) = state else { continue };
+            if state.inplace {
+                continue;
+            }
+            if let Some((parent, name)) = state.path.split_last() {
+                if let Ok(pfd) = fsops::open_dir(&self.root, &parent) {
+                    let _ = fsops::remove_if_present(&pfd, &fsops::partial_name(name));
+                    let _ = fsops::remove_if_present(&pfd, &fsops::journal_name(name));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn is_forgotten(&self, id: u64) -> bool {
+        self.forgotten
+            .lock()
+            .map(|f| f.contains(&id))
+            .unwrap_or(false)
+    }
+}
+
+fn flush_journal(g: &mut JournalState, file: &File) -> io::Result<()> {
+    file.sync_data()?;
+    let pending = std::mem::take(&mut g.pending);
+    journal::append(&mut g.file, &pending)?;
+    g.pending_bytes = 0;
+    g.last_flush = Instant::now();
+    Ok(())
+}
+
+fn new_journal(pfd: &std::os::fd::OwnedFd, name: &[u8], ident: &Identity) -> io::Result<File> {
+    let fd = rustix::fs::openat(
+        pfd,
+        name,
+        OFlags::WRONLY
+            | OFlags::CREATE
+            | OFlags::TRUNC
+            | OFlags::NOFOLLOW
+            | OFlags::CLOEXEC
+            | OFlags::APPEND,
+        Mode::from_raw_mode(0o600),
+    )?;
+    let mut f = File::from(fd);
+    std::io::Write::write_all(&mut f, &journal::header(ident))?;
+    Ok(f)
+}
+
+/// The hash both sides compute for a delta piece.
+pub fn piece_hash(key: &[u8; 32], piece: &[u8]) -> [u8; 16] {
+    let h = blake3::keyed_hash(key, piece);
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&h.as_bytes()[..16]);
+    out
+}
+
+/// Copies the first `len` bytes of `from` into `to` (copy_file_range: a reflink or an
+/// in-kernel copy where the file system offers one).
+fn copy_range(from: &File, to: &File, len: u64) -> io::Result<()> {
+    let (mut off_in, mut off_out) = (0u64, 0u64);
+    while off_in < len {
+        let chunk = ((len - off_in) as usize).min(1 << 30);
+        let n = rustix::fs::copy_file_range(
+            from.as_fd(),
+            Some(&mut off_in),
+            to.as_fd(),
+            Some(&mut off_out),
+            chunk,
+        )?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "file shrank while copying",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Starts writeback of a just-written range without waiting for it, so the data is
+/// mostly on disk by the time the file's single fsync comes (wdt does the same). Without
+/// it, a large file's whole dirty page cache is flushed in one long fsync at the end.
+fn start_writeback(file: &File, offset: u64, len: usize) {
+    use std::os::fd::AsRawFd;
+    // Hand-written because neither rustix nor std wraps sync_file_range.
+    // SAFETY: sync_file_range only reads its integer arguments; the descriptor is valid
+    // for the duration of the call because `file` is borrowed. Errors are advisory.
+    unsafe {
+        libc::sync_file_range(
+            file.as_raw_fd(),
+            offset as libc::off64_t,
+            len as libc::off64_t,
+            libc::SYNC_FILE_RANGE_WRITE,
+        );
+    }
+}

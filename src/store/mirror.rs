@@ -1,0 +1,73 @@
+//! `--delete`: removes destination entries that are absent at the source, only inside
+//! directories the source sent (as rsync does), never following a symlink and never
+//! leaving the destination root.
+
+use std::io;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::Ordering;
+
+use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
+
+use super::{fsops, Store};
+use crate::error::Result;
+use crate::protocol::SafeRelPath;
+
+impl Store {
+    /// Deletes, in each directory the sender sent, every entry it did not send.
+    pub(super) fn delete_extraneous(&self, dirs: &[SafeRelPath]) -> Result<()> {
+        let seen = self.seen.lock().map(|s| s.clone()).unwrap_or_default();
+        for dir in dirs {
+            let fd = fsops::open_dir(&self.root, dir).map_err(|x| self.dest_err(dir, x))?;
+            for name in list(&fd).map_err(|x| self.dest_err(dir, x))? {
+                if name.starts_with(fsops::PARTIAL_PREFIX.as_bytes()) {
+                    continue;
+                }
+                let Ok(child) = dir.join(&name) else { continue };
+                if seen.contains(&child) {
+                    continue;
+                }
+                let n = remove_tree(&fd, &name).map_err(|x| self.dest_err(&child, x))?;
+                self.deleted.fetch_add(n, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The names in a directory, without `.` and `..`.
+fn list(fd: &OwnedFd) -> io::Result<Vec<Vec<u8>>> {
+    let mut out = Vec::new();
+    let mut d = Dir::read_from(fd)?;
+    while let Some(e) = d.read() {
+        let e = e?;
+        let name = e.file_name().to_bytes();
+        if name != b"." && name != b".." {
+            out.push(name.to_vec());
+        }
+    }
+    Ok(out)
+}
+
+/// Removes `name` in `parent` and, for a directory, everything below it (symlinks are
+/// removed, never followed). Returns how many entries were removed.
+fn remove_tree(parent: &OwnedFd, name: &[u8]) -> io::Result<u64> {
+    let st = rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW)?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
+        rustix::fs::unlinkat(parent, name, AtFlags::empty())?;
+        return Ok(1);
+    }
+    let fd = rustix::fs::openat(
+        parent,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    // A read-only directory cannot be emptied until it is writable.
+    let _ = rustix::fs::fchmod(&fd, Mode::from_raw_mode((st.st_mode & 0o7777) | 0o700));
+    let mut n = 0;
+    for child in list(&fd)? {
+        n += remove_tree(&fd, &child)?;
+    }
+    rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR)?;
+    Ok(n + 1)
+}
