@@ -57,14 +57,48 @@ pub enum CommandArgs {
         #[arg(long)]
         no_encrypt: bool,
     },
-    /// Copy files and directories on this host (same engine, no network).
+    /// Copy files and directories, on this host or between hosts: SRC and DST may be
+    /// [user@]host:path (the far end is started over ssh; the data flows directly).
     Copy {
         /// SRC... DST: sources, then the destination.
         #[arg(required = true, num_args = 2.., value_name = "SRC... DST")]
         paths: Vec<PathBuf>,
         #[command(flatten)]
         transfer: TransferArgs,
+        #[command(flatten)]
+        remote: RemoteArgs,
     },
+    /// The far end of a remote copy, started over ssh: reads its instructions on stdin.
+    #[command(hide = true)]
+    Serve {
+        /// Print the versions this haul speaks and exit.
+        #[arg(long)]
+        probe: bool,
+        /// This binary was just uploaded: include its own hash in the greeting.
+        #[arg(long)]
+        uploaded: bool,
+    },
+}
+
+/// Options of `copy` between hosts.
+#[derive(Debug, Args)]
+pub struct RemoteArgs {
+    /// Remote shell command used to start the far end (like rsync's -e).
+    #[arg(short = 'e', long = "rsh", value_name = "COMMAND", env = "HAUL_RSH")]
+    pub rsh: Option<String>,
+    /// The haul program on the far host (default: haul, found on its PATH; copied over
+    /// for the transfer when missing or of another version).
+    #[arg(long, value_name = "PATH")]
+    pub remote_haul: Option<String>,
+    /// Carry the data streams through the ssh connection instead of connecting directly.
+    #[arg(long)]
+    pub via_ssh: bool,
+    /// Between hosts: no TLS on the data streams (still authenticated and verified).
+    #[arg(long)]
+    pub no_encrypt: bool,
+    /// Far ends advertise this address in their ticket instead of their own (NAT, tests).
+    #[arg(long, value_name = "IP", hide = true)]
+    pub remote_advertise: Option<std::net::IpAddr>,
 }
 
 /// Options shared by `send` and `copy`.

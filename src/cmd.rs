@@ -1,6 +1,7 @@
-//! The three commands, wired from the library's parts: `recv` (listener + receiver),
-//! `send` (dialer + sender) and `copy` (both in one process over socket pairs, no
-//! network hop, no TLS).
+//! The commands, wired from the library's parts: `recv` (listener + receiver), `send`
+//! (dialer + sender), `copy` (both in one process over socket pairs, no network hop, no
+//! TLS; or, with a `host:path`, between hosts: see `remote`) and the hidden `serve` (the
+//! far end of a remote copy).
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -14,7 +15,7 @@ use crate::progress::summary_line;
 use crate::receive::{receive, ReceiveReport};
 use crate::send::{send, SendOptions, SendReport};
 use crate::store::Store;
-use crate::transport::{self, Conn, Listener, Role, Secret, Ticket};
+use crate::transport::{self, Accepted, Conn, Listener, Role, Secret, Ticket};
 
 /// Runs the configured command. `Ok` means everything arrived; a partial transfer is
 /// `Err(Error::Partial)`.
@@ -35,10 +36,30 @@ pub fn run(cfg: &Config) -> Result<()> {
             dest,
             transfer,
         } => run_copy(sources, dest, transfer, cfg),
+        Command::Remote {
+            plan,
+            transfer,
+            ssh,
+        } => crate::remote::run(plan, transfer, ssh, cfg),
+        Command::Serve { probe: true, .. } => {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{}", crate::remote::wire::greeting(None))
+                .and_then(|()| out.flush())
+                .map_err(|e| Error::io("writing to stdout", e))
+        }
+        Command::Serve {
+            probe: false,
+            uploaded,
+        } => match crate::remote::serve::run(*uploaded) {
+            // The far end already said everything on its stdout; only the code is left.
+            0 => Ok(()),
+            code => Err(Error::Reported { code }),
+        },
     }
 }
 
-fn send_options(t: &Transfer, quiet: bool) -> SendOptions {
+/// The sender's options for a transfer configured as `t`.
+pub(crate) fn send_options(t: &Transfer, quiet: bool) -> SendOptions {
     SendOptions {
         streams: t.streams,
         compress: t.compress,
@@ -70,20 +91,16 @@ fn run_recv(
     }
     let key = ticket.secret.block_key();
     let (_handle, accepted) = listener.spawn_acceptor();
-    let (tx, rx) = crossbeam_channel::unbounded();
-    std::thread::Builder::new()
-        .name("haul-incoming".into())
-        .spawn(move || {
-            for a in accepted {
-                if tx.send((a.conn, a.role)).is_err() {
-                    break;
-                }
-            }
-        })
-        .map_err(|e| Error::io("starting the listener thread", e))?;
+    let rx = forward_accepted(accepted)?;
     let report = receive(store, key, rx, !quiet)?;
-    if !quiet {
-        eprintln!("{}", recv_summary(&report));
+    finish_recv(&report, cfg)
+}
+
+/// Prints the receiver's summary (and JSON report); the partial error when the sender
+/// skipped files.
+pub(crate) fn finish_recv(report: &ReceiveReport, cfg: &Config) -> Result<()> {
+    if !cfg.quiet {
+        eprintln!("{}", recv_summary(report));
     }
     if cfg.json {
         println!("{}", report.report().to_json());
@@ -97,7 +114,26 @@ fn run_recv(
     Ok(())
 }
 
-fn recv_summary(r: &ReceiveReport) -> String {
+/// Hands the acceptor's connections to `receive` as they come.
+pub(crate) fn forward_accepted(
+    accepted: crossbeam_channel::Receiver<Accepted>,
+) -> Result<crossbeam_channel::Receiver<(Conn, Role)>> {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    std::thread::Builder::new()
+        .name("haul-incoming".into())
+        .spawn(move || {
+            for a in accepted {
+                if tx.send((a.conn, a.role)).is_err() {
+                    break;
+                }
+            }
+        })
+        .map_err(|e| Error::io("starting the listener thread", e))?;
+    Ok(rx)
+}
+
+/// The receiver's one-line summary.
+pub(crate) fn recv_summary(r: &ReceiveReport) -> String {
     summary_line(
         "received",
         r.summary.files,
@@ -128,24 +164,33 @@ fn write_ticket_file(path: &Path, line: &str) -> Result<()> {
 
 fn run_send(sources: &[Source], ticket: &Ticket, t: &Transfer, cfg: &Config) -> Result<()> {
     let opts = send_options(t, cfg.quiet);
-    // The first connection finds an address that works; the data streams reuse it.
+    let dial = direct_dialer(ticket, t.encrypt);
+    let report = send(sources, &opts, ticket.secret.block_key(), dial)?;
+    finish_send(&report, cfg)
+}
+
+/// Dials `ticket`: the first connection finds an address that works; the rest reuse it.
+pub(crate) fn direct_dialer(
+    ticket: &Ticket,
+    encrypt: bool,
+) -> impl Fn(Role) -> Result<Conn> + Sync + '_ {
     let found: Mutex<Option<SocketAddr>> = Mutex::new(None);
-    let dial = |role: Role| -> Result<Conn> {
+    move |role: Role| -> Result<Conn> {
         let addr = found.lock().ok().and_then(|g| *g);
         let conn = match addr {
-            Some(a) => transport::connect_addr(a, ticket, role, t.encrypt)?,
-            None => transport::connect(ticket, role, t.encrypt)?,
+            Some(a) => transport::connect_addr(a, ticket, role, encrypt)?,
+            None => transport::connect(ticket, role, encrypt)?,
         };
         if let (Some(a), Ok(mut g)) = (conn.peer_addr(), found.lock()) {
             g.get_or_insert(a);
         }
         Ok(conn)
-    };
-    let report = send(sources, &opts, ticket.secret.block_key(), dial)?;
-    finish_send(&report, cfg)
+    }
 }
 
-fn finish_send(report: &SendReport, cfg: &Config) -> Result<()> {
+/// Prints the sender's summary (and JSON report); the partial error when some files
+/// were skipped.
+pub(crate) fn finish_send(report: &SendReport, cfg: &Config) -> Result<()> {
     if cfg.json {
         println!("{}", report.report().to_json());
     }

@@ -5,11 +5,13 @@ use std::net::{IpAddr, SocketAddr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use crate::cli::{Cli, CommandArgs, TransferArgs};
+use crate::cli::{Cli, CommandArgs, RemoteArgs, TransferArgs};
 use crate::codec::Compression;
 use crate::error::{Error, Result};
 use crate::plan::walk::Source;
 use crate::protocol::{SyncOptions, MAX_BLOCK};
+use crate::remote::spec::{parse_location, split_command, Location};
+use crate::remote::{RemoteCopy, SshOptions};
 use crate::transport::Ticket;
 
 /// Default block size: large enough to amortise per-unit costs, small enough that a
@@ -71,6 +73,22 @@ pub enum Command {
         /// How.
         transfer: Transfer,
     },
+    /// Copy where the source or the destination is on another host.
+    Remote {
+        /// Which way.
+        plan: RemoteCopy,
+        /// How.
+        transfer: Transfer,
+        /// How to start the far ends.
+        ssh: SshOptions,
+    },
+    /// The far end of a remote copy (hidden).
+    Serve {
+        /// Only print the versions.
+        probe: bool,
+        /// Greet with the executable's own hash.
+        uploaded: bool,
+    },
 }
 
 /// The whole validated configuration.
@@ -109,19 +127,11 @@ impl Config {
                 transfer: transfer_config(&transfer, !no_encrypt, Compression::None)?,
             },
             CommandArgs::Copy {
-                mut paths,
+                paths,
                 transfer,
-            } => {
-                let dst = paths
-                    .pop()
-                    .ok_or_else(|| Error::Usage("copy needs SRC... DST".into()))?;
-                let (sources, dest) = copy_layout(&paths, &dst);
-                Command::Copy {
-                    sources,
-                    dest,
-                    transfer: transfer_config(&transfer, false, Compression::None)?,
-                }
-            }
+                remote,
+            } => copy_command(paths, &transfer, &remote)?,
+            CommandArgs::Serve { probe, uploaded } => Command::Serve { probe, uploaded },
         };
         Ok(Config {
             command,
@@ -129,6 +139,85 @@ impl Config {
             json: cli.json,
         })
     }
+}
+
+/// `copy`: local when every path is local, otherwise a remote copy (rsync's rules for
+/// `host:path`; all sources on one host).
+fn copy_command(mut paths: Vec<PathBuf>, t: &TransferArgs, r: &RemoteArgs) -> Result<Command> {
+    let dst = paths
+        .pop()
+        .ok_or_else(|| Error::Usage("copy needs SRC... DST".into()))?;
+    let usage = |e: crate::remote::spec::SpecError| Error::Usage(e.0);
+    let dest = parse_location(dst.as_os_str()).map_err(usage)?;
+    let srcs = paths
+        .iter()
+        .map(|p| parse_location(p.as_os_str()))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(usage)?;
+    let mut local = Vec::new();
+    let mut remote = Vec::new();
+    for s in srcs {
+        match s {
+            Location::Local(p) => local.push(p),
+            Location::Remote(r) => remote.push(r),
+        }
+    }
+    if !local.is_empty() && !remote.is_empty() {
+        return Err(Error::Usage(
+            "copy: the sources must be all local or all on one host".into(),
+        ));
+    }
+    if let Some(first) = remote.first() {
+        if remote.iter().any(|x| !x.same_login(first)) {
+            return Err(Error::Usage(
+                "copy: remote sources must all be on one host (and user)".into(),
+            ));
+        }
+    }
+    let plan = match (remote.is_empty(), dest) {
+        (true, Location::Local(dst)) => {
+            if r.via_ssh || r.no_encrypt || r.remote_haul.is_some() {
+                return Err(Error::Usage(
+                    "--via-ssh, --no-encrypt and --remote-haul apply only when a path is \
+                     host:path"
+                        .into(),
+                ));
+            }
+            let (sources, dest) = copy_layout(&local, &dst);
+            return Ok(Command::Copy {
+                sources,
+                dest,
+                transfer: transfer_config(t, false, Compression::None)?,
+            });
+        }
+        (true, Location::Remote(dest)) => RemoteCopy::Push {
+            sources: local,
+            dest,
+        },
+        (false, Location::Local(dest)) => RemoteCopy::Pull {
+            sources: remote,
+            dest,
+        },
+        (false, Location::Remote(dest)) => RemoteCopy::Between {
+            sources: remote,
+            dest,
+        },
+    };
+    let rsh = split_command(r.rsh.as_deref().unwrap_or("ssh")).map_err(usage)?;
+    let remote_haul = r.remote_haul.clone().unwrap_or_else(|| "haul".into());
+    if remote_haul.is_empty() || remote_haul.contains('\0') {
+        return Err(Error::Usage("--remote-haul needs a path".into()));
+    }
+    Ok(Command::Remote {
+        plan,
+        transfer: transfer_config(t, !r.no_encrypt, Compression::None)?,
+        ssh: SshOptions {
+            rsh,
+            remote_haul,
+            via_ssh: r.via_ssh,
+            advertise: r.remote_advertise,
+        },
+    })
 }
 
 fn transfer_config(
@@ -196,35 +285,45 @@ fn parse_listen(s: &str) -> Result<SocketAddr> {
         .map_err(|_| Error::Usage(format!("invalid --listen '{s}': use ADDR or ADDR:PORT")))
 }
 
+/// rsync's rule for a destination, decided where it can be looked at: when the transfer
+/// is one non-directory source (`single_file`) and `dst` is not an existing directory and
+/// has no trailing slash, the file lands as `dst` itself: the root is `dst`'s parent and
+/// the file's new name is returned. Otherwise `dst` is the root and names are kept.
+pub fn dest_layout(single_file: bool, dst: &Path) -> (PathBuf, Option<Vec<u8>>) {
+    let dst_bytes = dst.as_os_str().as_bytes();
+    if single_file && !dst_bytes.ends_with(b"/") && !dst.is_dir() {
+        if let Some(name) = dst.file_name() {
+            let parent = match dst.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+                _ => PathBuf::from("."),
+            };
+            return (parent, Some(name.as_bytes().to_vec()));
+        }
+    }
+    (dst.to_path_buf(), None)
+}
+
 /// rsync's rules for `copy SRC... DST`: DST is a directory that receives each source
 /// (`src` lands as DST/src, `src/` spills its contents into DST), except that a single
 /// non-directory source copied to a DST that is not an existing directory and has no
 /// trailing slash takes DST as its new name.
 pub fn copy_layout(srcs: &[PathBuf], dst: &Path) -> (Vec<Source>, PathBuf) {
-    let dst_bytes = dst.as_os_str().as_bytes();
-    if let [only] = srcs {
-        let src_is_dir = std::fs::metadata(only).map(|m| m.is_dir()).unwrap_or(false)
-            && !std::fs::symlink_metadata(only)
+    let single_file = match srcs {
+        [only] => {
+            let is_dir = std::fs::metadata(only).map(|m| m.is_dir()).unwrap_or(false);
+            let is_link = std::fs::symlink_metadata(only)
                 .map(|m| m.file_type().is_symlink())
                 .unwrap_or(false);
-        if !src_is_dir && !dst_bytes.ends_with(b"/") && !dst.is_dir() {
-            if let Some(name) = dst.file_name() {
-                let parent = match dst.parent() {
-                    Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-                    _ => PathBuf::from("."),
-                };
-                let source = Source {
-                    path: only.clone(),
-                    dest_name: Some(name.as_bytes().to_vec()),
-                };
-                return (vec![source], parent);
-            }
+            !is_dir || is_link
         }
+        _ => false,
+    };
+    let (root, rename) = dest_layout(single_file, dst);
+    let mut sources: Vec<Source> = srcs.iter().map(|p| Source::from_arg(p)).collect();
+    if let (Some(name), [only]) = (rename, sources.as_mut_slice()) {
+        only.dest_name = Some(name);
     }
-    (
-        srcs.iter().map(|p| Source::from_arg(p)).collect(),
-        dst.to_path_buf(),
-    )
+    (sources, root)
 }
 
 #[cfg(test)]
@@ -267,5 +366,79 @@ mod tests {
         let (s, root) = copy_layout(&[f], d.path());
         assert_eq!(root, d.path());
         assert_eq!(s[0].dest_name.as_deref(), Some(&b"f"[..]));
+    }
+
+    #[test]
+    fn dest_layout_rules() {
+        let d = tempfile::tempdir().unwrap();
+        let new = d.path().join("new");
+        assert_eq!(
+            dest_layout(true, &new),
+            (d.path().to_path_buf(), Some(b"new".to_vec()))
+        );
+        assert_eq!(dest_layout(false, &new), (new.clone(), None));
+        assert_eq!(dest_layout(true, d.path()), (d.path().to_path_buf(), None));
+        let slash = PathBuf::from(format!("{}/", new.display()));
+        assert_eq!(dest_layout(true, &slash), (slash.clone(), None));
+        assert_eq!(
+            dest_layout(true, Path::new("rel")),
+            (PathBuf::from("."), Some(b"rel".to_vec()))
+        );
+    }
+
+    fn cfg(args: &[&str]) -> Result<Config> {
+        use clap::Parser;
+        let mut all = vec!["haul"];
+        all.extend_from_slice(args);
+        Config::from_cli(Cli::try_parse_from(all).unwrap())
+    }
+
+    #[test]
+    fn copy_picks_local_push_pull_or_between() {
+        let c = cfg(&["copy", "/a", "/b"]).unwrap();
+        assert!(matches!(c.command, Command::Copy { .. }));
+        let c = cfg(&["copy", "/a", "./x:y"]).unwrap();
+        assert!(matches!(c.command, Command::Copy { .. }));
+        let c = cfg(&["copy", "-e", "ssh -p 2222", "/a", "u@db2:/d"]).unwrap();
+        let Command::Remote {
+            plan,
+            ssh,
+            transfer,
+        } = c.command
+        else {
+            panic!()
+        };
+        assert!(matches!(plan, RemoteCopy::Push { .. }));
+        assert_eq!(ssh.rsh, ["ssh", "-p", "2222"]);
+        assert_eq!(ssh.remote_haul, "haul");
+        assert!(transfer.encrypt);
+        let c = cfg(&["copy", "db1:/a", "db1:/b", "/d", "--no-encrypt"]).unwrap();
+        let Command::Remote { plan, transfer, .. } = c.command else {
+            panic!()
+        };
+        assert!(matches!(plan, RemoteCopy::Pull { .. }));
+        assert!(!transfer.encrypt);
+        let c = cfg(&["copy", "db1:/a", "[::1]:/b"]).unwrap();
+        assert!(matches!(
+            c.command,
+            Command::Remote {
+                plan: RemoteCopy::Between { .. },
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn copy_refuses_mixed_or_bad_remote_forms() {
+        for args in [
+            &["copy", "/a", "db1:/b", "/d"][..],
+            &["copy", "db1:/a", "db2:/b", "/d"],
+            &["copy", "/a", "h::mod"],
+            &["copy", "/a", "/b", "--via-ssh"],
+            &["copy", "-e", "ssh 'x", "/a", "h:/b"],
+        ] {
+            let e = cfg(args).unwrap_err();
+            assert_eq!(e.exit_code(), crate::error::exit::USAGE, "{args:?}: {e}");
+        }
     }
 }

@@ -78,6 +78,16 @@ pub enum Error {
         /// The exit code class the peer assigned.
         code: i32,
     },
+    /// A far end started over ssh (or ssh itself) failed; carries the far end's exit code.
+    #[error("{host}: {message}")]
+    Host {
+        /// The host, as the user named it.
+        host: String,
+        /// What went wrong there, one line.
+        message: String,
+        /// The exit-code class.
+        code: i32,
+    },
     /// The peer sent something the protocol does not allow.
     #[error("protocol error from peer: {0}")]
     Protocol(#[from] ProtocolError),
@@ -100,6 +110,13 @@ pub enum Error {
         /// The first of them.
         first: String,
     },
+    /// Already reported to the user (on the far end of a remote copy: in its final line);
+    /// only the exit code is left.
+    #[error("exit status {code}")]
+    Reported {
+        /// The exit code.
+        code: i32,
+    },
     /// An I/O error on our own side that fits nowhere else.
     #[error("{context}: {source}")]
     Io {
@@ -118,7 +135,9 @@ impl Error {
             Error::Source { .. } => exit::SOURCE,
             Error::Destination { .. } => exit::DESTINATION,
             Error::BlockHashMismatch { .. } | Error::Protocol(_) => exit::INTEGRITY,
-            Error::Remote { code, .. } => *code,
+            Error::Remote { code, .. } | Error::Host { code, .. } | Error::Reported { code } => {
+                *code
+            }
             Error::Transport(t) => t.exit_code(),
             Error::Partial { .. } => exit::PARTIAL,
             Error::Changed { .. } => exit::CHANGED,

@@ -13,6 +13,7 @@ pub mod plan;
 pub mod progress;
 pub mod protocol;
 pub mod receive;
+pub mod remote;
 pub mod send;
 pub mod store;
 pub mod transport;

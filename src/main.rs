@@ -10,6 +10,7 @@ fn main() {
     let cli = Cli::parse();
     let code = match Config::from_cli(cli).and_then(|cfg| haul::cmd::run(&cfg)) {
         Ok(()) => exit::OK,
+        Err(haul::Error::Reported { code }) => code,
         Err(e) => {
             eprintln!("haul: error: {e}");
             e.exit_code()

@@ -1,4 +1,5 @@
-//! [`Conn`]: one connected, authenticated byte stream, plain TCP, TLS or a local socketpair.
+//! [`Conn`]: one connected, authenticated byte stream, plain TCP, TLS, a local socketpair or
+//! a tunnel through a helper process (ssh).
 //!
 //! A `Conn` only moves bytes: framing lives in `protocol`. Writes go straight through (rustls
 //! encrypts into its own buffer and writes with `writev`), so callers should hand over large
@@ -16,6 +17,7 @@ use std::time::Duration;
 use rustls::{ClientConnection, ServerConnection, StreamOwned};
 
 use super::tls::TlsSocket;
+use super::tunnel::Tunnel;
 
 /// A connected, authenticated byte stream. `Read + Write + Send`.
 pub enum Conn {
@@ -27,6 +29,8 @@ pub enum Conn {
     TlsServer(Box<StreamOwned<ServerConnection, TlsSocket>>),
     /// One end of an in-process socketpair (local copy): no TLS, no authentication.
     Unix(UnixStream),
+    /// Carried by a helper process (ssh), authenticated end to end; see `tunnel`.
+    Tunnel(Box<Tunnel>),
 }
 
 impl Conn {
@@ -53,6 +57,7 @@ impl Conn {
                 s.sock.tcp().shutdown(Shutdown::Write)
             }
             Conn::Unix(s) => s.shutdown(Shutdown::Write),
+            Conn::Tunnel(t) => t.sock.shutdown(Shutdown::Write),
         }
     }
 
@@ -64,6 +69,7 @@ impl Conn {
             Conn::Tls(s) => s.sock.tcp().set_read_timeout(t),
             Conn::TlsServer(s) => s.sock.tcp().set_read_timeout(t),
             Conn::Unix(s) => s.set_read_timeout(t),
+            Conn::Tunnel(x) => x.sock.set_read_timeout(t),
         }
     }
 
@@ -74,6 +80,7 @@ impl Conn {
             Conn::Tls(s) => s.sock.tcp().set_write_timeout(t),
             Conn::TlsServer(s) => s.sock.tcp().set_write_timeout(t),
             Conn::Unix(s) => s.set_write_timeout(t),
+            Conn::Tunnel(x) => x.sock.set_write_timeout(t),
         }
     }
 
@@ -83,7 +90,7 @@ impl Conn {
             Conn::Plain(s) => s.peer_addr().ok(),
             Conn::Tls(s) => s.sock.tcp().peer_addr().ok(),
             Conn::TlsServer(s) => s.sock.tcp().peer_addr().ok(),
-            Conn::Unix(_) => None,
+            Conn::Unix(_) | Conn::Tunnel(_) => None,
         }
     }
 
@@ -91,6 +98,7 @@ impl Conn {
     pub fn peer_desc(&self) -> String {
         match self {
             Conn::Unix(_) => "local".to_string(),
+            Conn::Tunnel(t) => t.desc().to_string(),
             _ => match self.peer_addr() {
                 Some(a) => a.to_string(),
                 None => "unknown peer".to_string(),
@@ -111,6 +119,7 @@ impl Read for Conn {
             Conn::Tls(s) => s.read(buf),
             Conn::TlsServer(s) => s.read(buf),
             Conn::Unix(s) => s.read(buf),
+            Conn::Tunnel(t) => t.sock.read(buf),
         }
     }
 }
@@ -127,6 +136,7 @@ impl Write for Conn {
             Conn::Tls(s) => s.write(buf),
             Conn::TlsServer(s) => s.write(buf),
             Conn::Unix(s) => s.write(buf),
+            Conn::Tunnel(t) => t.sock.write(buf),
         }
     }
 
@@ -139,6 +149,7 @@ impl Write for Conn {
             Conn::Tls(s) => s.write_vectored(bufs),
             Conn::TlsServer(s) => s.write_vectored(bufs),
             Conn::Unix(s) => s.write_vectored(bufs),
+            Conn::Tunnel(t) => t.sock.write_vectored(bufs),
         }
     }
 
@@ -148,6 +159,7 @@ impl Write for Conn {
             Conn::Tls(s) => s.flush(),
             Conn::TlsServer(s) => s.flush(),
             Conn::Unix(s) => s.flush(),
+            Conn::Tunnel(t) => t.sock.flush(),
         }
     }
 }
@@ -159,6 +171,7 @@ impl fmt::Debug for Conn {
             Conn::Tls(_) => "Tls",
             Conn::TlsServer(_) => "TlsServer",
             Conn::Unix(_) => "Unix",
+            Conn::Tunnel(_) => "Tunnel",
         };
         write!(f, "Conn::{kind}({})", self.peer_desc())
     }

@@ -18,7 +18,8 @@
 //! certificate authorities, names or expiry: the ticket is the only root of trust.
 //!
 //! Layout: `handshake` (sans-IO state machines), `auth` (drives them over a stream),
-//! `ticket`, `tls` (configs, pinning, socket adapter), `conn`, `listen`, `dial`, `sys` (the
+//! `ticket`, `tls` (configs, pinning, socket adapter), `conn`, `listen`, `dial`, `tunnel`
+//! (connections carried by a helper process such as `ssh -W`), `sys` (the
 //! only `unsafe`: getifaddrs and poll).
 
 use std::fmt;
@@ -32,12 +33,14 @@ mod listen;
 mod sys;
 mod ticket;
 mod tls;
+mod tunnel;
 
 pub use conn::Conn;
 pub use dial::{connect, connect_addr};
 pub use listen::{Accepted, AcceptorHandle, Listener};
 pub use ticket::{Secret, Ticket, MAX_TICKET_ADDRS};
 pub use tls::TlsSocket;
+pub use tunnel::{connect_tunnel, Tunnel};
 
 /// The version in every connection's hello; peers with another version are refused with
 /// [`TransportError::PeerIncompatible`].

@@ -3,6 +3,7 @@
 //! - [`tree`]: builds the hostile-but-legal source tree (and random files).
 //! - [`compare`]: asserts that a destination tree equals its source, stat for stat.
 //! - [`process`]: runs `haul recv`, `send` and `copy` with timeouts, reading the ticket.
+//! - [`sshd`]: a throwaway OpenSSH server for the remote-copy tests.
 //!
 //! The helpers panic with a full explanation instead of returning errors: a test either
 //! proves what arrived or fails saying what did not. Each test binary uses a subset, hence
@@ -11,6 +12,7 @@
 
 pub mod compare;
 pub mod process;
+pub mod sshd;
 pub mod tree;
 
 use std::fs;

@@ -1,0 +1,402 @@
+//! One command across hosts: `haul copy SRC host:DST` (push), `haul copy host:SRC DST`
+//! (pull) and `haul copy h1:SRC h2:DST` (remote to remote), like scp and rsync, while the
+//! data still flows over haul's own parallel streams, not through ssh.
+//!
+//! **Participants.** The local `haul`; one far end per remote host, `haul serve` started
+//! over ssh (`session`), instructed over the ssh channel (`wire`), running the same sender
+//! or receiver as `haul send`/`haul recv` (`serve`).
+//!
+//! **Who dials.** A far end listens on an ephemeral port and hands its ticket back through
+//! the ssh channel; the local side dials it, whichever way the data goes (push: the local
+//! sender dials the far receiver; pull: the local receiver dials N+1 connections to the far
+//! sender and feeds them to `receive`). Remote to remote: the receiving far end listens, its
+//! ticket goes to the sending far end's stdin, and the sender dials it directly, so no data
+//! passes through the local host.
+//!
+//! **Firewalls.** When the direct connection cannot be made within the connect timeout,
+//! the local side says so and carries each connection through `ssh -W 127.0.0.1:PORT`
+//! instead (`--via-ssh` forces this). Not available remote to remote (see README).
+//!
+//! **Where things land.** rsync's rules, decided where the destination can be looked at:
+//! the far receiver (push, remote to remote) or the local side (pull), told by the sender
+//! side whether the source is one non-directory.
+//!
+//! Non-goals: rsync's daemon mode (`host::module`), a persistent remote service.
+
+pub mod serve;
+pub mod session;
+pub mod spec;
+pub mod wire;
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::config::{dest_layout, Config, Transfer};
+use crate::error::{exit, Error, Result};
+use crate::plan::walk::{self, Source};
+use crate::progress::summary_line;
+use crate::receive::receive;
+use crate::send::send;
+use crate::store::Store;
+use crate::transport::{Role, Ticket};
+
+use session::{Done, FarEnd, Route, Rsh};
+pub use spec::{Location, RemotePath};
+use wire::{Reply, Request};
+
+/// How long the far end may take to say `Done` once the local part is over.
+const DONE_WAIT: Duration = Duration::from_secs(30);
+
+/// How to reach and start far ends.
+#[derive(Clone, Debug)]
+pub struct SshOptions {
+    /// The remote shell command, split into words (`-e`, `HAUL_RSH`; default `ssh`).
+    pub rsh: Vec<String>,
+    /// The haul program on far hosts (`--remote-haul`; default `haul`, found on PATH).
+    pub remote_haul: String,
+    /// Carry the streams through ssh even when a direct connection would work.
+    pub via_ssh: bool,
+    /// Far ends advertise this address instead of their own (NAT; tests).
+    pub advertise: Option<IpAddr>,
+}
+
+/// Which way a remote copy goes.
+#[derive(Clone, Debug)]
+pub enum RemoteCopy {
+    /// Local sources to a far destination.
+    Push {
+        /// Local sources.
+        sources: Vec<PathBuf>,
+        /// Far destination.
+        dest: RemotePath,
+    },
+    /// Far sources (all on one host) to a local destination.
+    Pull {
+        /// Far sources.
+        sources: Vec<RemotePath>,
+        /// Local destination.
+        dest: PathBuf,
+    },
+    /// Far sources to a far destination, directly between the two.
+    Between {
+        /// Far sources (all on one host).
+        sources: Vec<RemotePath>,
+        /// Far destination.
+        dest: RemotePath,
+    },
+}
+
+/// Runs a remote copy. Errors from a far end carry its host name and exit code.
+pub fn run(plan: &RemoteCopy, t: &Transfer, ssh: &SshOptions, cfg: &Config) -> Result<()> {
+    // Remote to remote needs no tunnels, and two sessions to one host would race for one
+    // shared connection.
+    let share = !matches!(plan, RemoteCopy::Between { .. });
+    let rsh = Rsh::new(ssh.rsh.clone(), share);
+    match plan {
+        RemoteCopy::Push { sources, dest } => push(&rsh, sources, dest, t, ssh, cfg),
+        RemoteCopy::Pull { sources, dest } => pull(&rsh, sources, dest, t, ssh, cfg),
+        RemoteCopy::Between { sources, dest } => between(&rsh, sources, dest, t, ssh, cfg.quiet),
+    }
+}
+
+/// Whether `sources` is one path that is not a directory (rsync's rename rule applies).
+fn is_single_file(sources: &[Source]) -> bool {
+    match sources {
+        [only] => !std::fs::symlink_metadata(&only.path)
+            .map(|m| m.is_dir())
+            .unwrap_or(false),
+        _ => false,
+    }
+}
+
+fn unexpected(far: &FarEnd, what: &str) -> Error {
+    Error::Host {
+        host: far.host.clone(),
+        message: format!("unexpected answer from the far end ({what})"),
+        code: exit::INTEGRITY,
+    }
+}
+
+/// The local error, unless it only says the peer failed or vanished and the far end's
+/// `Done` says why (that one names the cause and the host).
+fn prefer_far(local: Error, far: &FarEnd, done: Option<&Done>) -> Error {
+    let peer_side = matches!(local, Error::Remote { .. } | Error::Transport(_));
+    match done {
+        Some(d) if d.code != exit::OK && peer_side => far.done_error(d),
+        _ => local,
+    }
+}
+
+fn push(
+    rsh: &Rsh,
+    sources: &[PathBuf],
+    dest: &RemotePath,
+    t: &Transfer,
+    ssh: &SshOptions,
+    cfg: &Config,
+) -> Result<()> {
+    let quiet = cfg.quiet;
+    let mut srcs: Vec<Source> = sources.iter().map(|p| Source::from_arg(p)).collect();
+    walk::check_sources(&srcs)?;
+    let mut far = FarEnd::start(rsh, dest, &ssh.remote_haul, quiet)?;
+    far.send(&Request::Receive {
+        dest: dest.path_or_home(),
+        single_file: is_single_file(&srcs),
+        advertise: ssh.advertise,
+    })?;
+    let (ticket, port, rename) = match far.recv("setting up the receiver")? {
+        Reply::Ready {
+            ticket: Some(ticket),
+            port,
+            rename,
+            ..
+        } => (ticket, port, rename),
+        Reply::Done {
+            code,
+            message,
+            files,
+            bytes,
+        } => {
+            return Err(far.done_error(&Done {
+                code,
+                message,
+                files,
+                bytes,
+            }))
+        }
+        Reply::Ready { .. } => return Err(unexpected(&far, "no ticket")),
+    };
+    let ticket = Ticket::parse(&ticket)?;
+    if let (Some(name), [only]) = (rename, srcs.as_mut_slice()) {
+        only.dest_name = Some(name);
+    }
+    let route = Route::new(rsh, dest, ticket, port, t.encrypt, ssh.via_ssh);
+    let opts = crate::cmd::send_options(t, quiet);
+    let sent = send(&srcs, &opts, route.key(), |role| route.dial(role));
+    let done = far.finish(Some(DONE_WAIT));
+    match sent {
+        Ok(report) => crate::cmd::finish_send(&report, cfg),
+        Err(e) => Err(prefer_far(e, &far, done.as_ref())),
+    }
+}
+
+fn pull(
+    rsh: &Rsh,
+    sources: &[RemotePath],
+    dest: &Path,
+    t: &Transfer,
+    ssh: &SshOptions,
+    cfg: &Config,
+) -> Result<()> {
+    let quiet = cfg.quiet;
+    let at = &sources[0];
+    let mut far = FarEnd::start(rsh, at, &ssh.remote_haul, quiet)?;
+    far.send(&send_request(sources, t, true, ssh.advertise))?;
+    let (ticket, port, single_file) = match far.recv("setting up the sender")? {
+        Reply::Ready {
+            ticket: Some(ticket),
+            port,
+            single_file,
+            ..
+        } => (ticket, port, single_file),
+        Reply::Done {
+            code,
+            message,
+            files,
+            bytes,
+        } => {
+            return Err(far.done_error(&Done {
+                code,
+                message,
+                files,
+                bytes,
+            }))
+        }
+        Reply::Ready { .. } => return Err(unexpected(&far, "no ticket")),
+    };
+    let ticket = Ticket::parse(&ticket)?;
+    let (root, rename) = dest_layout(single_file, dest);
+    let store = Store::open(&root)?;
+    far.send(&Request::Go {
+        rename,
+        ticket: None,
+        encrypt: t.encrypt,
+    })?;
+    let route = Route::new(rsh, at, ticket, port, t.encrypt, ssh.via_ssh);
+    let key = route.key();
+    let streams = t.streams;
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let received = std::thread::scope(|s| {
+        let route = &route;
+        // Control first (it decides direct or tunnel), then the data streams in parallel.
+        s.spawn(move || {
+            let control = match route.dial(Role::Control) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("haul: error: {e}");
+                    return;
+                }
+            };
+            if tx.send((control, Role::Control)).is_err() {
+                return;
+            }
+            std::thread::scope(|s2| {
+                for _ in 0..streams {
+                    let tx = tx.clone();
+                    s2.spawn(move || match route.dial(Role::Data) {
+                        Ok(c) => {
+                            let _ = tx.send((c, Role::Data));
+                        }
+                        Err(e) => eprintln!("haul: warning: a data stream failed: {e}"),
+                    });
+                }
+            });
+        });
+        receive(store, key, rx, !quiet)
+    });
+    let done = far.finish(Some(DONE_WAIT));
+    let report = match received {
+        Ok(r) => r,
+        Err(e) => return Err(prefer_far(e, &far, done.as_ref())),
+    };
+    match done {
+        Some(d) if d.code != exit::OK && d.code != exit::PARTIAL => Err(far.done_error(&d)),
+        Some(_) => crate::cmd::finish_recv(&report, cfg),
+        None => Err(Error::Host {
+            host: far.host.clone(),
+            message: "the far end ended without confirming (see above)".into(),
+            code: exit::NETWORK,
+        }),
+    }
+}
+
+fn send_request(
+    sources: &[RemotePath],
+    t: &Transfer,
+    listen: bool,
+    advertise: Option<IpAddr>,
+) -> Request {
+    Request::Send {
+        paths: sources.iter().map(RemotePath::path_or_home).collect(),
+        // Lossless: validated to be at most MAX_STREAMS.
+        streams: t.streams as u16,
+        compress: t.compress.to_string(),
+        block_size: t.block_size,
+        sync: t.sync,
+        listen,
+        advertise,
+    }
+}
+
+fn between(
+    rsh: &Rsh,
+    sources: &[RemotePath],
+    dest: &RemotePath,
+    t: &Transfer,
+    ssh: &SshOptions,
+    quiet: bool,
+) -> Result<()> {
+    let started = Instant::now();
+    // Both ssh sessions start at once: their set-up is most of the latency.
+    let (sender, receiver) = std::thread::scope(|s| {
+        let a = s.spawn(|| FarEnd::start(rsh, &sources[0], &ssh.remote_haul, quiet));
+        let b = FarEnd::start(rsh, dest, &ssh.remote_haul, quiet);
+        let a = a
+            .join()
+            .unwrap_or_else(|_| Err(Error::io("ssh", std::io::Error::other("panicked"))));
+        (a, b)
+    });
+    let (mut sender, mut receiver) = (sender?, receiver?);
+    sender.send(&send_request(sources, t, false, None))?;
+    let single_file = match sender.recv("setting up the sender")? {
+        Reply::Ready { single_file, .. } => single_file,
+        Reply::Done {
+            code,
+            message,
+            files,
+            bytes,
+        } => {
+            return Err(sender.done_error(&Done {
+                code,
+                message,
+                files,
+                bytes,
+            }))
+        }
+    };
+    receiver.send(&Request::Receive {
+        dest: dest.path_or_home(),
+        single_file,
+        advertise: ssh.advertise,
+    })?;
+    let (ticket, rename) = match receiver.recv("setting up the receiver")? {
+        Reply::Ready {
+            ticket: Some(ticket),
+            rename,
+            ..
+        } => (ticket, rename),
+        Reply::Done {
+            code,
+            message,
+            files,
+            bytes,
+        } => {
+            return Err(receiver.done_error(&Done {
+                code,
+                message,
+                files,
+                bytes,
+            }))
+        }
+        Reply::Ready { .. } => return Err(unexpected(&receiver, "no ticket")),
+    };
+    sender.send(&Request::Go {
+        rename,
+        ticket: Some(ticket),
+        encrypt: t.encrypt,
+    })?;
+    let sent = sender.finish(None);
+    let received = receiver.finish(Some(DONE_WAIT));
+    match (sent, received) {
+        (Some(s), _) if s.code == exit::OK => {
+            if !quiet {
+                eprintln!(
+                    "{}",
+                    summary_line(
+                        &format!("copied {} -> {}:", sender.host, receiver.host),
+                        s.files,
+                        s.bytes,
+                        s.bytes,
+                        started,
+                    )
+                );
+            }
+            Ok(())
+        }
+        (Some(s), r) => {
+            // "receiver: …" from the sender: the receiver's own Done says it with its host.
+            if s.message.starts_with("receiver:") {
+                if let Some(r) = r.filter(|r| r.code != exit::OK) {
+                    return Err(receiver.done_error(&r));
+                }
+            }
+            let mut e = sender.done_error(&s);
+            if s.code == exit::NETWORK {
+                if let Error::Host { message, .. } = &mut e {
+                    message.push_str(&format!(
+                        " ({} must reach {} directly for a remote-to-remote copy)",
+                        sender.host, receiver.host
+                    ));
+                }
+            }
+            Err(e)
+        }
+        (None, Some(r)) if r.code != exit::OK => Err(receiver.done_error(&r)),
+        (None, _) => Err(Error::Host {
+            host: sender.host.clone(),
+            message: "the far end ended without confirming (see above)".into(),
+            code: exit::NETWORK,
+        }),
+    }
+}

@@ -1,0 +1,334 @@
+//! The far end: `haul serve`, started over ssh by a local `haul copy host:…`.
+//!
+//! It reads its instructions from stdin and answers on stdout (see `wire`): nothing else
+//! ever reaches stdout, and errors travel in the final `Done` line (so the local side can
+//! show them with the host name and exit with the same code) rather than on stderr.
+//! Warnings (unreadable files, rejected connections) go to stderr, which the local side
+//! shows prefixed with the host name.
+//!
+//! A receiver listens; a sender listens (pull) or dials the ticket it is given (remote to
+//! remote). End of input on stdin means the local side is gone: the far end stops at once,
+//! leaving partial files as any interrupted transfer does.
+//!
+//! Not here: how the far end was started or uploaded (`session`).
+
+use std::io::{self, BufRead, Read, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+
+use super::wire::{self, Reply, Request};
+use crate::codec::Compression;
+use crate::config::{dest_layout, Transfer};
+use crate::error::{exit, Error, Result};
+use crate::plan::walk::{self, Source};
+use crate::receive::receive;
+use crate::send::send;
+use crate::store::Store;
+use crate::transport::{self, Accepted, Conn, Listener, Role, Ticket};
+
+/// How long a listening far end waits for each connection of the local side (which may
+/// first wait for a direct connection to time out, then set up ssh tunnels).
+const ACCEPT_WAIT: Duration = Duration::from_secs(90);
+
+/// Runs `haul serve`; returns the exit code. `uploaded`: this binary was just copied here
+/// by the local side, which wants its hash in the greeting to check the copy.
+pub fn run(uploaded: bool) -> i32 {
+    let hash = if uploaded {
+        match self_hash() {
+            Ok(h) => Some(h),
+            Err(e) => {
+                eprintln!("haul: cannot read own executable: {e}");
+                return exit::OTHER;
+            }
+        }
+    } else {
+        None
+    };
+    let out = Out::default();
+    out.line(&wire::greeting(hash.as_deref()));
+    let mut input = io::BufReader::new(io::stdin());
+    let finished = Arc::new(AtomicBool::new(false));
+    let result = match read_request(&mut input) {
+        Ok(Request::Receive {
+            dest,
+            single_file,
+            advertise,
+        }) => {
+            watch_stdin(input, Arc::clone(&finished));
+            serve_receive(&out, &dest, single_file, advertise)
+        }
+        Ok(Request::Send {
+            paths,
+            streams,
+            compress,
+            block_size,
+            sync,
+            listen,
+            advertise,
+        }) => {
+            let t = (|| {
+                let compress: Compression = compress.parse().map_err(Error::Usage)?;
+                Ok(Transfer {
+                    streams: usize::from(streams),
+                    compress,
+                    block_size,
+                    encrypt: true,
+                    sync,
+                })
+            })();
+            match t {
+                Ok(t) => serve_send(&out, input, &finished, &paths, t, listen, advertise),
+                Err(e) => Err(e),
+            }
+        }
+        Ok(Request::Go { .. }) => Err(Error::Usage("Go before Send".into())),
+        // The local side went away before saying anything: nobody to tell.
+        Err(None) => return exit::NETWORK,
+        Err(Some(e)) => Err(e),
+    };
+    finished.store(true, Ordering::SeqCst);
+    let (code, message, files, bytes) = match result {
+        Ok((files, bytes)) => (exit::OK, String::new(), files, bytes),
+        Err(e) => (e.exit_code(), e.to_string(), 0, 0),
+    };
+    out.line(&wire::encode(&Reply::Done {
+        code,
+        message,
+        files,
+        bytes,
+    }));
+    code
+}
+
+/// Stdout, one whole line at a time.
+#[derive(Default)]
+struct Out(Mutex<()>);
+
+impl Out {
+    fn line(&self, s: &str) {
+        let _g = self.0.lock();
+        let mut o = io::stdout().lock();
+        let _ = writeln!(o, "{s}");
+        let _ = o.flush();
+    }
+}
+
+/// The next request; `Err(None)` at end of input.
+fn read_request(input: &mut impl BufRead) -> std::result::Result<Request, Option<Error>> {
+    let mut line = Vec::new();
+    let n = Read::take(&mut *input, wire::MAX_LINE as u64)
+        .read_until(b'\n', &mut line)
+        .map_err(|e| Some(Error::io("reading instructions", e)))?;
+    if n == 0 {
+        return Err(None);
+    }
+    let text = String::from_utf8_lossy(&line);
+    wire::decode(&text).map_err(|m| {
+        Some(Error::Protocol(crate::protocol::ProtocolError::Unexpected(
+            format!("instructions from the local haul: {m}"),
+        )))
+    })
+}
+
+/// Once the instructions are read, stdin only tells us when the local side is gone.
+fn watch_stdin(mut input: impl BufRead + Send + 'static, finished: Arc<AtomicBool>) {
+    let r = std::thread::Builder::new()
+        .name("haul-stdin".into())
+        .spawn(move || {
+            let mut sink = [0u8; 4096];
+            while matches!(input.read(&mut sink), Ok(n) if n > 0) {}
+            if !finished.load(Ordering::SeqCst) {
+                eprintln!("haul: the local haul went away; stopping");
+                std::process::exit(exit::NETWORK);
+            }
+        });
+    // Without the watcher the far end still ends: its connections fail when the local
+    // side goes.
+    drop(r);
+}
+
+fn path_of(bytes: &[u8]) -> PathBuf {
+    PathBuf::from(std::ffi::OsStr::from_bytes(bytes))
+}
+
+/// Binds on every address and makes the ticket: the address the ssh client reached us at
+/// first (the one most likely to work from there), or only `advertise` when given.
+fn listen(advertise: Option<IpAddr>) -> Result<(Listener, Ticket, u16)> {
+    let listener = Listener::bind(None)?;
+    let port = listener.local_addr().port();
+    let mut ticket = listener.ticket();
+    if let Some(ip) = advertise {
+        ticket.addrs = vec![SocketAddr::new(ip, port)];
+    } else if let Some(ip) = ssh_server_ip() {
+        let a = SocketAddr::new(ip, port);
+        ticket.addrs.retain(|x| *x != a);
+        ticket.addrs.insert(0, a);
+        ticket.addrs.truncate(transport::MAX_TICKET_ADDRS);
+    }
+    Ok((listener, ticket, port))
+}
+
+/// This host's address as the ssh client saw it (`SSH_CONNECTION`'s third word).
+fn ssh_server_ip() -> Option<IpAddr> {
+    let v = std::env::var("SSH_CONNECTION").ok()?;
+    v.split_whitespace().nth(2)?.parse().ok()
+}
+
+fn serve_receive(
+    out: &Out,
+    dest: &[u8],
+    single_file: bool,
+    advertise: Option<IpAddr>,
+) -> Result<(u64, u64)> {
+    let (root, rename) = dest_layout(single_file, &path_of(dest));
+    let store = Store::open(&root)?;
+    let (listener, ticket, port) = listen(advertise)?;
+    let key = ticket.secret.block_key();
+    out.line(&wire::encode(&Reply::Ready {
+        ticket: Some(ticket.encode()),
+        port: Some(port),
+        single_file,
+        rename,
+    }));
+    let (_handle, accepted) = listener.spawn_acceptor();
+    let rx = crate::cmd::forward_accepted(accepted)?;
+    let report = receive(store, key, rx, false)?;
+    if report.sender_failed > 0 {
+        return Err(Error::Partial {
+            count: report.sender_failed,
+            first: "see the sender's output".into(),
+        });
+    }
+    Ok((report.summary.files, report.summary.bytes))
+}
+
+fn serve_send(
+    out: &Out,
+    mut input: io::BufReader<io::Stdin>,
+    finished: &Arc<AtomicBool>,
+    paths: &[Vec<u8>],
+    t: Transfer,
+    listen_here: bool,
+    advertise: Option<IpAddr>,
+) -> Result<(u64, u64)> {
+    let mut sources: Vec<Source> = paths
+        .iter()
+        .map(|p| Source::from_arg(&path_of(p)))
+        .collect();
+    walk::check_sources(&sources)?;
+    let single_file = match sources.as_slice() {
+        [only] => !std::fs::symlink_metadata(&only.path)
+            .map(|m| m.is_dir())
+            .unwrap_or(false),
+        _ => false,
+    };
+    let listening = if listen_here {
+        Some(listen(advertise)?)
+    } else {
+        None
+    };
+    out.line(&wire::encode(&Reply::Ready {
+        ticket: listening.as_ref().map(|(_, t, _)| t.encode()),
+        port: listening.as_ref().map(|(_, _, p)| *p),
+        single_file,
+        rename: None,
+    }));
+    let (rename, dial_ticket, encrypt) = match read_request(&mut input) {
+        Ok(Request::Go {
+            rename,
+            ticket,
+            encrypt,
+        }) => (rename, ticket, encrypt),
+        Ok(_) => {
+            return Err(crate::protocol::ProtocolError::Unexpected(
+                "expected Go from the local haul".into(),
+            )
+            .into())
+        }
+        Err(None) => {
+            return Err(crate::send::lost(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the local haul went away before the start",
+            )))
+        }
+        Err(Some(e)) => return Err(e),
+    };
+    watch_stdin(input, Arc::clone(finished));
+    if let (Some(name), [only]) = (rename, sources.as_mut_slice()) {
+        only.dest_name = Some(name);
+    }
+    let opts = crate::cmd::send_options(&t, true);
+    let report = match (listening, dial_ticket) {
+        (Some((listener, ticket, _)), _) => {
+            let key = ticket.secret.block_key();
+            let (_handle, accepted) = listener.spawn_acceptor();
+            let pool = Mutex::new(AcceptPool {
+                rx: accepted,
+                stash: Vec::new(),
+            });
+            let dial = |role: Role| -> Result<Conn> {
+                pool.lock()
+                    .map_err(|_| Error::io("accepting", io::Error::other("poisoned")))?
+                    .take(role)
+            };
+            send(&sources, &opts, key, dial)?
+        }
+        (None, Some(text)) => {
+            let ticket = Ticket::parse(&text)?;
+            let dial = crate::cmd::direct_dialer(&ticket, encrypt);
+            send(&sources, &opts, ticket.secret.block_key(), dial)?
+        }
+        (None, None) => {
+            return Err(Error::Usage("no ticket to dial".into()));
+        }
+    };
+    let files = report.summary.files;
+    let bytes = report.summary.bytes;
+    match report.partial_error() {
+        Some(e) => Err(e),
+        None => Ok((files, bytes)),
+    }
+}
+
+/// Accepted connections handed out by role, in the order `send` asks for them.
+struct AcceptPool {
+    rx: Receiver<Accepted>,
+    stash: Vec<Accepted>,
+}
+
+impl AcceptPool {
+    fn take(&mut self, role: Role) -> Result<Conn> {
+        if let Some(i) = self.stash.iter().position(|a| a.role == role) {
+            return Ok(self.stash.swap_remove(i).conn);
+        }
+        loop {
+            match self.rx.recv_timeout(ACCEPT_WAIT) {
+                Ok(a) if a.role == role => return Ok(a.conn),
+                Ok(a) => self.stash.push(a),
+                Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {
+                    return Err(crate::send::lost(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!(
+                            "the receiver did not connect within {} s",
+                            ACCEPT_WAIT.as_secs()
+                        ),
+                    )))
+                }
+            }
+        }
+    }
+}
+
+/// BLAKE3 of this process's executable, hex.
+pub fn self_hash() -> io::Result<String> {
+    let mut f = std::fs::File::open("/proc/self/exe")?;
+    let mut h = blake3::Hasher::new();
+    io::copy(&mut f, &mut h)?;
+    Ok(h.finalize().to_hex().to_string())
+}

@@ -1,0 +1,257 @@
+//! What the local `haul` and the far end (`haul serve`, started over ssh) say to each
+//! other on the ssh channel: text lines on the far end's stdin and stdout.
+//!
+//! The far end's stdout carries nothing but these lines:
+//!
+//! ```text
+//! haul-serve SERVE_VERSION PROTOCOL_VERSION [blake3-of-own-binary]   greeting, first line
+//! haul-msg BASE32(postcard(Reply))                                   Ready, then Done
+//! ```
+//!
+//! and the local side writes `haul-msg BASE32(postcard(Request))` lines to its stdin.
+//! Base32 keeps the lines free of anything a terminal or shell could misread, and postcard
+//! gives a fixed encoding that never allocates beyond its input. Paths travel as raw bytes,
+//! so names that are not UTF-8 survive. The ticket and the paths go through here, never
+//! through a command line, so neither appears in a process listing.
+//!
+//! Calling order: the far end greets; the local side sends one `Request::Receive` or
+//! `Request::Send`; the far end answers `Ready` (or `Done` with an error); a sender's far
+//! end then waits for `Request::Go`; at the end the far end sends `Done` and exits with its
+//! code. End of input on the far end's stdin at any point means "abort".
+
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::SyncOptions;
+use crate::transport::PROTOCOL_VERSION;
+
+/// Version of this line protocol; bumped whenever `Request` or `Reply` change shape.
+pub const SERVE_VERSION: u16 = 1;
+/// Every message line starts with this.
+const MSG_PREFIX: &str = "haul-msg ";
+/// Greeting lines start with this.
+const GREETING_PREFIX: &str = "haul-serve ";
+/// Longest line either side accepts (a request with many long paths still fits).
+pub const MAX_LINE: usize = 16 << 20;
+
+/// Local → far end.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    /// Be the receiver: listen, write into `dest`.
+    Receive {
+        /// Destination path on the far host.
+        dest: Vec<u8>,
+        /// Whether the transfer is one source that is not a directory (then `dest` may
+        /// name the file itself: rsync's rule, decided where `dest` can be looked at).
+        single_file: bool,
+        /// Advertise this address in the ticket instead of the host's own ones.
+        advertise: Option<IpAddr>,
+    },
+    /// Be the sender of `paths`.
+    Send {
+        /// Source paths on the far host (`dir/` means the contents, as locally).
+        paths: Vec<Vec<u8>>,
+        /// Data streams.
+        streams: u16,
+        /// Compression, as `--compress` spells it.
+        compress: String,
+        /// Block size in bytes.
+        block_size: u64,
+        /// What the receiver does with what it already has (`--checksum`, `--inplace`,
+        /// `--delete`).
+        sync: SyncOptions,
+        /// Listen for the receiver's connections (pull); `false`: dial the ticket that
+        /// `Go` brings (remote to remote).
+        listen: bool,
+        /// Advertise this address in the ticket instead of the host's own ones.
+        advertise: Option<IpAddr>,
+    },
+    /// Sender only: start.
+    Go {
+        /// The new name of the single source at the destination, if rsync's rule renames it.
+        rename: Option<Vec<u8>>,
+        /// The receiver's ticket, when this far end dials (remote to remote).
+        ticket: Option<String>,
+        /// TLS on the connections this far end dials.
+        encrypt: bool,
+    },
+}
+
+/// Far end → local.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reply {
+    /// Set up and waiting.
+    Ready {
+        /// The ticket to dial, when this far end listens.
+        ticket: Option<String>,
+        /// The port this far end listens on, reachable at 127.0.0.1 on its own host (for
+        /// connections carried through ssh when the direct route is blocked).
+        port: Option<u16>,
+        /// Sender: whether the sources are one non-directory.
+        single_file: bool,
+        /// Receiver: the name the single source takes at the destination, if renamed.
+        rename: Option<Vec<u8>>,
+    },
+    /// Finished; `code` is the far end's exit code.
+    Done {
+        /// Exit code (0: everything arrived).
+        code: i32,
+        /// One line for the user when `code` is not 0.
+        message: String,
+        /// Files and bytes moved (for the summary line).
+        files: u64,
+        /// Bytes of file data moved.
+        bytes: u64,
+    },
+}
+
+/// The first line of `haul serve`: `haul-serve 1 1` or `haul-serve 1 1 HASH`.
+pub fn greeting(self_hash: Option<&str>) -> String {
+    match self_hash {
+        Some(h) => format!("{GREETING_PREFIX}{SERVE_VERSION} {PROTOCOL_VERSION} {h}"),
+        None => format!("{GREETING_PREFIX}{SERVE_VERSION} {PROTOCOL_VERSION}"),
+    }
+}
+
+/// A parsed greeting.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Greeting {
+    /// The far end's [`SERVE_VERSION`].
+    pub serve: u16,
+    /// The far end's transport protocol version.
+    pub protocol: u16,
+    /// BLAKE3 of the far end's own executable, when it was asked to say.
+    pub hash: Option<String>,
+}
+
+impl Greeting {
+    /// Whether the far end speaks exactly our versions.
+    pub fn compatible(&self) -> bool {
+        self.serve == SERVE_VERSION && self.protocol == PROTOCOL_VERSION
+    }
+}
+
+/// Parses a greeting line; `None` if it is not one.
+pub fn parse_greeting(line: &str) -> Option<Greeting> {
+    let rest = line.trim_end().strip_prefix(GREETING_PREFIX)?;
+    let mut words = rest.split(' ');
+    let serve = words.next()?.parse().ok()?;
+    let protocol = words.next()?.parse().ok()?;
+    let hash = words.next().map(str::to_string);
+    if words.next().is_some() {
+        return None;
+    }
+    Some(Greeting {
+        serve,
+        protocol,
+        hash,
+    })
+}
+
+/// One message as a line (no newline).
+pub fn encode<T: Serialize>(msg: &T) -> String {
+    // postcard cannot fail on these types (no maps with non-string keys, no I/O).
+    let bin = postcard::to_allocvec(msg).unwrap_or_default();
+    format!("{MSG_PREFIX}{}", data_encoding::BASE32_NOPAD.encode(&bin))
+}
+
+/// Decodes a message line; `Err` says what is wrong with it.
+pub fn decode<T: for<'a> Deserialize<'a>>(line: &str) -> Result<T, String> {
+    let body = line
+        .trim_end()
+        .strip_prefix(MSG_PREFIX)
+        .ok_or_else(|| format!("unexpected line {:?}", shorten(line)))?;
+    let bin = data_encoding::BASE32_NOPAD
+        .decode(body.as_bytes())
+        .map_err(|e| format!("malformed message: {e}"))?;
+    postcard::from_bytes(&bin).map_err(|e| format!("malformed message: {e}"))
+}
+
+/// Whether `line` is a message line (as opposed to noise from a login script).
+pub fn is_message(line: &str) -> bool {
+    line.starts_with(MSG_PREFIX)
+}
+
+/// At most 100 characters of `s`, for messages about unexpected output.
+pub fn shorten(s: &str) -> String {
+    let s = s.trim_end();
+    match s.char_indices().nth(100) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip_as_single_safe_lines() {
+        let reqs = [
+            Request::Receive {
+                dest: b"/x\xff y\n".to_vec(),
+                single_file: true,
+                advertise: Some("192.0.2.1".parse().unwrap()),
+            },
+            Request::Send {
+                paths: vec![b"a/".to_vec(), b"b".to_vec()],
+                streams: 4,
+                compress: "zstd:3".into(),
+                block_size: 4 << 20,
+                sync: SyncOptions {
+                    checksum: true,
+                    inplace: false,
+                    delete: true,
+                },
+                listen: true,
+                advertise: None,
+            },
+            Request::Go {
+                rename: Some(b"new".to_vec()),
+                ticket: Some("haul1-abc".into()),
+                encrypt: true,
+            },
+        ];
+        for r in reqs {
+            let line = encode(&r);
+            assert!(!line.contains('\n') && line.is_ascii(), "{line}");
+            assert!(is_message(&line));
+            assert_eq!(decode::<Request>(&line).unwrap(), r);
+        }
+        let done = Reply::Done {
+            code: 4,
+            message: "disk full".into(),
+            files: 1,
+            bytes: 2,
+        };
+        assert_eq!(decode::<Reply>(&encode(&done)).unwrap(), done);
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        assert!(decode::<Reply>("hello").is_err());
+        assert!(decode::<Reply>("haul-msg !!!").is_err());
+        assert!(decode::<Reply>("haul-msg AAAA").is_err());
+        assert!(decode::<Reply>("haul-msg ").is_err());
+    }
+
+    #[test]
+    fn greetings() {
+        let g = parse_greeting(&greeting(None)).unwrap();
+        assert!(g.compatible());
+        assert_eq!(g.hash, None);
+        let g = parse_greeting(&greeting(Some("ab12"))).unwrap();
+        assert_eq!(g.hash.as_deref(), Some("ab12"));
+        assert!(!parse_greeting("haul-serve 9 1").unwrap().compatible());
+        assert!(parse_greeting("haul-serve x").is_none());
+        assert!(parse_greeting("Welcome!").is_none());
+        assert!(parse_greeting("haul-serve 1 1 h extra").is_none());
+    }
+
+    #[test]
+    fn shorten_cuts_long_noise() {
+        assert_eq!(shorten("abc\n"), "abc");
+        assert_eq!(shorten(&"x".repeat(300)).chars().count(), 101);
+    }
+}

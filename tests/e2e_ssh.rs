@@ -1,0 +1,508 @@
+//! End-to-end remote copies over a real OpenSSH server (`support::sshd`, on a loopback port
+//! with throwaway keys): push, pull, remote to remote, a custom `-e` command, the
+//! zero-install path (no usable haul on the far host), a blocked data port (fallback through
+//! ssh), far-end errors with the host name and the right exit code, and the ticket staying
+//! out of every process listing.
+//!
+//! Each test prints `SKIPPED` when this machine cannot run sshd (not root, or not
+//! installed); under CI that is a failure instead.
+
+mod support;
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use support::sshd::Sshd;
+use support::*;
+
+/// `haul copy -e RSH --remote-haul HAUL --block-size 1M ARGS...`, run to completion.
+fn remote_copy(sshd: &Sshd, args: &[&OsStr]) -> Outcome {
+    remote_copy_with(sshd, haul_bin(), args)
+}
+
+fn remote_copy_with(sshd: &Sshd, remote_haul: &str, args: &[&OsStr]) -> Outcome {
+    let rsh = sshd.rsh();
+    let mut all: Vec<&OsStr> = vec![
+        OsStr::new("copy"),
+        OsStr::new("-e"),
+        OsStr::new(&rsh),
+        OsStr::new("--remote-haul"),
+        OsStr::new(remote_haul),
+        OsStr::new("--block-size"),
+        OsStr::new(BLOCK_SIZE_ARG),
+    ];
+    all.extend_from_slice(args);
+    let out = Haul::new().run(&all);
+    if out.code() != Some(0) {
+        eprintln!("--- sshd log ---\n{}", sshd.log());
+    }
+    out
+}
+
+/// `host:path` as an argument.
+fn at(host: &str, path: &Path) -> PathBuf {
+    PathBuf::from(format!("{host}:{}", path.display()))
+}
+
+fn os(p: &Path) -> &OsStr {
+    p.as_os_str()
+}
+
+#[test]
+fn push_copies_a_tree_to_the_far_host() {
+    let Some(sshd) = Sshd::start("push_copies_a_tree_to_the_far_host") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let src = build_tree(tmp.path(), "src", &TreeOptions::small());
+    let dest = tmp.path().join("dest");
+    let out = remote_copy(&sshd, &[os(&src), os(&at("127.0.0.1", &dest))]);
+    out.assert_code(0);
+    assert_eq!(dir_names(&dest), vec![b"src".to_vec()]);
+    assert_trees_equal(&src, &dest.join("src"));
+    assert_no_part_files(&dest);
+    assert!(out.stdout.is_empty(), "{}", out.describe());
+    assert!(!out.stderr.contains("ssh instead"), "{}", out.describe());
+}
+
+#[test]
+fn pull_copies_a_tree_from_the_far_host() {
+    let Some(sshd) = Sshd::start("pull_copies_a_tree_from_the_far_host") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let src = build_tree(tmp.path(), "src", &TreeOptions::small());
+    let dest = tmp.path().join("dest");
+    // Contents form (`src/`) and a user name.
+    let from = PathBuf::from(format!("root@127.0.0.1:{}/", src.display()));
+    let out = remote_copy(&sshd, &[os(&from), os(&dest)]);
+    out.assert_code(0);
+    assert_trees_equal(&src, &dest);
+    assert_no_part_files(&dest);
+}
+
+#[test]
+fn remote_to_remote_goes_directly_between_the_far_ends() {
+    let Some(sshd) = Sshd::start("remote_to_remote_goes_directly_between_the_far_ends") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let src = build_tree(tmp.path(), "src", &TreeOptions::small());
+    let dest = tmp.path().join("dest");
+    // Two names for the same server, so the two far ends are separate sessions.
+    let out = remote_copy(
+        &sshd,
+        &[os(&at("127.0.0.1", &src)), os(&at("localhost", &dest))],
+    );
+    out.assert_code(0);
+    assert_trees_equal(&src, &dest.join("src"));
+    assert!(
+        out.stderr.contains("copied 127.0.0.1 -> localhost"),
+        "{}",
+        out.describe()
+    );
+}
+
+#[test]
+fn single_file_takes_the_destination_name_on_every_route() {
+    let Some(sshd) = Sshd::start("single_file_takes_the_destination_name_on_every_route") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let f = tmp.path().join("f");
+    write_random_file(&f, 3 * MIB + 17, 7);
+    let cases = [
+        (f.clone(), at("127.0.0.1", &tmp.path().join("pushed"))),
+        (at("127.0.0.1", &f), tmp.path().join("pulled")),
+        (
+            at("127.0.0.1", &f),
+            at("localhost", &tmp.path().join("between")),
+        ),
+    ];
+    for (from, to) in &cases {
+        remote_copy(&sshd, &[os(from), os(to)]).assert_code(0);
+    }
+    for name in ["pushed", "pulled", "between"] {
+        assert_contents_equal(&f, &tmp.path().join(name));
+    }
+}
+
+#[test]
+fn custom_rsh_from_env_with_quoted_words_is_used() {
+    let Some(sshd) = Sshd::start("custom_rsh_from_env_with_quoted_words_is_used") else {
+        return;
+    };
+    // A wrapper whose path has a space, named through HAUL_RSH with quotes.
+    let wrapper_dir = sshd.dir().join("my bin");
+    std::fs::create_dir_all(&wrapper_dir).unwrap();
+    let wrapper = wrapper_dir.join("myssh");
+    let log = sshd.dir().join("rsh.log");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\necho \"$@\" >> '{}'\nexec {} \"$@\"\n",
+            log.display(),
+            sshd.rsh()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let src = build_tree(tmp.path(), "src", &TreeOptions::small());
+    let dest = tmp.path().join("dest");
+    let mut cmd = Haul::new().command("copy");
+    cmd.env(
+        "HAUL_RSH",
+        format!("'{}' -o ServerAliveInterval=5", wrapper.display()),
+    )
+    .arg("--remote-haul")
+    .arg(haul_bin())
+    .arg(&src)
+    .arg(at("127.0.0.1", &dest));
+    let out = Running::spawn("copy", cmd).wait();
+    out.assert_code(0);
+    assert_trees_equal(&src, &dest.join("src"));
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged.contains("-o ServerAliveInterval=5") && logged.contains("127.0.0.1"),
+        "{logged}"
+    );
+}
+
+/// Every directory under `dir`.
+fn subdirs(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|it| it.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn zero_install_uploads_this_binary_and_cleans_up() {
+    let Some(sshd) = Sshd::start("zero_install_uploads_this_binary_and_cleans_up") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let far_tmp = tmp.path().join("far-tmp");
+    std::fs::create_dir(&far_tmp).unwrap();
+    let src = build_tree(tmp.path(), "src", &TreeOptions::small());
+    let dest = tmp.path().join("dest");
+    // The far end's TMPDIR (sshd accepts it), so the test can see the upload's directory.
+    let rsh = format!("{} -o SetEnv=TMPDIR={}", sshd.rsh(), far_tmp.display());
+    let mut cmd = Haul::new().command("copy");
+    cmd.args(["-e", &rsh, "--remote-haul", "/nonexistent/haul"])
+        .arg(&src)
+        .arg(at("127.0.0.1", &dest));
+    let out = Running::spawn("copy", cmd).wait();
+    out.assert_code(0);
+    assert_trees_equal(&src, &dest.join("src"));
+    let said: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("no usable haul"))
+        .collect();
+    assert_eq!(said.len(), 1, "says so in one line\n{}", out.describe());
+    assert!(said[0].contains("127.0.0.1"), "{}", said[0]);
+    assert!(
+        subdirs(&far_tmp).is_empty(),
+        "upload left behind: {:?}",
+        subdirs(&far_tmp)
+    );
+}
+
+#[test]
+fn zero_install_replaces_a_far_haul_of_another_version() {
+    let Some(sshd) = Sshd::start("zero_install_replaces_a_far_haul_of_another_version") else {
+        return;
+    };
+    // A "haul" that answers the probe with another version (and would fail if run).
+    let fake = sshd.dir().join("old-haul");
+    std::fs::write(&fake, "#!/bin/sh\necho 'haul-serve 99 1'\nexit 3\n").unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let src = build_tree(tmp.path(), "src", &TreeOptions::small());
+    let dest = tmp.path().join("dest");
+    let out = remote_copy_with(
+        &sshd,
+        fake.to_str().unwrap(),
+        &[os(&at("127.0.0.1", &src)), os(&dest)],
+    );
+    out.assert_code(0);
+    assert!(out.stderr.contains("no usable haul"), "{}", out.describe());
+    assert_trees_equal(&src, &dest.join("src"));
+}
+
+#[test]
+fn blocked_data_port_falls_back_to_ssh_both_ways() {
+    let Some(sshd) = Sshd::start("blocked_data_port_falls_back_to_ssh_both_ways") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let src = build_tree(tmp.path(), "src", &TreeOptions::small());
+    // The far end advertises an address nobody can reach (TEST-NET-1, RFC 5737): the direct
+    // connection fails as it would behind a firewall.
+    let blocked = ["--remote-advertise", "192.0.2.1"].map(OsStr::new);
+    let pushed = tmp.path().join("pushed");
+    let to = at("127.0.0.1", &pushed);
+    let mut args = blocked.to_vec();
+    args.extend([os(&src), os(&to)]);
+    let out = remote_copy(&sshd, &args);
+    out.assert_code(0);
+    assert!(
+        out.stderr.contains("cannot connect directly") && out.stderr.contains("through ssh"),
+        "{}",
+        out.describe()
+    );
+    assert_trees_equal(&src, &pushed.join("src"));
+
+    let pulled = tmp.path().join("pulled");
+    let mut args = blocked.to_vec();
+    let from = at("127.0.0.1", &src);
+    args.extend([os(&from), os(&pulled)]);
+    let out = remote_copy(&sshd, &args);
+    out.assert_code(0);
+    assert!(out.stderr.contains("through ssh"), "{}", out.describe());
+    assert_trees_equal(&src, &pulled.join("src"));
+}
+
+#[test]
+fn via_ssh_forces_the_tunnel() {
+    let Some(sshd) = Sshd::start("via_ssh_forces_the_tunnel") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let src = build_tree(tmp.path(), "src", &TreeOptions::small());
+    let dest = tmp.path().join("dest");
+    let out = remote_copy(
+        &sshd,
+        &[
+            OsStr::new("--via-ssh"),
+            os(&src),
+            os(&at("127.0.0.1", &dest)),
+        ],
+    );
+    out.assert_code(0);
+    assert_trees_equal(&src, &dest.join("src"));
+    // Forced: no failed direct attempt to report.
+    assert!(
+        !out.stderr.contains("cannot connect directly"),
+        "{}",
+        out.describe()
+    );
+}
+
+#[test]
+fn far_end_errors_carry_the_host_name_and_exit_code() {
+    let Some(sshd) = Sshd::start("far_end_errors_carry_the_host_name_and_exit_code") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let src = build_tree(tmp.path(), "src", &TreeOptions::small());
+    // Missing source on the far host: 3.
+    let out = remote_copy(
+        &sshd,
+        &[
+            os(&at("127.0.0.1", &tmp.path().join("missing"))),
+            os(&tmp.path().join("d1")),
+        ],
+    );
+    out.assert_code(3);
+    let err_line: Vec<&str> = out.stderr.lines().filter(|l| l.contains("error")).collect();
+    assert_eq!(err_line.len(), 1, "{}", out.describe());
+    assert!(
+        err_line[0].starts_with("haul: error: 127.0.0.1: ") && err_line[0].contains("missing"),
+        "{}",
+        out.describe()
+    );
+    // Unwritable destination on the far host (a regular file in the way): 4.
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let out = remote_copy(
+        &sshd,
+        &[os(&src), os(&at("127.0.0.1", &file.join("below")))],
+    );
+    out.assert_code(4);
+    assert!(
+        out.stderr
+            .contains("haul: error: 127.0.0.1: cannot write destination"),
+        "{}",
+        out.describe()
+    );
+    // The same from remote to remote: the receiving host is named.
+    let out = remote_copy(
+        &sshd,
+        &[
+            os(&at("127.0.0.1", &src)),
+            os(&at("localhost", &file.join("below"))),
+        ],
+    );
+    out.assert_code(4);
+    assert!(
+        out.stderr
+            .contains("haul: error: localhost: cannot write destination"),
+        "{}",
+        out.describe()
+    );
+    // No ssh server there: 5, ssh's own message shown with the host name.
+    let out = Haul::new().run(&[
+        OsStr::new("copy"),
+        OsStr::new("-e"),
+        OsStr::new(
+            &sshd
+                .rsh()
+                .replace(&sshd.port.to_string(), &free_port().to_string()),
+        ),
+        os(&src),
+        os(&at("127.0.0.1", &tmp.path().join("d2"))),
+    ]);
+    out.assert_code(5);
+    assert!(
+        out.stderr.contains("haul: 127.0.0.1: ssh"),
+        "{}",
+        out.describe()
+    );
+    assert!(
+        out.stderr.contains("haul: error: 127.0.0.1: ssh failed"),
+        "{}",
+        out.describe()
+    );
+}
+
+/// Every process's command line on this machine (both "hosts" of these tests).
+fn all_cmdlines() -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(b) = std::fs::read(e.path().join("cmdline")) {
+            out.push(String::from_utf8_lossy(&b).replace('\0', " "));
+        }
+    }
+    out
+}
+
+#[test]
+fn tickets_never_appear_in_process_listings() {
+    let Some(sshd) = Sshd::start("tickets_never_appear_in_process_listings") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    for i in 0..24 {
+        write_random_file(&src.join(format!("f{i}")), 4 * MIB, i);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let (mut leaks, mut serves) = (Vec::new(), 0usize);
+            while !stop.load(Ordering::Relaxed) {
+                for c in all_cmdlines() {
+                    if c.contains("haul1-") {
+                        leaks.push(c.clone());
+                    }
+                    if c.contains(" serve") && c.contains("haul") {
+                        serves += 1;
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            (leaks, serves)
+        })
+    };
+    // Pull and remote to remote: the two ways a ticket goes to a far end or comes back.
+    let out = remote_copy(
+        &sshd,
+        &[os(&at("127.0.0.1", &src)), os(&tmp.path().join("a"))],
+    );
+    out.assert_code(0);
+    let out = remote_copy(
+        &sshd,
+        &[
+            os(&at("127.0.0.1", &src)),
+            os(&at("localhost", &tmp.path().join("b"))),
+        ],
+    );
+    out.assert_code(0);
+    stop.store(true, Ordering::Relaxed);
+    let (leaks, serves) = watcher.join().unwrap();
+    assert!(leaks.is_empty(), "ticket in a command line: {leaks:?}");
+    assert!(serves > 0, "the watcher never saw a far end running");
+}
+
+/// The network-namespace test bed next to the repository, when this machine can run it.
+fn netlab() -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/testbed/netlab");
+    let usable = p.is_file()
+        && is_root()
+        && Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+    usable.then_some(p)
+}
+
+/// Runs netlab with this test's own namespaces and addresses.
+fn netlab_cmd(script: &Path, arg: &str) -> Command {
+    let mut c = Command::new("bash");
+    c.arg(script)
+        .arg(arg)
+        .env("NETLAB_A", "haulssh-a")
+        .env("NETLAB_B", "haulssh-b")
+        .env("NETLAB_IP_A", "198.18.7.1")
+        .env("NETLAB_IP_B", "198.18.7.2");
+    c
+}
+
+/// Brings the namespaces down when the test ends, however it ends.
+struct NetlabGuard(PathBuf);
+
+impl Drop for NetlabGuard {
+    fn drop(&mut self) {
+        let _ = netlab_cmd(&self.0, "down").output();
+    }
+}
+
+#[test]
+fn push_across_the_netns_test_bed() {
+    let test = "push_across_the_netns_test_bed";
+    if !support::sshd::available(test) {
+        return;
+    }
+    let Some(script) = netlab() else {
+        println!("SKIPPED: {test}: the netlab test bed is not usable here (needs root and ip)");
+        eprintln!("SKIPPED: {test}: the netlab test bed is not usable here (needs root and ip)");
+        return;
+    };
+    let up = netlab_cmd(&script, "up").output().unwrap();
+    if !up.status.success() {
+        let why = String::from_utf8_lossy(&up.stderr);
+        println!("SKIPPED: {test}: netlab up failed: {why}");
+        eprintln!("SKIPPED: {test}: netlab up failed: {why}");
+        return;
+    }
+    let _guard = NetlabGuard(script);
+    let sshd = Sshd::start_at("198.18.7.2", Some("haulssh-b"));
+    let tmp = tempfile::tempdir().unwrap();
+    let src = build_tree(tmp.path(), "src", &TreeOptions::small());
+    let dest = tmp.path().join("dest");
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", "haulssh-a", haul_bin(), "copy", "-e"])
+        .arg(sshd.rsh())
+        .arg("--remote-haul")
+        .arg(haul_bin())
+        .arg(&src)
+        .arg(at("198.18.7.2", &dest));
+    let out = Running::spawn("copy", cmd).wait();
+    if out.code() != Some(0) {
+        eprintln!("--- sshd log ---\n{}", sshd.log());
+    }
+    out.assert_code(0);
+    assert!(!out.stderr.contains("through ssh"), "{}", out.describe());
+    assert_trees_equal(&src, &dest.join("src"));
+}
