@@ -269,6 +269,20 @@ fn blocked_data_port_falls_back_to_ssh_both_ways() {
     out.assert_code(0);
     assert!(out.stderr.contains("through ssh"), "{}", out.describe());
     assert_trees_equal(&src, &pulled.join("src"));
+
+    // Remote to remote has no fallback (it would route the data through this host): a
+    // clear network error naming both hosts.
+    let between = at("localhost", &tmp.path().join("between"));
+    let mut args = blocked.to_vec();
+    args.extend([os(&from), os(&between)]);
+    let out = remote_copy(&sshd, &args);
+    out.assert_code(5);
+    assert!(
+        out.stderr
+            .contains("127.0.0.1 must reach localhost directly for a remote-to-remote copy"),
+        "{}",
+        out.describe()
+    );
 }
 
 #[test]

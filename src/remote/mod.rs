@@ -47,6 +47,17 @@ use wire::{Reply, Request};
 
 /// How long the far end may take to say `Done` once the local part is over.
 const DONE_WAIT: Duration = Duration::from_secs(30);
+/// The same after the local part failed: the far end may be waiting for connections that
+/// will never come, and has usually said why already if it was the one that failed.
+const FAILED_WAIT: Duration = Duration::from_secs(3);
+
+fn done_wait<T>(local: &Result<T>) -> Duration {
+    if local.is_ok() {
+        DONE_WAIT
+    } else {
+        FAILED_WAIT
+    }
+}
 
 /// How to reach and start far ends.
 #[derive(Clone, Debug)]
@@ -174,7 +185,7 @@ fn push(
     let route = Route::new(rsh, dest, ticket, port, t.encrypt, ssh.via_ssh);
     let opts = crate::cmd::send_options(t, quiet);
     let sent = send(&srcs, &opts, route.key(), |role| route.dial(role));
-    let done = far.finish(Some(DONE_WAIT));
+    let done = far.finish(Some(done_wait(&sent)));
     match sent {
         Ok(report) => crate::cmd::finish_send(&report, cfg),
         Err(e) => Err(prefer_far(e, &far, done.as_ref())),
@@ -255,7 +266,7 @@ fn pull(
         });
         receive(store, key, rx, !quiet)
     });
-    let done = far.finish(Some(DONE_WAIT));
+    let done = far.finish(Some(done_wait(&received)));
     let report = match received {
         Ok(r) => r,
         Err(e) => return Err(prefer_far(e, &far, done.as_ref())),
@@ -357,7 +368,8 @@ fn between(
         encrypt: t.encrypt,
     })?;
     let sent = sender.finish(None);
-    let received = receiver.finish(Some(DONE_WAIT));
+    let ok = sent.as_ref().is_some_and(|d| d.code == exit::OK);
+    let received = receiver.finish(Some(if ok { DONE_WAIT } else { FAILED_WAIT }));
     match (sent, received) {
         (Some(s), _) if s.code == exit::OK => {
             if !quiet {

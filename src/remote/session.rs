@@ -39,6 +39,8 @@ use crate::transport::{self, Conn, Role, Ticket, TransportError};
 
 /// Most lines of noise (a chatty login script) skipped before the greeting.
 const MAX_NOISE_LINES: usize = 1000;
+/// How many of a ticket's addresses are tried directly before the ssh fallback.
+const DIRECT_ATTEMPTS: usize = 2;
 /// What the upload request line says.
 const UPLOAD_LINE: &str = "haul-upload";
 
@@ -514,6 +516,8 @@ pub struct Route<'a> {
     rsh: &'a Rsh,
     at: &'a RemotePath,
     ticket: Ticket,
+    /// The ticket cut to the addresses tried before falling back to ssh.
+    probe: Ticket,
     port: Option<u16>,
     encrypt: bool,
     state: Mutex<RouteState>,
@@ -541,9 +545,15 @@ impl<'a> Route<'a> {
         } else {
             RouteState::Unknown
         };
+        // The first addresses only (the one ssh reached, then the host's first interface):
+        // when those time out behind a firewall, waiting 3 s for each of the rest would
+        // only delay the fallback.
+        let mut probe = ticket.clone();
+        probe.addrs.truncate(DIRECT_ATTEMPTS);
         Route {
             rsh,
             at,
+            probe,
             ticket,
             port,
             encrypt,
@@ -577,7 +587,7 @@ impl<'a> Route<'a> {
                 drop(st);
                 self.tunnel(role)
             }
-            RouteState::Unknown => match transport::connect(&self.ticket, role, self.encrypt) {
+            RouteState::Unknown => match transport::connect(&self.probe, role, self.encrypt) {
                 Ok(c) => {
                     if let Some(a) = c.peer_addr() {
                         *st = RouteState::Direct(a);
