@@ -33,6 +33,10 @@ pub enum CommandArgs {
         /// Also write the ticket to this file.
         #[arg(long, value_name = "FILE")]
         ticket_file: Option<PathBuf>,
+        /// Give up when the sender has been gone (no connection, no data) this many
+        /// seconds; until then a dropped sender may reconnect with the same ticket.
+        #[arg(long, value_name = "SECS")]
+        timeout: Option<u64>,
         /// Accepted for symmetry with send and ignored: the sender chooses.
         #[arg(long, value_name = "N", hide = true)]
         streams: Option<usize>,
@@ -125,4 +129,8 @@ pub struct TransferArgs {
     /// directories sent; never outside the destination).
     #[arg(long)]
     pub delete: bool,
+    /// Re-dial a dropped connection up to N times (at once, then after 0.25 s doubling to 4 s)
+    /// before failing (default 5).
+    #[arg(long, value_name = "N")]
+    pub retries: Option<u32>,
 }

@@ -8,11 +8,11 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Mutex;
 
-use crate::config::{Command, Config, Transfer};
+use crate::config::{Command, Config, Transfer, DEFAULT_TIMEOUT};
 use crate::error::{Error, Result};
 use crate::plan::walk::Source;
 use crate::progress::summary_line;
-use crate::receive::{receive, ReceiveReport};
+use crate::receive::{receive, ReceiveOptions, ReceiveReport};
 use crate::send::{send, SendOptions, SendReport};
 use crate::store::Store;
 use crate::transport::{self, Accepted, Conn, Listener, Role, Secret, Ticket};
@@ -25,7 +25,8 @@ pub fn run(cfg: &Config) -> Result<()> {
             dir,
             listen,
             ticket_file,
-        } => run_recv(dir, *listen, ticket_file.as_deref(), cfg),
+            timeout,
+        } => run_recv(dir, *listen, ticket_file.as_deref(), *timeout, cfg),
         Command::Send {
             sources,
             ticket,
@@ -66,6 +67,7 @@ pub(crate) fn send_options(t: &Transfer, quiet: bool) -> SendOptions {
         block_size: t.block_size,
         progress: !quiet,
         sync: t.sync,
+        retries: t.retries,
     }
 }
 
@@ -73,6 +75,7 @@ fn run_recv(
     dir: &Path,
     listen: Option<SocketAddr>,
     ticket_file: Option<&Path>,
+    timeout: Option<std::time::Duration>,
     cfg: &Config,
 ) -> Result<()> {
     let quiet = cfg.quiet;
@@ -92,7 +95,11 @@ fn run_recv(
     let key = ticket.secret.block_key();
     let (_handle, accepted) = listener.spawn_acceptor();
     let rx = forward_accepted(accepted)?;
-    let report = receive(store, key, rx, !quiet)?;
+    let opts = ReceiveOptions {
+        progress: !quiet,
+        timeout: timeout.unwrap_or(DEFAULT_TIMEOUT),
+    };
+    let report = receive(store, key, rx, opts)?;
     finish_recv(&report, cfg)
 }
 
@@ -232,7 +239,13 @@ fn run_copy(sources: &[Source], dest: &Path, t: &Transfer, cfg: &Config) -> Resu
     let ends = Mutex::new(ends);
     let receiver = std::thread::Builder::new()
         .name("haul-receiver".into())
-        .spawn(move || receive(store, key, rx, false))
+        .spawn(move || {
+            let opts = ReceiveOptions {
+                progress: false,
+                timeout: DEFAULT_TIMEOUT,
+            };
+            receive(store, key, rx, opts)
+        })
         .map_err(|e| Error::io("starting the receiver", e))?;
     let dial = |role: Role| -> Result<Conn> {
         let mut g = ends

@@ -4,6 +4,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::cli::{Cli, CommandArgs, RemoteArgs, TransferArgs};
 use crate::codec::Compression;
@@ -18,6 +19,9 @@ use crate::transport::Ticket;
 /// handful of streams share even a modest file.
 pub const DEFAULT_BLOCK_SIZE: u64 = 4 << 20;
 const MIN_BLOCK_SIZE: u64 = 64 << 10;
+
+/// How long `recv` waits for a vanished sender to come back.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Default number of data streams: twice the cores (one stream's read waits while
 /// another's hash runs), at least 2, at most 8.
@@ -41,6 +45,8 @@ pub struct Transfer {
     pub encrypt: bool,
     /// What to do with what the destination already has.
     pub sync: SyncOptions,
+    /// Re-dials of a dropped connection before failing.
+    pub retries: u32,
 }
 
 /// What to run.
@@ -54,6 +60,8 @@ pub enum Command {
         listen: Option<SocketAddr>,
         /// Where to also write the ticket.
         ticket_file: Option<PathBuf>,
+        /// How long to wait for a vanished sender.
+        timeout: Option<Duration>,
     },
     /// Send to a ticket.
     Send {
@@ -110,11 +118,13 @@ impl Config {
                 dir,
                 listen,
                 ticket_file,
+                timeout,
                 streams: _,
             } => Command::Recv {
                 dir,
                 listen: listen.as_deref().map(parse_listen).transpose()?,
                 ticket_file,
+                timeout: timeout.map(Duration::from_secs),
             },
             CommandArgs::Send {
                 paths,
@@ -256,6 +266,7 @@ fn transfer_config(
             inplace: a.inplace,
             delete: a.delete,
         },
+        retries: a.retries.unwrap_or(crate::send::DEFAULT_RETRIES),
     })
 }
 

@@ -24,6 +24,10 @@ pub struct Counters {
     pub wire_bytes: AtomicU64,
     /// Source bytes read (sender): more than sent when a delta found matching pieces.
     pub read_bytes: AtomicU64,
+    /// Data frames written (sender) or received (receiver).
+    pub units: AtomicU64,
+    /// Connections re-established after they dropped.
+    pub reconnects: AtomicU64,
 }
 
 impl Counters {

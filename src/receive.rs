@@ -1,31 +1,51 @@
 //! The receiver driver: answers the manifest on the control connection and runs one
 //! blocking worker per data connection (frame → decompress → verify → pwrite).
 //!
-//! Every failure ends the transfer with one `Control::Error` to the sender (so it can say
-//! why), after which all connections are dropped; partial files stay for a later run.
+//! Connections may drop and come back during a transfer: a data connection that ends
+//! without its End frame only ends its worker (the sender re-dials; anything lost is
+//! asked for again after `Finish`), and a control connection that drops is replaced by
+//! the next one the sender opens (it replays its last request, which is answered from a
+//! cache, not applied twice). Only when nothing arrives for `timeout` does the receiver
+//! give up. Every fatal failure (disk full, verification failure, protocol violation)
+//! ends the transfer with one `Control::Error` to the sender; partial files and their
+//! journals stay for a later run.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use crate::codec::Decoder;
 use crate::error::{Error, Result};
 use crate::progress::{Counters, Progress};
 use crate::protocol::{
     Control, DataHeader, EntryKind, FrameKind, FrameReader, ProtocolError, ReadError, Summary,
-    MAX_BLOCK,
+    SyncOptions, MAX_BLOCK,
 };
 use crate::send::{lost, read_msg, write_msg};
 use crate::store::{Store, WriterCache};
-use crate::transport::{Conn, Role};
+use crate::transport::{Conn, Role, TransportError};
 
 /// How often blocked reads wake up to check whether the transfer was aborted.
 const TICK: Duration = Duration::from_millis(200);
 /// Most data streams a sender may ask for.
 pub const MAX_STREAMS: u16 = 64;
+/// How long after the last data connection ended the receiver waits before concluding
+/// that data asked for after `Finish` was lost rather than late.
+const SETTLE: Duration = Duration::from_secs(3);
+/// Most rounds of "Finish → here is what is still missing" before giving up.
+const MAX_ROUNDS: u32 = 50;
+
+/// How the receiver runs.
+#[derive(Clone, Copy, Debug)]
+pub struct ReceiveOptions {
+    /// Draw a progress bar (when stderr is a terminal).
+    pub progress: bool,
+    /// Give up when the sender is gone (no connection, no data) this long.
+    pub timeout: Duration,
+}
 
 /// What the receiver reports at the end.
 #[derive(Debug)]
@@ -38,6 +58,8 @@ pub struct ReceiveReport {
     pub counters: Arc<Counters>,
     /// When the first connection arrived.
     pub started: Instant,
+    /// Connections that replaced dropped ones.
+    pub reconnects: u64,
 }
 
 impl ReceiveReport {
@@ -53,9 +75,55 @@ impl ReceiveReport {
             deleted: self.summary.deleted,
             failed_files: self.sender_failed,
             changed_files: 0,
-            reconnects: 0,
+            reconnects: self.reconnects,
             seconds: self.started.elapsed().as_secs_f64(),
         }
+    }
+}
+
+/// State shared by the control loop and the data workers.
+struct Shared {
+    store: Arc<Store>,
+    key: [u8; 32],
+    abort: AtomicBool,
+    fatal: Mutex<Option<Error>>,
+    /// Data workers running now.
+    active: AtomicUsize,
+    /// Data connections accepted in all.
+    data_conns: AtomicUsize,
+    /// Control connections accepted in all.
+    control_conns: AtomicUsize,
+    /// When a data connection last started or ended, or a unit arrived.
+    last_activity: Mutex<Instant>,
+    /// Data frames received.
+    units: std::sync::atomic::AtomicU64,
+    /// Workers busy writing a unit (a slow disk is not a lost connection).
+    busy: AtomicUsize,
+}
+
+impl Shared {
+    fn touch(&self) {
+        if let Ok(mut t) = self.last_activity.lock() {
+            *t = Instant::now();
+        }
+    }
+
+    fn idle_for(&self) -> Duration {
+        self.last_activity
+            .lock()
+            .map(|t| t.elapsed())
+            .unwrap_or_default()
+    }
+
+    fn fail(&self, e: Error) {
+        if let Ok(mut f) = self.fatal.lock() {
+            f.get_or_insert(e);
+        }
+        self.abort.store(true, Ordering::Relaxed);
+    }
+
+    fn take_fatal(&self) -> Option<Error> {
+        self.fatal.lock().ok().and_then(|mut f| f.take())
     }
 }
 
@@ -65,245 +133,397 @@ pub fn receive(
     store: Store,
     key: [u8; 32],
     incoming: Receiver<(Conn, Role)>,
-    progress: bool,
+    opts: ReceiveOptions,
 ) -> Result<ReceiveReport> {
     let mut early_data = Vec::new();
     let mut control = loop {
         match incoming.recv() {
             Ok((c, Role::Control)) => break c,
             Ok((c, Role::Data)) => early_data.push(c),
-            Err(_) => {
-                return Err(lost(io::Error::other("no sender connected")));
-            }
+            Err(_) => return Err(lost(io::Error::other("no sender connected"))),
         }
     };
     let started = Instant::now();
     let mut reader = FrameReader::new();
-    let (streams, block_size, options) = match read_msg(&mut control, &mut reader, None)? {
-        Control::Start {
-            streams,
-            block_size,
-            options,
-        } => (streams, block_size, options),
-        other => return Err(ProtocolError::Unexpected(other.name().into()).into()),
-    };
-    if streams == 0 || streams > MAX_STREAMS || block_size < 4096 || block_size as usize > MAX_BLOCK
-    {
-        return Err(ProtocolError::Malformed("stream count or block size out of range").into());
-    }
+    let (streams, block_size, options) = read_start(&mut control, &mut reader)?;
     store.configure(u64::from(block_size), options, key);
     let store = Arc::new(store);
     store.start();
     let counters = Arc::clone(&store.stats);
-    let bar = Progress::start(Arc::clone(&counters), progress);
-    let abort = Arc::new(AtomicBool::new(false));
-    let (done_tx, done_rx) = crossbeam_channel::unbounded::<Result<()>>();
-
-    // Data connections: those that came early, then the rest as they arrive.
-    {
-        let (store, abort, done_tx) = (Arc::clone(&store), Arc::clone(&abort), done_tx.clone());
-        std::thread::Builder::new()
-            .name("haul-accept-data".into())
-            .spawn(move || {
-                let mut started = 0u16;
-                let spawn = |conn: Conn, i: u16| {
-                    let (store, abort, tx) =
-                        (Arc::clone(&store), Arc::clone(&abort), done_tx.clone());
-                    let r = std::thread::Builder::new()
-                        .name(format!("haul-recv-{i}"))
-                        .spawn(move || {
-                            let r = data_worker(conn, &store, key, &abort);
-                            if r.is_err() {
-                                abort.store(true, Ordering::Relaxed);
-                            }
-                            let _ = tx.send(r);
-                        });
-                    if r.is_err() {
-                        let e =
-                            Error::io("starting a stream thread", io::Error::other("spawn failed"));
-                        let _ = done_tx.send(Err(e));
-                    }
-                };
-                for c in early_data {
-                    if started < streams {
-                        spawn(c, started);
-                        started += 1;
-                    }
-                }
-                while started < streams && !abort.load(Ordering::Relaxed) {
-                    match incoming.recv_timeout(TICK) {
-                        Ok((c, Role::Data)) => {
-                            spawn(c, started);
-                            started += 1;
-                        }
-                        Ok((_, Role::Control)) => {
-                            crate::progress::warn("ignored a second control connection");
-                        }
-                        Err(RecvTimeoutError::Timeout) => {}
-                        Err(RecvTimeoutError::Disconnected) => break,
-                    }
-                }
-            })
-            .map_err(|e| Error::io("starting the accept thread", e))?;
+    let bar = Progress::start(Arc::clone(&counters), opts.progress);
+    let shared = Arc::new(Shared {
+        store: Arc::clone(&store),
+        key,
+        abort: AtomicBool::new(false),
+        fatal: Mutex::new(None),
+        active: AtomicUsize::new(0),
+        data_conns: AtomicUsize::new(0),
+        control_conns: AtomicUsize::new(1),
+        last_activity: Mutex::new(Instant::now()),
+        units: std::sync::atomic::AtomicU64::new(0),
+        busy: AtomicUsize::new(0),
+    });
+    let (control_tx, control_rx) = crossbeam_channel::unbounded();
+    for c in early_data {
+        spawn_data_worker(&shared, c);
     }
-    drop(done_tx);
+    spawn_dispatcher(Arc::clone(&shared), incoming, control_tx)?;
 
-    let result = control_loop(
-        &mut control,
-        &mut reader,
-        &store,
-        &counters,
-        &abort,
-        &done_rx,
-        streams,
-    );
-    abort.store(true, Ordering::Relaxed);
+    let mut session = Session {
+        shared: &shared,
+        control,
+        reader,
+        control_rx,
+        timeout: opts.timeout,
+        cached: None,
+    };
+    let result = session.run(&counters);
+    shared.abort.store(true, Ordering::Relaxed);
     bar.finish();
+    let reconnects = (shared.data_conns.load(Ordering::Relaxed) as u64)
+        .saturating_sub(u64::from(streams))
+        + (shared.control_conns.load(Ordering::Relaxed) as u64).saturating_sub(1);
     match result {
         Ok((summary, sender_failed)) => {
-            let _ = write_msg(&mut control, &Control::Done(summary.clone()));
-            let _ = control.shutdown_write();
+            session.say_done(&summary);
             Ok(ReceiveReport {
                 summary,
                 sender_failed,
                 counters,
                 started,
+                reconnects,
             })
         }
         Err(e) => {
             // Whatever stopped us, what is durable now is kept for the next run.
             store.save_progress();
             if !matches!(e, Error::Transport(_)) {
-                let _ = write_msg(
-                    &mut control,
-                    &Control::Error {
-                        code: e.exit_code(),
-                        message: e.to_string(),
-                    },
-                );
-                // Let the sender read the error before the connection goes away.
-                let _ = control.shutdown_write();
-                let deadline = Instant::now() + Duration::from_secs(2);
-                while Instant::now() < deadline {
-                    match read_msg(&mut control, &mut reader, Some(TICK)) {
-                        Ok(_) => {}
-                        Err(Error::Transport(crate::transport::TransportError::Io(ref x)))
-                            if matches!(
-                                x.kind(),
-                                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                            ) => {}
-                        Err(_) => break,
-                    }
-                }
+                session.say_error(&e);
             }
             Err(e)
         }
     }
 }
 
-/// Handles manifest batches until Finish; returns the summary and the sender's failures.
-fn control_loop(
-    control: &mut Conn,
-    reader: &mut FrameReader,
-    store: &Arc<Store>,
-    counters: &Counters,
-    abort: &AtomicBool,
-    done_rx: &Receiver<Result<()>>,
-    streams: u16,
-) -> Result<(Summary, u64)> {
-    let mut finished_streams = 0u16;
-    loop {
-        // A data stream failed, or a finisher did: stop now.
-        while let Ok(r) = done_rx.try_recv() {
-            r?;
-            finished_streams += 1;
+fn read_start(control: &mut Conn, reader: &mut FrameReader) -> Result<(u16, u32, SyncOptions)> {
+    match read_msg(control, reader, None)? {
+        Control::Start {
+            streams,
+            block_size,
+            options,
+        } => {
+            if streams == 0
+                || streams > MAX_STREAMS
+                || block_size < 4096
+                || block_size as usize > MAX_BLOCK
+            {
+                return Err(
+                    ProtocolError::Malformed("stream count or block size out of range").into(),
+                );
+            }
+            Ok((streams, block_size, options))
         }
-        if let Some(e) = store.take_error() {
-            return Err(e);
+        other => Err(ProtocolError::Unexpected(other.name().into()).into()),
+    }
+}
+
+/// Hands data connections to new workers and control connections to the control loop,
+/// for as long as the transfer runs.
+fn spawn_dispatcher(
+    shared: Arc<Shared>,
+    incoming: Receiver<(Conn, Role)>,
+    control_tx: Sender<Conn>,
+) -> Result<()> {
+    std::thread::Builder::new()
+        .name("haul-dispatch".into())
+        .spawn(move || {
+            while !shared.abort.load(Ordering::Relaxed) {
+                match incoming.recv_timeout(TICK) {
+                    Ok((c, Role::Data)) => spawn_data_worker(&shared, c),
+                    Ok((c, Role::Control)) => {
+                        shared.control_conns.fetch_add(1, Ordering::Relaxed);
+                        if control_tx.send(c).is_err() {
+                            break;
+                        }
+                    }
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => break,
+                }
+            }
+        })
+        .map(|_| ())
+        .map_err(|e| Error::io("starting the dispatch thread", e))
+}
+
+fn spawn_data_worker(shared: &Arc<Shared>, conn: Conn) {
+    let n = shared.data_conns.fetch_add(1, Ordering::Relaxed);
+    shared.active.fetch_add(1, Ordering::AcqRel);
+    shared.touch();
+    let s = Arc::clone(shared);
+    let r = std::thread::Builder::new()
+        .name(format!("haul-recv-{n}"))
+        .spawn(move || {
+            if let Err(e) = data_worker(conn, &s) {
+                s.fail(e);
+            }
+            s.touch();
+            s.active.fetch_sub(1, Ordering::AcqRel);
+        });
+    if r.is_err() {
+        shared.active.fetch_sub(1, Ordering::AcqRel);
+        shared.fail(Error::io(
+            "starting a stream thread",
+            io::Error::other("spawn failed"),
+        ));
+    }
+}
+
+/// The control side of one transfer.
+struct Session<'a> {
+    shared: &'a Shared,
+    control: Conn,
+    reader: FrameReader,
+    control_rx: Receiver<Conn>,
+    timeout: Duration,
+    /// The last Entries batch answered (its first id) and the answer, for replays.
+    cached: Option<(u64, Control)>,
+}
+
+impl Session<'_> {
+    /// Handles requests until the transfer is complete; returns the summary and how many
+    /// files the sender could not read.
+    fn run(&mut self, counters: &Counters) -> Result<(Summary, u64)> {
+        let store = &self.shared.store;
+        let mut rounds = 0u32;
+        loop {
+            if let Some(e) = self.shared.take_fatal().or_else(|| store.take_error()) {
+                return Err(e);
+            }
+            let Some(msg) = self.next_msg()? else {
+                continue;
+            };
+            match msg {
+                Control::Start { .. } => {}
+                Control::Entries(entries) => {
+                    let first = entries.first().map(|e| e.id);
+                    if let (Some(f), Some((cf, reply))) = (first, &self.cached) {
+                        if f == *cf {
+                            let reply = reply.clone();
+                            self.reply(&reply)?;
+                            continue;
+                        }
+                    }
+                    for e in &entries {
+                        if let EntryKind::File { data_bytes, .. } = e.kind {
+                            Counters::add(&counters.total_files, 1);
+                            Counters::add(&counters.total_bytes, data_bytes);
+                        }
+                    }
+                    let reply = Control::Need(store.apply_entries(entries)?);
+                    if let Some(f) = first {
+                        self.cached = Some((f, reply.clone()));
+                    }
+                    self.reply(&reply)?;
+                }
+                Control::Forget(ids) => store.discard(&ids)?,
+                Control::Finish { failed, units } => {
+                    store.discard(&failed)?;
+                    self.settle(units)?;
+                    let missing = store.missing();
+                    if missing.is_empty() {
+                        let summary = store.finish()?;
+                        return Ok((summary, failed.len() as u64));
+                    }
+                    rounds += 1;
+                    if rounds > MAX_ROUNDS {
+                        return Err(lost(io::Error::other(
+                            "data kept getting lost in transit; giving up",
+                        )));
+                    }
+                    self.cached = None;
+                    self.reply(&Control::Need(missing))?;
+                }
+                Control::Error { code, message } => {
+                    return Err(Error::Remote {
+                        side: "sender",
+                        message,
+                        code,
+                    })
+                }
+                other => return Err(ProtocolError::Unexpected(other.name().into()).into()),
+            }
         }
-        let msg = match read_msg(control, reader, Some(TICK)) {
-            Ok(m) => m,
-            Err(Error::Transport(crate::transport::TransportError::Io(ref x)))
+    }
+
+    /// After Finish: waits until every file is complete, or every unit the sender wrote
+    /// has arrived, or nothing has arrived for a while (so what is missing was lost).
+    fn settle(&self, units: u64) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            if let Some(e) = self.shared.take_fatal() {
+                return Err(e);
+            }
+            if self.shared.store.incomplete() == 0 {
+                return Ok(());
+            }
+            // Everything the sender wrote has arrived, or nothing has for a while: what
+            // is still missing was lost with a dropped connection.
+            let all_in = self.shared.units.load(Ordering::Acquire) >= units;
+            let quiet =
+                self.shared.busy.load(Ordering::Acquire) == 0 && self.shared.idle_for() >= SETTLE;
+            if all_in || quiet || start.elapsed() > self.timeout {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The next control message; `None` after a timeout tick or a reconnect. Waits for a
+    /// replacement when the control connection drops.
+    fn next_msg(&mut self) -> Result<Option<Control>> {
+        match read_msg(&mut self.control, &mut self.reader, Some(TICK)) {
+            Ok(m) => Ok(Some(m)),
+            Err(Error::Transport(TransportError::Io(ref x)))
                 if matches!(
                     x.kind(),
                     io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
                 ) =>
             {
-                continue
+                if self.shared.idle_for() > self.timeout
+                    && self.shared.active.load(Ordering::Acquire) == 0
+                {
+                    return Err(lost(io::Error::other(format!(
+                        "no data from the sender for {} s",
+                        self.timeout.as_secs()
+                    ))));
+                }
+                Ok(None)
             }
             Err(Error::Transport(_)) => {
-                return Err(lost(io::Error::other(
-                    "the sender vanished mid-transfer (killed, or the network dropped)",
-                )))
+                self.await_control()?;
+                Ok(None)
             }
-            Err(e) => return Err(e),
-        };
-        match msg {
-            Control::Entries(entries) => {
-                for e in &entries {
-                    if let EntryKind::File { data_bytes, .. } = e.kind {
-                        Counters::add(&counters.total_files, 1);
-                        Counters::add(&counters.total_bytes, data_bytes);
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The control connection dropped: waits up to `timeout` for the sender to open a
+    /// new one, which starts with Start again.
+    fn await_control(&mut self) -> Result<()> {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            if let Some(e) = self.shared.take_fatal() {
+                return Err(e);
+            }
+            match self.control_rx.recv_timeout(TICK) {
+                Ok(mut c) => {
+                    let mut reader = FrameReader::new();
+                    if read_start(&mut c, &mut reader).is_ok() {
+                        self.control = c;
+                        self.reader = reader;
+                        crate::progress::warn("the sender reconnected its control stream");
+                        return Ok(());
                     }
                 }
-                let need = store.apply_entries(entries)?;
-                write_msg(control, &Control::Need(need))?;
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
             }
-            Control::Forget(ids) => store.discard(&ids)?,
-            Control::Finish { failed } => {
-                store.discard(&failed)?;
-                while finished_streams < streams {
-                    if abort.load(Ordering::Relaxed) && done_rx.is_empty() {
-                        return Err(lost(io::Error::other("a data stream was lost")));
-                    }
-                    match done_rx.recv_timeout(TICK) {
-                        Ok(r) => {
-                            r?;
-                            finished_streams += 1;
-                        }
-                        Err(RecvTimeoutError::Timeout) => {}
-                        Err(RecvTimeoutError::Disconnected) => {
-                            return Err(lost(io::Error::other("data streams ended early")))
-                        }
-                    }
+            if Instant::now() > deadline {
+                break;
+            }
+        }
+        Err(lost(io::Error::other(
+            "the sender vanished mid-transfer (killed, or the network dropped) and did not reconnect",
+        )))
+    }
+
+    /// Answers on the control stream; a failed write waits for a reconnect (the sender
+    /// will repeat its request).
+    fn reply(&mut self, msg: &Control) -> Result<()> {
+        match write_msg(&mut self.control, msg) {
+            Ok(()) => Ok(()),
+            Err(Error::Transport(_)) => self.await_control(),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Sends Done and waits (briefly) for the sender to close, so it can read it; a
+    /// sender that asks again after reconnecting gets it again.
+    fn say_done(&mut self, summary: &Summary) {
+        let done = Control::Done(summary.clone());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let _ = write_msg(&mut self.control, &done);
+        while Instant::now() < deadline {
+            match read_msg(&mut self.control, &mut self.reader, Some(TICK)) {
+                Ok(Control::Finish { .. }) => {
+                    let _ = write_msg(&mut self.control, &done);
                 }
-                let summary = store.finish()?;
-                return Ok((summary, failed.len() as u64));
+                Ok(_) => {}
+                Err(Error::Transport(TransportError::Io(ref x)))
+                    if matches!(
+                        x.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) => {}
+                Err(_) => match self.control_rx.try_recv() {
+                    Ok(mut c) => {
+                        let mut reader = FrameReader::new();
+                        if read_start(&mut c, &mut reader).is_ok() {
+                            self.control = c;
+                            self.reader = reader;
+                        }
+                    }
+                    Err(_) => break,
+                },
             }
-            Control::Error { code, message } => {
-                return Err(Error::Remote {
-                    side: "sender",
-                    message,
-                    code,
-                })
+        }
+    }
+
+    /// Tells the sender why the transfer failed and lets it read that before closing.
+    fn say_error(&mut self, e: &Error) {
+        let _ = write_msg(
+            &mut self.control,
+            &Control::Error {
+                code: e.exit_code(),
+                message: e.to_string(),
+            },
+        );
+        let _ = self.control.shutdown_write();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline {
+            match read_msg(&mut self.control, &mut self.reader, Some(TICK)) {
+                Ok(_) => {}
+                Err(Error::Transport(TransportError::Io(ref x)))
+                    if matches!(
+                        x.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) => {}
+                Err(_) => break,
             }
-            other => return Err(ProtocolError::Unexpected(other.name().into()).into()),
         }
     }
 }
 
-/// One data stream: verified units into the store until the End frame.
-fn data_worker(mut conn: Conn, store: &Store, key: [u8; 32], abort: &AtomicBool) -> Result<()> {
-    conn.set_read_timeout(Some(TICK)).map_err(lost)?;
+/// One data stream: verified units into the store until the End frame. A connection
+/// that breaks is not an error here (the sender re-dials and re-sends); bad data is.
+fn data_worker(mut conn: Conn, shared: &Shared) -> Result<()> {
+    let store = &shared.store;
+    if conn.set_read_timeout(Some(TICK)).is_err() {
+        return Ok(());
+    }
     let mut reader = FrameReader::new();
-    let mut decoder = Decoder::new(key);
+    let mut decoder = Decoder::new(shared.key);
     let mut cache = WriterCache::default();
     loop {
         let frame = match reader.read_frame(&mut conn) {
             Ok(Some(f)) => f,
-            Ok(None) | Err(ReadError::Truncated) => {
-                return Err(lost(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "the sender vanished mid-transfer (killed, or the network dropped)",
-                )))
-            }
+            Ok(None) | Err(ReadError::Truncated) => return Ok(()),
             Err(e) if e.is_timeout() => {
-                if abort.load(Ordering::Relaxed) {
+                if shared.abort.load(Ordering::Relaxed) {
                     return Ok(());
                 }
                 continue;
             }
-            Err(ReadError::Io(e)) => return Err(lost(e)),
+            Err(ReadError::Io(_)) => return Ok(()),
             Err(ReadError::Protocol(p)) => return Err(p.into()),
         };
         match frame.kind {
@@ -327,6 +547,11 @@ fn data_worker(mut conn: Conn, store: &Store, key: [u8; 32], abort: &AtomicBool)
                 });
             }
         };
-        store.write_unit(&unit, h.segments(), &mut cache)?;
+        shared.busy.fetch_add(1, Ordering::AcqRel);
+        let written = store.write_unit(&unit, h.segments(), &mut cache);
+        shared.busy.fetch_sub(1, Ordering::AcqRel);
+        written?;
+        shared.units.fetch_add(1, Ordering::AcqRel);
+        shared.touch();
     }
 }

@@ -272,7 +272,8 @@ fn killing_the_sender_mid_transfer_fails_the_receiver_with_exit_5() {
     let big = big_random_file();
     let tmp = tempfile::tempdir().unwrap();
     let dest = tmp.path().join("dest");
-    let recv = recv(&dest, &[]);
+    // The receiver waits --timeout for a vanished sender to reconnect.
+    let recv = recv(&dest, &["--timeout", "2"]);
     let sender = Haul::new().spawn_send(&[&big.path], &recv.ticket, &["--streams", "2"]);
 
     let mid_transfer = wait_for_partial(&dest, BIG_LEN / 3, &[&sender, &recv.proc]);

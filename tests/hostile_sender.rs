@@ -49,7 +49,12 @@ fn wait(mut r: Recv) -> (i32, String) {
         }
         if Instant::now() > deadline {
             let _ = r.child.kill();
-            panic!("haul recv did not exit");
+            let _ = r.child.wait();
+            let mut err = String::new();
+            if let Some(mut e) = r.child.stderr.take() {
+                let _ = std::io::Read::read_to_string(&mut e, &mut err);
+            }
+            panic!("haul recv did not exit; its stderr:\n{err}");
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -143,7 +148,13 @@ fn hostile(dir: &Path, entries: Vec<Entry>, data: &[(u64, u64, &[u8])]) -> (i32,
         if data.is_empty() {
             send_unit(&t, 999, 0, b"x");
         }
-        send_msg(&mut c, &Control::Finish { failed: vec![] });
+        send_msg(
+            &mut c,
+            &Control::Finish {
+                failed: vec![],
+                units: data.len().max(1) as u64,
+            },
+        );
         let _ = read_msg(&mut c, &mut reader);
     }
     drop(c);

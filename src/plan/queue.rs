@@ -193,6 +193,11 @@ impl WorkQueue {
         self.ready.notify_all();
     }
 
+    /// True once `abort` was called.
+    pub fn is_aborted(&self) -> bool {
+        self.lock().aborted
+    }
+
     /// Stop handing out work now.
     pub fn abort(&self) {
         let mut st = self.lock();

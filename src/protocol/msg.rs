@@ -33,6 +33,11 @@ pub enum Control {
     Finish {
         /// Files the sender could not read; the receiver discards their partial data.
         failed: Vec<u64>,
+        /// Data frames the sender has written in all (so the receiver knows when none
+        /// are still in flight). The receiver answers `Done`, or `Need` with what is
+        /// still missing (lost with a dropped connection), after which Finish follows
+        /// again.
+        units: u64,
     },
     /// Receiver → sender: every file is verified and durable.
     Done(Summary),
@@ -243,7 +248,10 @@ mod tests {
                 },
             ]),
             Control::Forget(vec![4]),
-            Control::Finish { failed: vec![] },
+            Control::Finish {
+                failed: vec![],
+                units: 3,
+            },
             Control::Done(Summary::default()),
             Control::Error {
                 code: 4,

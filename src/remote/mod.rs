@@ -32,11 +32,11 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::config::{dest_layout, Config, Transfer};
+use crate::config::{dest_layout, Config, Transfer, DEFAULT_TIMEOUT};
 use crate::error::{exit, Error, Result};
 use crate::plan::walk::{self, Source};
 use crate::progress::summary_line;
-use crate::receive::receive;
+use crate::receive::{receive, ReceiveOptions};
 use crate::send::send;
 use crate::store::Store;
 use crate::transport::{Role, Ticket};
@@ -264,7 +264,11 @@ fn pull(
                 }
             });
         });
-        receive(store, key, rx, !quiet)
+        let opts = ReceiveOptions {
+            progress: !quiet,
+            timeout: DEFAULT_TIMEOUT,
+        };
+        receive(store, key, rx, opts)
     });
     let done = far.finish(Some(done_wait(&received)));
     let report = match received {

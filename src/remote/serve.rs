@@ -24,10 +24,10 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use super::wire::{self, Reply, Request};
 use crate::codec::Compression;
-use crate::config::{dest_layout, Transfer};
+use crate::config::{dest_layout, Transfer, DEFAULT_TIMEOUT};
 use crate::error::{exit, Error, Result};
 use crate::plan::walk::{self, Source};
-use crate::receive::receive;
+use crate::receive::{receive, ReceiveOptions};
 use crate::send::send;
 use crate::store::Store;
 use crate::transport::{self, Accepted, Conn, Listener, Role, Ticket};
@@ -80,6 +80,7 @@ pub fn run(uploaded: bool) -> i32 {
                     block_size,
                     encrypt: true,
                     sync,
+                    retries: crate::send::DEFAULT_RETRIES,
                 })
             })();
             match t {
@@ -198,7 +199,11 @@ fn serve_receive(
     }));
     let (_handle, accepted) = listener.spawn_acceptor();
     let rx = crate::cmd::forward_accepted(accepted)?;
-    let report = receive(store, key, rx, false)?;
+    let opts = ReceiveOptions {
+        progress: false,
+        timeout: DEFAULT_TIMEOUT,
+    };
+    let report = receive(store, key, rx, opts)?;
     if report.sender_failed > 0 {
         return Err(Error::Partial {
             count: report.sender_failed,

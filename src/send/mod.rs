@@ -36,6 +36,8 @@ pub struct SendOptions {
     pub progress: bool,
     /// What the receiver should do with what it already has.
     pub sync: SyncOptions,
+    /// How often a dropped connection is re-dialed before giving up.
+    pub retries: u32,
 }
 
 /// How often a file that changes while read is sent again before giving up on it.
@@ -73,7 +75,7 @@ impl SendReport {
             deleted: self.summary.deleted,
             failed_files: self.failed.len() as u64,
             changed_files: self.unstable.len() as u64,
-            reconnects: 0,
+            reconnects: load(&c.reconnects),
             seconds: self.started.elapsed().as_secs_f64(),
         }
     }
@@ -105,6 +107,8 @@ pub(crate) struct Failures {
     pub(crate) changed: HashMap<u64, (PathBuf, Vec<u8>)>,
     /// Files that kept changing through every retry.
     pub(crate) unstable: Vec<PathBuf>,
+    /// Ids of unreadable files (the receiver discards what it has of them).
+    pub(crate) unreadable: Vec<u64>,
 }
 
 const BATCH_ENTRIES: usize = 2000;
@@ -119,18 +123,15 @@ where
     let started = Instant::now();
     let counters = Arc::new(Counters::default());
     let progress = Progress::start(Arc::clone(&counters), opts.progress);
-    let mut control = dial(Role::Control)?;
-    let mut reader = FrameReader::new();
-    write_msg(
-        &mut control,
-        &Control::Start {
-            streams: opts.streams as u16,
-            block_size: opts.block_size as u32,
-            options: opts.sync,
-        },
-    )?;
+    let start = Control::Start {
+        streams: opts.streams as u16,
+        block_size: opts.block_size as u32,
+        options: opts.sync,
+    };
+    let mut link = Link::open(&dial, start, opts.retries, &counters)?;
     let queue = WorkQueue::new(opts.block_size);
     let failures = Mutex::new(Failures::default());
+    let mut registry = HashMap::new();
 
     let result = std::thread::scope(|s| {
         let mut workers = Vec::new();
@@ -139,8 +140,13 @@ where
             let h = std::thread::Builder::new()
                 .name(format!("haul-send-{i}"))
                 .spawn_scoped(s, move || {
-                    let r = dial(Role::Data)
-                        .and_then(|conn| worker::run(conn, queue, key, opts, counters, failures));
+                    let redial = || dial(Role::Data);
+                    let link = worker::Redial {
+                        dial: &redial,
+                        retries: opts.retries,
+                        stream: i,
+                    };
+                    let r = worker::run(&link, queue, key, opts, counters, failures);
                     if r.is_err() {
                         queue.abort();
                     }
@@ -166,16 +172,10 @@ where
             })
             .map_err(|e| Error::io("starting the walk thread", e))?;
 
-        let manifest = run_manifest(
-            &mut control,
-            &mut reader,
-            &wrx,
-            &queue,
-            &counters,
-            &failures,
-        )
-        .and_then(|()| resend_changed(&mut control, &mut reader, &queue, &failures));
-        if manifest.is_err() {
+        let outcome = run_manifest(&mut link, &wrx, &queue, &counters, &failures, &mut registry)
+            .and_then(|()| resend_changed(&mut link, &queue, &failures, &mut registry))
+            .and_then(|()| finish(&mut link, &queue, &counters, &failures, &mut registry));
+        if outcome.is_err() {
             queue.abort();
         } else {
             queue.close();
@@ -195,24 +195,11 @@ where
                 }
             }
         }
-        manifest?;
-        if let Some(e) = worker_err {
+        match (outcome, worker_err) {
+            (Ok(summary), _) => Ok(summary),
             // The receiver usually says why it dropped us: prefer its words.
-            return Err(remote_reason(&mut control, &mut reader).unwrap_or(e));
-        }
-        let failed: Vec<u64> = failures
-            .lock()
-            .map(|f| f.ids.iter().copied().collect())
-            .unwrap_or_default();
-        write_msg(&mut control, &Control::Finish { failed })?;
-        match read_msg(&mut control, &mut reader, None)? {
-            Control::Done(summary) => Ok(summary),
-            Control::Error { code, message } => Err(Error::Remote {
-                side: "receiver",
-                message,
-                code,
-            }),
-            other => Err(crate::protocol::ProtocolError::Unexpected(other.name().into()).into()),
+            (Err(Error::Transport(_)), Some(w)) => Err(link.remote_reason().unwrap_or(w)),
+            (Err(e), _) => Err(e),
         }
     });
     progress.finish();
@@ -220,18 +207,12 @@ where
         Ok(s) => s,
         Err(e) => {
             if !matches!(e, Error::Remote { .. } | Error::Transport(_)) {
-                let _ = write_msg(
-                    &mut control,
-                    &Control::Error {
-                        code: e.exit_code(),
-                        message: e.to_string(),
-                    },
-                );
+                link.tell_error(&e);
             }
             return Err(e);
         }
     };
-    let _ = control.shutdown_write();
+    link.close();
     let f = failures.into_inner().unwrap_or_default();
     Ok(SendReport {
         summary,
@@ -242,20 +223,199 @@ where
     })
 }
 
+/// The control connection, re-dialed when it drops: a new one starts with Start and
+/// repeats the request in progress (the receiver answers repeats from its cache).
+struct Link<'a> {
+    dial: &'a (dyn Fn(Role) -> Result<Conn> + Sync),
+    start: Control,
+    conn: Conn,
+    reader: FrameReader,
+    retries: u32,
+    counters: &'a Counters,
+}
+
+impl<'a> Link<'a> {
+    fn open(
+        dial: &'a (dyn Fn(Role) -> Result<Conn> + Sync),
+        start: Control,
+        retries: u32,
+        counters: &'a Counters,
+    ) -> Result<Link<'a>> {
+        let mut conn = dial(Role::Control)?;
+        write_msg(&mut conn, &start)?;
+        Ok(Link {
+            dial,
+            start,
+            conn,
+            reader: FrameReader::new(),
+            retries,
+            counters,
+        })
+    }
+
+    /// Re-dials after a failure, with backoff.
+    fn reconnect(&mut self, why: &Error) -> Result<()> {
+        let mut last = None;
+        for attempt in 0..self.retries {
+            std::thread::sleep(backoff(attempt));
+            match (self.dial)(Role::Control)
+                .and_then(|mut c| write_msg(&mut c, &self.start).map(|()| c))
+            {
+                Ok(c) => {
+                    crate::progress::warn(&format!("control stream reconnected ({why})"));
+                    Counters::add(&self.counters.reconnects, 1);
+                    self.conn = c;
+                    self.reader = FrameReader::new();
+                    return Ok(());
+                }
+                // Authentication and version errors will not go away by retrying.
+                Err(e @ Error::Transport(TransportError::AuthRejected))
+                | Err(e @ Error::Transport(TransportError::PeerUnauthenticated)) => return Err(e),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| lost(io::Error::other("control stream lost"))))
+    }
+
+    /// Sends `msg` and reads the answer, reconnecting and repeating as needed.
+    fn request(&mut self, msg: &Control) -> Result<Control> {
+        let mut attempts = 0;
+        loop {
+            let r = write_msg(&mut self.conn, msg)
+                .and_then(|()| read_msg(&mut self.conn, &mut self.reader, None));
+            match r {
+                Ok(reply) => return Ok(reply),
+                Err(e @ Error::Transport(_)) if attempts < self.retries => {
+                    attempts += 1;
+                    self.reconnect(&e)?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Sends `msg`, which has no answer, reconnecting as needed.
+    fn tell(&mut self, msg: &Control) -> Result<()> {
+        let mut attempts = 0;
+        loop {
+            match write_msg(&mut self.conn, msg) {
+                Ok(()) => return Ok(()),
+                Err(e @ Error::Transport(_)) if attempts < self.retries => {
+                    attempts += 1;
+                    self.reconnect(&e)?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// After a stream failed: did the receiver send an Error explaining why?
+    fn remote_reason(&mut self) -> Option<Error> {
+        match read_msg(
+            &mut self.conn,
+            &mut self.reader,
+            Some(Duration::from_secs(2)),
+        ) {
+            Ok(Control::Error { code, message }) => Some(Error::Remote {
+                side: "receiver",
+                message,
+                code,
+            }),
+            _ => None,
+        }
+    }
+
+    fn tell_error(&mut self, e: &Error) {
+        let _ = write_msg(
+            &mut self.conn,
+            &Control::Error {
+                code: e.exit_code(),
+                message: e.to_string(),
+            },
+        );
+    }
+
+    fn close(&mut self) {
+        let _ = self.conn.shutdown_write();
+    }
+}
+
+/// Delay before re-dial attempt `n` (0-based): none, then 250 ms doubling to 4 s.
+pub(crate) fn backoff(n: u32) -> Duration {
+    match n {
+        0 => Duration::ZERO,
+        n => Duration::from_millis(250u64 << (n - 1).min(4)),
+    }
+}
+
+/// How many times a dropped connection is re-dialed before the transfer fails.
+pub const DEFAULT_RETRIES: u32 = 5;
+
+/// Ends the transfer: Finish, and while the receiver reports data lost with dropped
+/// connections, send that again.
+fn finish(
+    link: &mut Link<'_>,
+    queue: &WorkQueue,
+    counters: &Counters,
+    failures: &Mutex<Failures>,
+    registry: &mut HashMap<u64, FileData>,
+) -> Result<Summary> {
+    loop {
+        queue.wait_idle();
+        if queue.is_aborted() {
+            return Err(lost(io::Error::other(
+                "a data stream could not be re-established",
+            )));
+        }
+        let failed: Vec<u64> = failures
+            .lock()
+            .map(|f| f.unreadable.clone())
+            .unwrap_or_default();
+        let units = counters.units.load(std::sync::atomic::Ordering::Acquire);
+        match link.request(&Control::Finish { failed, units })? {
+            Control::Done(summary) => return Ok(summary),
+            Control::Need(wants) => {
+                crate::progress::warn(&format!(
+                    "re-sending data of {} file(s) lost with dropped connections",
+                    wants.len()
+                ));
+                for w in wants {
+                    if let Some(d) = registry.get(&w.id) {
+                        queue.push(w.id, d.clone(), w.what);
+                    }
+                }
+                queue.flush();
+            }
+            Control::Error { code, message } => {
+                return Err(Error::Remote {
+                    side: "receiver",
+                    message,
+                    code,
+                })
+            }
+            other => {
+                return Err(crate::protocol::ProtocolError::Unexpected(other.name().into()).into())
+            }
+        }
+    }
+}
+
 enum WalkMsg {
     Entry(Box<Walked>),
     Skipped(Skipped),
     End(Result<()>),
 }
 
-/// Streams the manifest in batches and queues what the receiver needs.
+/// Streams the manifest in batches and queues what the receiver needs. Files it needs
+/// are remembered in `registry` (a small record each) so data lost with a dropped
+/// connection can be sent again.
 fn run_manifest(
-    control: &mut Conn,
-    reader: &mut FrameReader,
+    link: &mut Link<'_>,
     wrx: &crossbeam_channel::Receiver<WalkMsg>,
     queue: &WorkQueue,
     counters: &Counters,
     failures: &Mutex<Failures>,
+    registry: &mut HashMap<u64, FileData>,
 ) -> Result<()> {
     let mut batch = Vec::new();
     let mut batch_bytes = 0usize;
@@ -297,9 +457,9 @@ fn run_manifest(
             || batch_bytes >= BATCH_BYTES
             || (!batch.is_empty() && wrx.is_empty());
         if flush && !batch.is_empty() {
-            write_msg(control, &Control::Entries(std::mem::take(&mut batch)))?;
+            let reply = link.request(&Control::Entries(std::mem::take(&mut batch)))?;
             batch_bytes = 0;
-            queue_needed(control, reader, queue, &mut data)?;
+            queue_needed(reply, queue, &mut data, registry)?;
         }
         if let Some(r) = end {
             return r;
@@ -307,19 +467,20 @@ fn run_manifest(
     }
 }
 
-/// Reads the receiver's answer to one `Entries` batch and queues what it needs. `data`
-/// holds the batch's files and is emptied.
+/// Queues what the receiver's answer to one `Entries` batch asks for. `data` holds the
+/// batch's files and is emptied; needed ones move to `registry`.
 fn queue_needed(
-    control: &mut Conn,
-    reader: &mut FrameReader,
+    reply: Control,
     queue: &WorkQueue,
     data: &mut HashMap<u64, FileData>,
+    registry: &mut HashMap<u64, FileData>,
 ) -> Result<()> {
-    match read_msg(control, reader, None)? {
+    match reply {
         Control::Need(wants) => {
             for w in wants {
                 if let Some(d) = data.remove(&w.id) {
-                    queue.push(w.id, d, w.what);
+                    queue.push(w.id, d.clone(), w.what);
+                    registry.insert(w.id, d);
                 }
             }
             queue.flush();
@@ -339,10 +500,10 @@ fn queue_needed(
 /// consistently or `CHANGE_RETRIES` rounds have passed; then gives up on them (they are
 /// reported, and the exit status says so).
 fn resend_changed(
-    control: &mut Conn,
-    reader: &mut FrameReader,
+    link: &mut Link<'_>,
     queue: &WorkQueue,
     failures: &Mutex<Failures>,
+    registry: &mut HashMap<u64, FileData>,
 ) -> Result<()> {
     let mut next_id = RETRY_ID_BASE;
     for round in 0..=CHANGE_RETRIES {
@@ -354,7 +515,10 @@ fn resend_changed(
         if changed.is_empty() {
             return Ok(());
         }
-        write_msg(control, &Control::Forget(changed.keys().copied().collect()))?;
+        for id in changed.keys() {
+            registry.remove(id);
+        }
+        link.tell(&Control::Forget(changed.keys().copied().collect()))?;
         if round == CHANGE_RETRIES {
             if let Ok(mut f) = failures.lock() {
                 for (path, _) in changed.into_values() {
@@ -390,8 +554,8 @@ fn resend_changed(
         if entries.is_empty() {
             return Ok(());
         }
-        write_msg(control, &Control::Entries(entries))?;
-        queue_needed(control, reader, queue, &mut data)?;
+        let reply = link.request(&Control::Entries(entries))?;
+        queue_needed(reply, queue, &mut data, registry)?;
     }
     Ok(())
 }
@@ -429,17 +593,5 @@ pub(crate) fn read_msg(
         ))),
         Err(crate::protocol::ReadError::Io(e)) => Err(lost(e)),
         Err(crate::protocol::ReadError::Protocol(p)) => Err(p.into()),
-    }
-}
-
-/// After a stream failed: did the receiver send an Error explaining why?
-fn remote_reason(control: &mut Conn, reader: &mut FrameReader) -> Option<Error> {
-    match read_msg(control, reader, Some(Duration::from_secs(2))) {
-        Ok(Control::Error { code, message }) => Some(Error::Remote {
-            side: "receiver",
-            message,
-            code,
-        }),
-        _ => None,
     }
 }

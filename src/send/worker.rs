@@ -40,9 +40,68 @@ struct Worker<'a> {
     read: u64,
 }
 
+/// How a stream gets (and gets back) its connection.
+pub(super) struct Redial<'a> {
+    /// Opens a new authenticated data connection.
+    pub dial: &'a dyn Fn() -> Result<Conn>,
+    /// How many times to re-dial after a failure.
+    pub retries: u32,
+    /// This stream's number, for messages.
+    pub stream: usize,
+}
+
+impl Redial<'_> {
+    /// Writes one frame; when the connection fails, re-dials (with backoff) and writes
+    /// it again on the new one. What the old connection lost is asked for again by the
+    /// receiver after Finish.
+    fn write(&self, conn: &mut Option<Conn>, parts: &[&[u8]], counters: &Counters) -> Result<()> {
+        let mut attempt = 0;
+        loop {
+            let r = match conn.as_mut() {
+                Some(c) => parts.iter().try_for_each(|p| c.write_all(p)).map_err(lost),
+                None => Err(lost(io::Error::other("not connected"))),
+            };
+            let err = match r {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            *conn = None;
+            loop {
+                if attempt >= self.retries {
+                    return Err(err);
+                }
+                std::thread::sleep(super::backoff(attempt));
+                attempt += 1;
+                match (self.dial)() {
+                    Ok(c) => {
+                        crate::progress::warn(&format!(
+                            "data stream {} reconnected ({err})",
+                            self.stream
+                        ));
+                        Counters::add(&counters.reconnects, 1);
+                        *conn = Some(c);
+                        break;
+                    }
+                    Err(
+                        e @ crate::error::Error::Transport(
+                            crate::transport::TransportError::AuthRejected,
+                        ),
+                    )
+                    | Err(
+                        e @ crate::error::Error::Transport(
+                            crate::transport::TransportError::PeerUnauthenticated,
+                        ),
+                    ) => return Err(e),
+                    Err(_) => {}
+                }
+            }
+        }
+    }
+}
+
 /// Runs one data stream until the queue is closed and empty, then ends the stream.
 pub(super) fn run(
-    mut conn: Conn,
+    link: &Redial<'_>,
     queue: &WorkQueue,
     key: [u8; 32],
     opts: &SendOptions,
@@ -60,6 +119,7 @@ pub(super) fn run(
     let mut cbuf = Vec::new();
     let mut hdr = Vec::new();
     let mut enc = Encoder::new(opts.compress);
+    let mut conn = Some((link.dial)()?);
     while let Some(work) = queue.next() {
         w.raw.clear();
         w.segs.clear();
@@ -69,7 +129,7 @@ pub(super) fn run(
             Work::Pack(files) => w.read_pack(&files),
         }
         if !w.segs.is_empty() {
-            let sent = send_unit(&mut conn, &mut enc, &w, &mut cbuf, &mut hdr, counters);
+            let sent = send_unit(link, &mut conn, &mut enc, &w, &mut cbuf, &mut hdr, counters);
             if sent.is_err() {
                 queue.done();
                 return sent;
@@ -77,18 +137,20 @@ pub(super) fn run(
         }
         queue.done();
     }
-    let mut end = Vec::new();
-    encode_frame(&mut end, FrameKind::End, &[]);
-    conn.write_all(&end).map_err(lost)?;
-    conn.flush().map_err(lost)?;
-    // The receiver may already have closed its end after reading End: the receiver's
-    // final Done on the control stream is what confirms delivery, not this.
-    let _ = conn.shutdown_write();
+    // The transfer is confirmed (or failed) on the control stream; End only lets the
+    // receiver's worker stop early. Errors here change nothing.
+    if let Some(mut c) = conn {
+        let mut end = Vec::new();
+        encode_frame(&mut end, FrameKind::End, &[]);
+        let _ = c.write_all(&end).and_then(|()| c.flush());
+        let _ = c.shutdown_write();
+    }
     Ok(())
 }
 
 fn send_unit(
-    conn: &mut Conn,
+    link: &Redial<'_>,
+    conn: &mut Option<Conn>,
     enc: &mut Encoder,
     w: &Worker<'_>,
     cbuf: &mut Vec<u8>,
@@ -104,8 +166,8 @@ fn send_unit(
     };
     let body: &[u8] = if codec == Codec::Raw { raw } else { cbuf };
     encode_data_header(hdr, codec, raw.len() as u32, &hash, &w.segs, body.len());
-    conn.write_all(hdr).map_err(lost)?;
-    conn.write_all(body).map_err(lost)?;
+    link.write(conn, &[hdr, body], counters)?;
+    Counters::add(&counters.units, 1);
     Counters::add(&counters.done_bytes, raw.len() as u64);
     Counters::add(&counters.read_bytes, w.read);
     let whole_files = w.segs.iter().filter(|s| s.offset == 0).count() as u64;
@@ -133,6 +195,7 @@ impl Worker<'_> {
             ReadFail::Unreadable(e) => {
                 crate::progress::warn(&format!("cannot read {}: {e}", job.path.display()));
                 f.list.push((job.path.clone(), e));
+                f.unreadable.push(job.id);
             }
             ReadFail::Changed => {
                 f.changed

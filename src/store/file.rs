@@ -34,6 +34,9 @@ pub(super) struct FileState {
     size: u64,
     /// Raw bytes (or KEEP ranges) still to arrive.
     remaining: AtomicU64,
+    /// Ranges received so far (sorted, merged): duplicates after a reconnect are
+    /// recognised, and what is missing can be asked for again.
+    received: Mutex<Vec<(u64, u64)>>,
     /// Created at manifest time (large or sparse); otherwise its single unit creates it.
     precreated: bool,
     /// Written in place under its final name (`--inplace` delta): no rename at the end.
@@ -117,6 +120,7 @@ impl Store {
         let ident = identity(&e, size, data_bytes);
         let mut want = WantKind::All;
         let mut remaining = data_bytes;
+        let mut received = Vec::new();
         let mut journal = None;
         let mut inplace = false;
         let mut file = None;
@@ -131,6 +135,7 @@ impl Store {
                 self.unchanged_bytes
                     .fetch_add(have_bytes, Ordering::Relaxed);
                 want = WantKind::Ranges(journal::missing(size, &have));
+                received = have;
                 journal = Some(j);
                 file = Some(f);
             } else if let (Some(st), true) = (&existing, dense) {
@@ -177,6 +182,7 @@ impl Store {
             path,
             size,
             remaining: AtomicU64::new(remaining),
+            received: Mutex::new(received),
             precreated,
             inplace,
             journal: journal.map(|file| {
@@ -317,12 +323,10 @@ impl Store {
                 .ok()
                 .and_then(|m| m.get(&seg.file).cloned());
             let Some(state) = found else {
-                if self.is_forgotten(seg.file) {
+                if self.is_settled(seg.file) {
                     continue;
                 }
-                return Err(
-                    ProtocolError::Malformed("data for an unknown or finished file").into(),
-                );
+                return Err(ProtocolError::Malformed("data for an unknown file").into());
             };
             let end = seg.offset + u64::from(seg.len);
             if end > state.size {
@@ -330,6 +334,14 @@ impl Store {
             }
             if !state.precreated && (seg.keep || seg.offset != 0 || end != state.size) {
                 return Err(ProtocolError::Malformed("small file split across units").into());
+            }
+            let fresh = match state.received.lock() {
+                Ok(mut r) => add_range(&mut r, seg.offset, end),
+                Err(_) => return Err(Error::io("range table", io::Error::other("poisoned"))),
+            };
+            if fresh == 0 {
+                // A duplicate: re-sent after a connection dropped, but it had arrived.
+                continue;
             }
             let file = match &cache.open {
                 Some((id, f)) if *id == seg.file => Arc::clone(f),
@@ -355,16 +367,21 @@ impl Store {
             let prev = state
                 .remaining
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| {
-                    r.checked_sub(u64::from(seg.len))
+                    r.checked_sub(fresh)
                 })
                 .map_err(|_| ProtocolError::Malformed("more data than the file declared"))?;
-            let complete = prev == u64::from(seg.len);
+            let complete = prev == fresh;
             if let Some(j) = &state.journal {
                 if !complete {
                     self.journal_range(&state, j, &file, seg.offset, seg.len)?;
                 }
             }
             if complete {
+                // Settled first: a duplicate arriving meanwhile must find it in one of
+                // the two tables.
+                if let Ok(mut d) = self.settled.lock() {
+                    d.insert(seg.file);
+                }
                 if let Ok(mut m) = self.files.lock() {
                     m.remove(&seg.file);
                 }
@@ -445,7 +462,9 @@ impl Store {
         if !state.inplace {
             fsops::rename_in(&pfd, &fsops::partial_name(name), name).map_err(err)?;
         }
-        fsops::remove_if_present(&pfd, &fsops::journal_name(name)).map_err(err)?;
+        if state.journal.is_some() {
+            fsops::remove_if_present(&pfd, &fsops::journal_name(name)).map_err(err)?;
+        }
         self.stats.done_files.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -454,7 +473,7 @@ impl Store {
     /// partial files are removed and data still in flight for them is ignored.
     pub fn discard(&self, ids: &[u64]) -> Result<()> {
         for id in ids {
-            if let Ok(mut f) = self.forgotten.lock() {
+            if let Ok(mut f) = self.settled.lock() {
                 f.insert(*id);
             }
             let state = self.files.lock().ok().and_then(|mut m| m.remove(id));
@@ -472,12 +491,56 @@ impl Store {
         Ok(())
     }
 
-    fn is_forgotten(&self, id: u64) -> bool {
-        self.forgotten
+    /// Completed or forgotten: late or repeated data for it is ignored.
+    fn is_settled(&self, id: u64) -> bool {
+        self.settled
             .lock()
             .map(|f| f.contains(&id))
             .unwrap_or(false)
     }
+
+    /// How many files still wait for data.
+    pub fn incomplete(&self) -> usize {
+        self.files.lock().map(|m| m.len()).unwrap_or(0)
+    }
+
+    /// What is still missing of every incomplete file (asked for again after data was
+    /// lost with a dropped connection).
+    pub fn missing(&self) -> Vec<Want> {
+        let states: Vec<Arc<FileState>> = self
+            .files
+            .lock()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default();
+        let mut out = Vec::new();
+        for s in states {
+            let have = s.received.lock().map(|r| r.clone()).unwrap_or_default();
+            out.push(Want {
+                id: s.entry.id,
+                what: WantKind::Ranges(journal::missing(s.size, &have)),
+            });
+        }
+        out
+    }
+}
+
+/// Adds `[a, b)` to sorted, merged `ranges`; returns how many of its bytes were new.
+fn add_range(ranges: &mut Vec<(u64, u64)>, a: u64, b: u64) -> u64 {
+    let mut covered = 0;
+    for &(x, y) in ranges.iter() {
+        let lo = x.max(a);
+        let hi = y.min(b);
+        if lo < hi {
+            covered += hi - lo;
+        }
+    }
+    let fresh = (b - a) - covered;
+    if fresh > 0 {
+        ranges.push((a, b));
+        let merged = journal::merge(std::mem::take(ranges));
+        *ranges = merged;
+    }
+    fresh
 }
 
 fn flush_journal(g: &mut JournalState, file: &File) -> io::Result<()> {
@@ -552,5 +615,21 @@ fn start_writeback(file: &File, offset: u64, len: usize) {
             len as libc::off64_t,
             libc::SYNC_FILE_RANGE_WRITE,
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn add_range_counts_only_new_bytes() {
+        let mut r = Vec::new();
+        assert_eq!(add_range(&mut r, 0, 10), 10);
+        assert_eq!(add_range(&mut r, 20, 30), 10);
+        assert_eq!(add_range(&mut r, 5, 25), 10);
+        assert_eq!(r, [(0, 30)]);
+        assert_eq!(add_range(&mut r, 0, 30), 0);
+        assert_eq!(journal::missing(40, &r), [(30, 40)]);
     }
 }

@@ -62,7 +62,8 @@ pub struct Store {
     unchanged_files: AtomicU64,
     unchanged_bytes: AtomicU64,
     deleted: AtomicU64,
-    forgotten: Mutex<HashSet<u64>>,
+    /// Files completed or forgotten: late or repeated data for them is ignored.
+    settled: Mutex<HashSet<u64>>,
     /// Every path in the manifest (kept only for --delete).
     seen: Mutex<HashSet<SafeRelPath>>,
     options: Mutex<(SyncOptions, [u8; 32])>,
@@ -113,7 +114,7 @@ impl Store {
             unchanged_files: AtomicU64::new(0),
             unchanged_bytes: AtomicU64::new(0),
             deleted: AtomicU64::new(0),
-            forgotten: Mutex::new(HashSet::new()),
+            settled: Mutex::new(HashSet::new()),
             seen: Mutex::new(HashSet::new()),
             options: Mutex::new((SyncOptions::default(), [0u8; 32])),
             stats: Arc::new(Counters::default()),
