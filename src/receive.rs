@@ -383,12 +383,7 @@ impl Session<'_> {
     fn next_msg(&mut self) -> Result<Option<Control>> {
         match read_msg(&mut self.control, &mut self.reader, Some(TICK)) {
             Ok(m) => Ok(Some(m)),
-            Err(Error::Transport(TransportError::Io(ref x)))
-                if matches!(
-                    x.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
+            Err(ref e) if is_tick(e) => {
                 if self.shared.idle_for() > self.timeout
                     && self.shared.active.load(Ordering::Acquire) == 0
                 {
@@ -459,11 +454,7 @@ impl Session<'_> {
                     let _ = write_msg(&mut self.control, &done);
                 }
                 Ok(_) => {}
-                Err(Error::Transport(TransportError::Io(ref x)))
-                    if matches!(
-                        x.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) => {}
+                Err(ref e) if is_tick(e) => {}
                 Err(_) => match self.control_rx.try_recv() {
                     Ok(mut c) => {
                         let mut reader = FrameReader::new();
@@ -492,15 +483,17 @@ impl Session<'_> {
         while Instant::now() < deadline {
             match read_msg(&mut self.control, &mut self.reader, Some(TICK)) {
                 Ok(_) => {}
-                Err(Error::Transport(TransportError::Io(ref x)))
-                    if matches!(
-                        x.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) => {}
+                Err(ref e) if is_tick(e) => {}
                 Err(_) => break,
             }
         }
     }
+}
+
+/// True for the read timeout that wakes a blocked read every `TICK` (nothing is lost).
+fn is_tick(e: &Error) -> bool {
+    matches!(e, Error::Transport(TransportError::Io(x))
+        if matches!(x.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut))
 }
 
 /// One data stream: verified units into the store until the End frame. A connection
