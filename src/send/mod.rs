@@ -274,7 +274,8 @@ impl<'a> Link<'a> {
                 Err(e) => last = Some(e),
             }
         }
-        Err(last.unwrap_or_else(|| lost(io::Error::other("control stream lost"))))
+        // Report the loss (a network failure), with why re-dialing did not help.
+        Err(gave_up(why, last))
     }
 
     /// Sends `msg` and reads the answer, reconnecting and repeating as needed.
@@ -338,6 +339,16 @@ impl<'a> Link<'a> {
     fn close(&mut self) {
         let _ = self.conn.shutdown_write();
     }
+}
+
+/// The error after re-dialing failed `retries` times: the connection was lost (exit 5),
+/// whatever the last attempt said.
+pub(crate) fn gave_up(why: &Error, last: Option<Error>) -> Error {
+    let detail = match last {
+        Some(e) => format!("{why}; re-dialing failed: {e}"),
+        None => why.to_string(),
+    };
+    lost(io::Error::other(detail))
 }
 
 /// Delay before re-dial attempt `n` (0-based): none, then 250 ms doubling to 4 s.

@@ -13,13 +13,14 @@ use std::sync::Mutex;
 
 use super::{lost, Failures, SendOptions};
 use crate::codec::{unit_hash, Encoder};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::plan::queue::{FileJob, Work, WorkQueue};
 use crate::plan::walk::Stamp;
 use crate::progress::Counters;
 use crate::protocol::{encode_data_header, encode_frame, Codec, FrameKind, Segment};
 use crate::store::piece_hash;
 use crate::transport::Conn;
+use crate::transport::TransportError;
 
 /// What went wrong reading one file.
 enum ReadFail {
@@ -66,9 +67,10 @@ impl Redial<'_> {
                 Err(e) => e,
             };
             *conn = None;
+            let mut last = None;
             loop {
                 if attempt >= self.retries {
-                    return Err(err);
+                    return Err(super::gave_up(&err, last));
                 }
                 std::thread::sleep(super::backoff(attempt));
                 attempt += 1;
@@ -83,16 +85,11 @@ impl Redial<'_> {
                         break;
                     }
                     Err(
-                        e @ crate::error::Error::Transport(
-                            crate::transport::TransportError::AuthRejected,
-                        ),
-                    )
-                    | Err(
-                        e @ crate::error::Error::Transport(
-                            crate::transport::TransportError::PeerUnauthenticated,
+                        e @ Error::Transport(
+                            TransportError::AuthRejected | TransportError::PeerUnauthenticated,
                         ),
                     ) => return Err(e),
-                    Err(_) => {}
+                    Err(e) => last = Some(e),
                 }
             }
         }
