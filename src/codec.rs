@@ -60,10 +60,23 @@ pub fn unit_hash(key: &[u8; 32], raw: &[u8]) -> [u8; 32] {
 }
 
 /// Compresses units for one stream, reusing its buffers and zstd context.
+///
+/// A unit that saves less than 3% is sent raw (not worth the receiver's decompression).
+/// After two such units in a row the encoder stops trying for a while: it sends the next
+/// 1, 2, 4 … up to 32 units raw before probing again, so an incompressible stream (media,
+/// encrypted or already compressed backups) costs almost no CPU, while a compressible one
+/// is noticed again within 32 units.
 pub struct Encoder {
     mode: Compression,
     zstd: Option<zstd::bulk::Compressor<'static>>,
+    /// Consecutive units that did not compress.
+    misses: u32,
+    /// Units still to send raw without trying.
+    skip: u32,
 }
+
+/// Longest run of units sent raw without probing.
+const MAX_SKIP: u32 = 32;
 
 impl Encoder {
     /// An encoder for the chosen mode.
@@ -72,48 +85,57 @@ impl Encoder {
             Compression::Zstd(level) => zstd::bulk::Compressor::new(level).ok(),
             _ => None,
         };
-        Encoder { mode, zstd }
+        Encoder {
+            mode,
+            zstd,
+            misses: 0,
+            skip: 0,
+        }
     }
 
     /// Compresses `raw` into `out` and returns the codec used. When compression is off,
-    /// unavailable, or does not make the unit smaller, returns `Codec::Raw` and the caller
-    /// sends `raw` itself.
+    /// paused, unavailable, or does not make the unit at least 3% smaller, returns
+    /// `Codec::Raw` and the caller sends `raw` itself.
     pub fn encode(&mut self, raw: &[u8], out: &mut Vec<u8>) -> Codec {
         out.clear();
-        if raw.len() < 64 {
+        if raw.len() < 64 || self.mode == Compression::None {
             return Codec::Raw;
         }
-        match self.mode {
-            Compression::None => Codec::Raw,
+        if self.skip > 0 {
+            self.skip -= 1;
+            return Codec::Raw;
+        }
+        let worth = raw.len() - raw.len() / 33;
+        let n = match self.mode {
+            Compression::None => None,
             Compression::Lz4 => {
                 let bound = lz4_flex::block::get_maximum_output_size(raw.len());
                 out.resize(bound, 0);
-                match lz4_flex::block::compress_into(raw, out) {
-                    Ok(n) if n < raw.len() => {
-                        out.truncate(n);
-                        Codec::Lz4
-                    }
-                    _ => Codec::Raw,
+                lz4_flex::block::compress_into(raw, out).ok()
+            }
+            Compression::Zstd(_) => self.zstd.as_mut().and_then(|z| {
+                // Room only for a worthwhile result: zstd gives up early when the output
+                // cannot fit, which is exactly the "does not shrink enough" case.
+                out.resize(worth, 0);
+                z.compress_to_buffer(raw, &mut out[..]).ok()
+            }),
+        };
+        match n {
+            Some(n) if n < worth => {
+                out.truncate(n);
+                self.misses = 0;
+                match self.mode {
+                    Compression::Lz4 => Codec::Lz4,
+                    _ => Codec::Zstd,
                 }
             }
-            Compression::Zstd(_) => {
-                let Some(z) = self.zstd.as_mut() else {
-                    return Codec::Raw;
-                };
-                // Room for one byte less than raw: zstd gives up early when the output
-                // cannot fit, which is exactly the "does not shrink" case.
-                out.resize(raw.len() - 1, 0);
-                let r = z.compress_to_buffer(raw, &mut out[..]);
-                match r {
-                    Ok(n) if n < raw.len() => {
-                        out.truncate(n);
-                        Codec::Zstd
-                    }
-                    _ => {
-                        out.clear();
-                        Codec::Raw
-                    }
+            _ => {
+                out.clear();
+                self.misses += 1;
+                if self.misses >= 2 {
+                    self.skip = (1u32 << (self.misses - 2).min(5)).min(MAX_SKIP);
                 }
+                Codec::Raw
             }
         }
     }
@@ -282,6 +304,31 @@ mod tests {
         );
         // The right data under another key fails too.
         assert!(Decoder::new([2u8; 32]).decode(&h).is_err());
+    }
+
+    #[test]
+    fn incompressible_stream_pauses_then_probes_again() {
+        let mut enc = Encoder::new(Compression::Zstd(1));
+        let mut noise = vec![0u8; 64 << 10];
+        getrandom::fill(&mut noise).unwrap();
+        let text: Vec<u8> = b"page header, row data, row data "
+            .iter()
+            .cycle()
+            .take(64 << 10)
+            .copied()
+            .collect();
+        let mut out = Vec::new();
+        // Two misses, then pauses of growing length: far fewer than 40 attempts.
+        for _ in 0..40 {
+            assert_eq!(enc.encode(&noise, &mut out), Codec::Raw);
+        }
+        assert!(enc.skip > 0 || enc.misses > 2);
+        // Compressible data is noticed again within MAX_SKIP + 1 units.
+        let hits = (0..=MAX_SKIP)
+            .filter(|_| enc.encode(&text, &mut out) == Codec::Zstd)
+            .count();
+        assert!(hits >= 1);
+        assert_eq!(enc.encode(&text, &mut out), Codec::Zstd);
     }
 
     #[test]

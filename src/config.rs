@@ -20,6 +20,11 @@ use crate::transport::Ticket;
 pub const DEFAULT_BLOCK_SIZE: u64 = 4 << 20;
 const MIN_BLOCK_SIZE: u64 = 64 << 10;
 
+/// Compression when the data crosses a network (send, copy between hosts): zstd level 1
+/// on blocks that shrink, with incompressible streams detected and skipped (see
+/// `codec::Encoder`). A local copy does not compress.
+pub const NETWORK_COMPRESSION: Compression = Compression::Zstd(1);
+
 /// How long `recv` waits for a vanished sender to come back.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -134,7 +139,7 @@ impl Config {
             } => Command::Send {
                 sources: paths.iter().map(|p| Source::from_arg(p)).collect(),
                 ticket: Box::new(Ticket::parse(&to)?),
-                transfer: transfer_config(&transfer, !no_encrypt, Compression::None)?,
+                transfer: transfer_config(&transfer, !no_encrypt, NETWORK_COMPRESSION)?,
             },
             CommandArgs::Copy {
                 paths,
@@ -220,7 +225,7 @@ fn copy_command(mut paths: Vec<PathBuf>, t: &TransferArgs, r: &RemoteArgs) -> Re
     }
     Ok(Command::Remote {
         plan,
-        transfer: transfer_config(t, !r.no_encrypt, Compression::None)?,
+        transfer: transfer_config(t, !r.no_encrypt, NETWORK_COMPRESSION)?,
         ssh: SshOptions {
             rsh,
             remote_haul,
