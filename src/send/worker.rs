@@ -39,6 +39,8 @@ struct Worker<'a> {
     open: Option<(u64, File)>,
     /// Source bytes read for the current unit.
     read: u64,
+    /// Files whose last bytes are in the current unit.
+    files: u64,
 }
 
 /// How a stream gets (and gets back) its connection.
@@ -112,6 +114,7 @@ pub(super) fn run(
         segs: Vec::new(),
         open: None,
         read: 0,
+        files: 0,
     };
     let mut cbuf = Vec::new();
     let mut hdr = Vec::new();
@@ -121,6 +124,7 @@ pub(super) fn run(
         w.raw.clear();
         w.segs.clear();
         w.read = 0;
+        w.files = 0;
         match work {
             Work::Block { file, offset, len } => w.read_block(&file, offset, len),
             Work::Pack(files) => w.read_pack(&files),
@@ -167,8 +171,7 @@ fn send_unit(
     Counters::add(&counters.units, 1);
     Counters::add(&counters.done_bytes, raw.len() as u64);
     Counters::add(&counters.read_bytes, w.read);
-    let whole_files = w.segs.iter().filter(|s| s.offset == 0).count() as u64;
-    Counters::add(&counters.done_files, whole_files);
+    Counters::add(&counters.done_files, w.files);
     Counters::add(&counters.wire_bytes, (hdr.len() + body.len()) as u64);
     Ok(())
 }
@@ -220,6 +223,9 @@ impl Worker<'_> {
             .read_exact_at(&mut self.raw, offset)
             .and_then(|()| stamp_of(f));
         self.read += u64::from(len);
+        if offset + u64::from(len) == job.size {
+            self.files += 1;
+        }
         match r {
             Ok(now) if now == job.stamp => {}
             Ok(_) => return self.record(job, ReadFail::Changed),
@@ -280,12 +286,15 @@ impl Worker<'_> {
             let r = read_whole(&job.path, &mut self.raw[start..]);
             self.read += job.size;
             match r {
-                Ok(now) if now == job.stamp => self.segs.push(Segment {
-                    file: job.id,
-                    offset: 0,
-                    len: job.size as u32,
-                    keep: false,
-                }),
+                Ok(now) if now == job.stamp => {
+                    self.files += 1;
+                    self.segs.push(Segment {
+                        file: job.id,
+                        offset: 0,
+                        len: job.size as u32,
+                        keep: false,
+                    })
+                }
                 Ok(_) => {
                     self.raw.truncate(start);
                     self.record(job, ReadFail::Changed);
