@@ -1,0 +1,296 @@
+"""The transfer methods and one timed run of a method on a data set.
+
+A method moves DATA_DIR/src/NAME (the directory itself, not its contents) from the source host
+into an empty directory DST on the destination host, so every method leaves DST/NAME.
+
+The timed region is what a user waits for: from starting the sender until the last byte is
+durable on the destination disk. haul's exit status 0 already means that (it fsyncs); every
+other method gets a `sync -f DST` (syncfs of the destination file system) inside the timed
+region after its receiving side has exited, which includes remote decompression and untar.
+Outside the timed region: starting receivers (haul recv, nc -l; sshd is already running),
+emptying DST, reading the source into the page cache, and verifying the copy.
+
+On the sparse data set, tar gets --sparse and rsync gets -S, as a user who knows the file is
+sparse would do; scp has no such option. The row labels say so.
+
+Not here: ssh tuning (the default cipher and no ControlMaster: what a user gets), and drop of
+page cache (see datasets).
+"""
+
+import itertools
+import os
+import shlex
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import datasets, procs
+from .netbed import DST_IP, NetBed, Sshd
+
+TIME = "/usr/bin/time"
+TIME_FORMAT = "%M %e %U %S"  # peak RSS KiB, elapsed, user, system
+
+
+@dataclass(frozen=True)
+class Method:
+    """One way to move a tree; `haul` methods are compared against the best of the others."""
+
+    id: str
+    haul_flags: tuple[str, ...] | None = None  # None: not haul
+    needs: tuple[str, ...] = ()                # programs that must be installed
+    ssh: bool = False
+
+    @property
+    def is_haul(self) -> bool:
+        return self.haul_flags is not None
+
+    def label(self, sparse: bool) -> str:
+        """The command as a user would recognise it (with the sparse flags when used)."""
+        s = " -S" if sparse else ""
+        return {
+            "scp": "scp -r",
+            "rsync": f"rsync -a{'S' if sparse else ''} (ssh)",
+            "rsync-z": f"rsync -az{'S' if sparse else ''} (ssh)",
+            "tar-ssh": f"tar{s} | ssh tar",
+            "tar-nc": f"tar{s} | nc",
+            "tar-pigz-nc": f"tar{s} | pigz -1 | nc",
+            "tar-zstd-nc": f"tar{s} | zstd -1 -T0 | nc",
+        }.get(self.id) or " ".join(("haul", *self.haul_flags))
+
+
+METHODS = {m.id: m for m in (
+    Method("haul", ()),
+    Method("haul-noenc", ("--no-encrypt",)),
+    Method("haul-lz4", ("--compress", "lz4")),
+    Method("haul-zstd", ("--compress", "zstd")),
+    Method("haul-zstd3", ("--compress", "zstd:3")),
+    Method("scp", needs=("scp", "ssh", "sshd"), ssh=True),
+    Method("rsync", needs=("rsync", "ssh", "sshd"), ssh=True),
+    Method("rsync-z", needs=("rsync", "ssh", "sshd"), ssh=True),
+    Method("tar-ssh", needs=("tar", "ssh", "sshd"), ssh=True),
+    Method("tar-nc", needs=("tar", "nc")),
+    Method("tar-pigz-nc", needs=("tar", "pigz", "nc")),
+    Method("tar-zstd-nc", needs=("tar", "zstd", "nc")),
+)}
+
+
+def missing_programs(m: Method) -> list[str]:
+    """Programs m needs that are not installed."""
+    return [p for p in m.needs if not (shutil.which(p) or Path("/usr/sbin", p).exists())]
+
+
+@dataclass
+class RunResult:
+    """One timed run; `status` is 'ok...', 'FAILED: ...' or 'TIMEOUT ...'."""
+
+    link: str
+    dataset: str
+    method: str
+    run: int
+    seconds: float | None = None
+    status: str = ""
+    wire_fwd: int | None = None
+    wire_rev: int | None = None
+    cpu: dict = field(default_factory=dict)
+    rss_kib: dict = field(default_factory=dict)
+    resident: float | None = None
+    detail: str = ""
+    phases: dict = field(default_factory=dict)  # harness overhead per phase, seconds
+
+    @property
+    def ok(self) -> bool:
+        return self.status.startswith("ok")
+
+
+class Runner:
+    """Runs one method on one data set across the test bed, timed, measured and verified."""
+
+    def __init__(self, bed: NetBed, sshd: Sshd | None, meter: procs.CpuMeter, haul: Path,
+                 work: Path, dst: Path):
+        self.bed, self.sshd, self.meter, self.haul = bed, sshd, meter, haul
+        self.work, self.dst = work, dst
+        self._ports = itertools.cycle(range(20000, 20500))
+
+    def run(self, m: Method, ds: datasets.Dataset, link: str, rate_bits: int | None,
+            index: int) -> RunResult:
+        """Empties DST, warms the source, runs m timed, verifies the copy, empties DST."""
+        res = RunResult(link, ds.spec.kind, m.id, index)
+        t = time.monotonic()
+
+        def phase(name):
+            nonlocal t
+            now = time.monotonic()
+            res.phases[name] = round(now - t, 3)
+            t = now
+
+        self._clean()
+        for _ in range(2):  # a second read when reclaim took pages back at once
+            datasets.warm(ds)
+            res.resident = datasets.resident_fraction(ds)
+            if res.resident is None or res.resident >= 0.99:
+                break
+        phase("warm")
+        os.sync()  # leftover writeback from earlier runs must not land in this one
+        phase("sync")
+        # A guard, not a measure: 4x the time at a pessimistic 100 MB/s (or the link rate).
+        floor = min(rate_bits / 8, 100e6) if rate_bits else 100e6
+        timeout = 120 + 4 * ds.bytes / floor
+        try:
+            if m.is_haul:
+                self._haul(m, ds, res, timeout)
+            else:
+                self._peer(m, ds, res, timeout)
+            phase("run")
+            if not res.status:
+                res.status = datasets.verify(ds, self.dst / ds.root.name)
+            phase("verify")
+        finally:
+            self._clean()
+            phase("clean")
+        return res
+
+    def _clean(self):
+        if self.dst.exists():
+            shutil.rmtree(self.dst)
+        self.dst.mkdir(parents=True)
+
+    # ---- haul ----
+
+    def _haul(self, m: Method, ds: datasets.Dataset, res: RunResult, timeout: float):
+        w = self.work
+        ticket = w / "ticket"
+        ticket.unlink(missing_ok=True)
+        logs = {side: open(w / f"haul-{side}.err", "w+") for side in ("send", "recv")}
+        recv = send = None
+        try:
+            recv = procs.spawn(self.bed.on_dst([
+                TIME, "-f", TIME_FORMAT, "-o", w / "recv.time", self.haul, "recv", self.dst,
+                "--listen", DST_IP, "--ticket-file", ticket]),
+                self.meter, "dst", stderr=logs["recv"])
+            deadline = time.monotonic() + 30
+            while not ticket.exists() and recv.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.02)
+            if not ticket.exists():
+                res.status = f"FAILED: haul recv gave no ticket: {_tail(logs['recv'])}"
+                return
+            env = dict(os.environ, HAUL_TICKET=ticket.read_text().strip())
+            before, t0 = self._snapshot(), time.monotonic()
+            send = procs.spawn(self.bed.on_src([
+                TIME, "-f", TIME_FORMAT, "-o", w / "send.time", self.haul, "send",
+                *m.haul_flags, ds.root]), self.meter, "src", env=env, stderr=logs["send"])
+            rc_send = procs.wait(send, t0 + timeout)
+            rc_recv = procs.wait(recv, time.monotonic() + (60 if rc_send == 0 else 5))
+            t1, after = time.monotonic(), self._snapshot()
+            self._measured(res, before, after, t1 - t0)
+            res.rss_kib = {side: _peak_rss(w / f"{side}.time") for side in ("send", "recv")}
+            res.detail = " / ".join(filter(None, (_tail(logs["send"]), _tail(logs["recv"]))))
+            if rc_send is None:
+                res.status = f"TIMEOUT after {timeout:.0f} s"
+            elif rc_send != 0 or rc_recv != 0:
+                why = _tail(logs["send"]) or _tail(logs["recv"])
+                res.status = (f"FAILED: haul send exit {rc_send}, recv exit {rc_recv}: "
+                              f"{why.removeprefix('haul: error: ')[:120]}")
+        finally:
+            procs.stop(send)
+            procs.stop(recv)
+            for f in logs.values():
+                f.close()
+
+    # ---- the others ----
+
+    def _peer(self, m: Method, ds: datasets.Dataset, res: RunResult, timeout: float):
+        port = next(self._ports)
+        recv_cmd, send_cmd = self._commands(m, ds, port)
+        logs = {side: open(self.work / f"{m.id}-{side}.err", "w+") for side in ("send", "recv")}
+        recv = send = None
+        try:
+            if recv_cmd:
+                recv = procs.spawn(self.bed.on_dst(["bash", "-o", "pipefail", "-c", recv_cmd]),
+                                   self.meter, "dst", stderr=logs["recv"])
+                if not self.bed.wait_listening(port, proc=recv):
+                    res.status = f"FAILED: receiver did not listen: {_tail(logs['recv'])}"
+                    return
+            before, t0 = self._snapshot(), time.monotonic()
+            send = procs.spawn(self.bed.on_src(["bash", "-o", "pipefail", "-c", send_cmd]),
+                               self.meter, "src", stderr=logs["send"])
+            rc_send = procs.wait(send, t0 + timeout)
+            rc_recv = 0
+            if recv is not None:
+                rc_recv = procs.wait(recv, time.monotonic() + (60 if rc_send == 0 else 5))
+            rc_sync = None
+            if rc_send == 0 and rc_recv == 0:
+                sync = procs.spawn(self.bed.on_dst(["sync", "-f", self.dst]), self.meter, "dst")
+                rc_sync = procs.wait(sync, time.monotonic() + 600)
+            t1, after = time.monotonic(), self._snapshot()
+            self._measured(res, before, after, t1 - t0)
+            if rc_send is None:
+                res.status = f"TIMEOUT after {timeout:.0f} s"
+            elif rc_send != 0 or rc_recv != 0 or rc_sync != 0:
+                why = _tail(logs["send"]) or _tail(logs["recv"])
+                res.status = (f"FAILED: sender exit {rc_send}, receiver exit {rc_recv}, "
+                              f"sync exit {rc_sync}: {why[:120]}")
+        finally:
+            procs.stop(send)
+            procs.stop(recv)
+            for f in logs.values():
+                f.close()
+
+    def _commands(self, m: Method, ds: datasets.Dataset, port: int) -> tuple[str | None, str]:
+        """(receiver shell command or None, sender shell command)."""
+        q = shlex.quote
+        sparse = ds.spec.kind == "sparse"
+        parent, name, dst = q(str(ds.root.parent)), q(ds.root.name), q(str(self.dst))
+        tar_c = f"tar -C {parent} -c{'S' if sparse else ''}f - {name}"
+        tar_x = f"tar -C {dst} -xf -"
+        nc_send, nc_recv = f"nc -N {DST_IP} {port}", f"nc -l -d {DST_IP} {port}"
+        remote = f"root@{DST_IP}"
+        if m.ssh:
+            ssh = " ".join(map(q, self.sshd.options()))
+            scp = " ".join(map(q, self.sshd.options("-P")))
+        flags = "a" + ("z" if m.id == "rsync-z" else "") + ("S" if sparse else "")
+        match m.id:
+            case "scp":
+                return None, f"scp -r -q {scp} {q(str(ds.root))} {remote}:{dst}/"
+            case "rsync" | "rsync-z":
+                return None, f"rsync -{flags} -e {q('ssh ' + ssh)} {q(str(ds.root))} {remote}:{dst}/"
+            case "tar-ssh":
+                return None, f"{tar_c} | ssh {ssh} {remote} {q(tar_x)}"
+            case "tar-nc":
+                return f"{nc_recv} | {tar_x}", f"{tar_c} | {nc_send}"
+            case "tar-pigz-nc":
+                return f"{nc_recv} | pigz -d | {tar_x}", f"{tar_c} | pigz -1 | {nc_send}"
+            case "tar-zstd-nc":
+                return (f"{nc_recv} | zstd -q -d | {tar_x}",
+                        f"{tar_c} | zstd -q -1 -T0 | {nc_send}")
+        raise ValueError(f"unknown method {m.id}")
+
+    # ---- measurement ----
+
+    def _snapshot(self) -> dict:
+        return {"wire": self.bed.counters(), "cpu": self.meter.snapshot()}
+
+    def _measured(self, res: RunResult, before: dict, after: dict, seconds: float):
+        res.seconds = seconds
+        res.wire_fwd = after["wire"][0] - before["wire"][0]
+        res.wire_rev = after["wire"][1] - before["wire"][1]
+        res.cpu = self.meter.delta(before["cpu"], after["cpu"])
+
+
+def _peak_rss(path: Path) -> int | None:
+    try:
+        last = path.read_text().strip().splitlines()[-1]
+        return int(last.split()[0])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _tail(f) -> str:
+    """The last non-empty line a process wrote to its (still open) log file."""
+    try:
+        f.flush()
+        f.seek(0)
+        lines = [line.strip() for line in f.read().splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return ""
+    return lines[-1][:300] if lines else ""
