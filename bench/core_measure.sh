@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Local and loopback measurements (issue 2): haul copy and haul send/recv over loopback vs cp -r and tar|nc,
-# Usage: DATA=/dir/with/big4g-and-small HAUL=target/release/haul RUNS=3 [SETS="big4g small"] bench/core_measure.sh
-# (big4g: one 4 GiB random file; small: a directory of 20,000 x 100 KB files; outputs go to $DATA/out.)
 # for one 4 GiB random file and 20,000 x 100 KB files; median of 3; peak RSS.
 # Every method ends when the data is durable (cp and tar|nc are followed by sync).
+# Usage: DATA=/dir/with/big4g-and-small HAUL=target/release/haul RUNS=3 [SETS="big4g small"] bench/core_measure.sh
+# (big4g: one 4 GiB random file; small: a directory of 20,000 x 100 KB files; outputs go to $DATA/out.)
 set -euo pipefail
 H=${HAUL:-/work/main/target/release/haul}
 D=${DATA:-/work/data}
