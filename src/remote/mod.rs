@@ -43,7 +43,7 @@ use crate::transport::{Role, Ticket};
 
 use session::{Done, FarEnd, Route, Rsh};
 pub use spec::{Location, RemotePath};
-use wire::{Reply, Request};
+use wire::Request;
 
 /// How long the far end may take to say `Done` once the local part is over.
 const DONE_WAIT: Duration = Duration::from_secs(30);
@@ -156,27 +156,10 @@ fn push(
         single_file: is_single_file(&srcs),
         advertise: ssh.advertise,
     })?;
-    let (ticket, port, rename) = match far.recv("setting up the receiver")? {
-        Reply::Ready {
-            ticket: Some(ticket),
-            port,
-            rename,
-            ..
-        } => (ticket, port, rename),
-        Reply::Done {
-            code,
-            message,
-            files,
-            bytes,
-        } => {
-            return Err(far.done_error(&Done {
-                code,
-                message,
-                files,
-                bytes,
-            }))
-        }
-        Reply::Ready { .. } => return Err(unexpected(&far, "no ticket")),
+    let ready = far.ready("setting up the receiver")?;
+    let (ticket, port, rename) = match ready.ticket {
+        Some(ticket) => (ticket, ready.port, ready.rename),
+        None => return Err(unexpected(&far, "no ticket")),
     };
     let ticket = Ticket::parse(&ticket)?;
     if let (Some(name), [only]) = (rename, srcs.as_mut_slice()) {
@@ -204,27 +187,10 @@ fn pull(
     let at = &sources[0];
     let mut far = FarEnd::start(rsh, at, &ssh.remote_haul, quiet)?;
     far.send(&send_request(sources, t, true, ssh.advertise))?;
-    let (ticket, port, single_file) = match far.recv("setting up the sender")? {
-        Reply::Ready {
-            ticket: Some(ticket),
-            port,
-            single_file,
-            ..
-        } => (ticket, port, single_file),
-        Reply::Done {
-            code,
-            message,
-            files,
-            bytes,
-        } => {
-            return Err(far.done_error(&Done {
-                code,
-                message,
-                files,
-                bytes,
-            }))
-        }
-        Reply::Ready { .. } => return Err(unexpected(&far, "no ticket")),
+    let ready = far.ready("setting up the sender")?;
+    let (ticket, port, single_file) = match ready.ticket {
+        Some(ticket) => (ticket, ready.port, ready.single_file),
+        None => return Err(unexpected(&far, "no ticket")),
     };
     let ticket = Ticket::parse(&ticket)?;
     let (root, rename) = dest_layout(single_file, dest);
@@ -324,47 +290,16 @@ fn between(
     });
     let (mut sender, mut receiver) = (sender?, receiver?);
     sender.send(&send_request(sources, t, false, None))?;
-    let single_file = match sender.recv("setting up the sender")? {
-        Reply::Ready { single_file, .. } => single_file,
-        Reply::Done {
-            code,
-            message,
-            files,
-            bytes,
-        } => {
-            return Err(sender.done_error(&Done {
-                code,
-                message,
-                files,
-                bytes,
-            }))
-        }
-    };
+    let single_file = sender.ready("setting up the sender")?.single_file;
     receiver.send(&Request::Receive {
         dest: dest.path_or_home(),
         single_file,
         advertise: ssh.advertise,
     })?;
-    let (ticket, rename) = match receiver.recv("setting up the receiver")? {
-        Reply::Ready {
-            ticket: Some(ticket),
-            rename,
-            ..
-        } => (ticket, rename),
-        Reply::Done {
-            code,
-            message,
-            files,
-            bytes,
-        } => {
-            return Err(receiver.done_error(&Done {
-                code,
-                message,
-                files,
-                bytes,
-            }))
-        }
-        Reply::Ready { .. } => return Err(unexpected(&receiver, "no ticket")),
+    let ready = receiver.ready("setting up the receiver")?;
+    let (ticket, rename) = match ready.ticket {
+        Some(ticket) => (ticket, ready.rename),
+        None => return Err(unexpected(&receiver, "no ticket")),
     };
     sender.send(&Request::Go {
         rename,

@@ -329,6 +329,35 @@ impl FarEnd {
         wire::decode(&line).map_err(|m| self.error(format!("{m} (while {doing})")))
     }
 
+    /// Waits for the far end's `Ready`; a `Done` instead (it failed to set up) becomes its
+    /// error, with its host and exit code.
+    pub fn ready(&mut self, doing: &str) -> Result<Ready> {
+        match self.recv(doing)? {
+            Reply::Ready {
+                ticket,
+                port,
+                single_file,
+                rename,
+            } => Ok(Ready {
+                ticket,
+                port,
+                single_file,
+                rename,
+            }),
+            Reply::Done {
+                code,
+                message,
+                files,
+                bytes,
+            } => Err(self.done_error(&Done {
+                code,
+                message,
+                files,
+                bytes,
+            })),
+        }
+    }
+
     /// Waits up to `wait` (`None`: as long as it takes) for the far end's `Done`, then
     /// closes its stdin and reaps it. `None` when it went away without one.
     pub fn finish(&mut self, wait: Option<Duration>) -> Option<Done> {
@@ -653,6 +682,18 @@ impl<'a> Route<'a> {
             code: e.exit_code(),
         })
     }
+}
+
+/// What a far end reported when it was ready (see `Reply::Ready`).
+pub struct Ready {
+    /// The ticket to dial, when it listens.
+    pub ticket: Option<String>,
+    /// Its port on its own loopback (for the ssh fallback).
+    pub port: Option<u16>,
+    /// Sender: whether the sources are one non-directory.
+    pub single_file: bool,
+    /// Receiver: the single source's new name at the destination, if renamed.
+    pub rename: Option<Vec<u8>>,
 }
 
 #[cfg(test)]
