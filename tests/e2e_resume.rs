@@ -285,8 +285,8 @@ fn unchanged_tree_sends_no_file_data() {
     assert_eq!(json_field(&received, "files"), 0);
     assert_trees_equal(&src, &dest);
 
-    // --checksum reads and compares, but still sends nothing for identical files... of
-    // those larger than a block; this tree's files are small and are re-sent whole.
+    // --checksum compares files larger than a block piece by piece; files this small are
+    // sent again whole. Either way the result must still be identical.
     let out = copy(
         &[&support::with_slash(&src)],
         &dest,

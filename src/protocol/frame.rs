@@ -264,11 +264,6 @@ impl<'a> DataHeader<'a> {
             }
         })
     }
-
-    /// Number of segments.
-    pub fn segment_count(&self) -> usize {
-        self.segments.len() / SEGMENT_LEN
-    }
 }
 
 /// Writes the frame header and the data header (everything but the body) into `out`,

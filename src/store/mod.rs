@@ -179,11 +179,6 @@ impl Store {
         self.error.lock().ok().and_then(|mut g| g.take())
     }
 
-    /// True when a background finisher failed.
-    pub fn has_failed(&self) -> bool {
-        self.error.lock().map(|g| g.is_some()).unwrap_or(true)
-    }
-
     fn fail(&self, e: Error) {
         if let Ok(mut g) = self.error.lock() {
             g.get_or_insert(e);
@@ -208,9 +203,7 @@ impl Store {
             }
             if let Some((parent, _)) = path.split_last() {
                 if let Ok(mut t) = self.touched.lock() {
-                    if !t.contains(&parent) {
-                        t.insert(parent);
-                    }
+                    t.insert(parent);
                 }
             }
             match &e.kind {
