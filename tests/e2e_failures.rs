@@ -323,6 +323,34 @@ fn killing_the_receiver_mid_transfer_fails_the_sender_with_exit_5() {
     );
 }
 
+/// Regression: when the killed receiver's port was taken over by another `haul recv` (a
+/// restart, or port reuse), the sender's re-dial met a stranger that rejected its secret,
+/// and the sender exited 6 ("wrong ticket") instead of 5 (the receiver is gone).
+#[test]
+fn receiver_replaced_on_its_port_is_a_lost_connection_not_a_bad_ticket() {
+    let big = big_random_file();
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = tmp.path().join("dest");
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let first = recv(&dest, &["--listen", &listen]);
+    let sender = Haul::new().spawn_send(&[&big.path], &first.ticket, &["--streams", "2"]);
+    let mid_transfer = wait_for_partial(&dest, BIG_LEN / 3, &[&sender, &first.proc]);
+    let _ = first.kill();
+    // A new receiver, with a new secret, on the same port.
+    let other = recv(
+        &tmp.path().join("other"),
+        &["--listen", &listen, "--timeout", "1"],
+    );
+    let sent = sender.wait();
+    let _ = other.kill();
+    assert!(
+        mid_transfer,
+        "the transfer ended before it could be interrupted"
+    );
+    sent.assert_code(5);
+}
+
 // ---- Unwritable destinations ----
 
 /// Runs a receiver into `dest` and sends `src` to it, expecting both to exit 4. A receiver

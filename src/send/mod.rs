@@ -268,9 +268,13 @@ impl<'a> Link<'a> {
                     self.reader = FrameReader::new();
                     return Ok(());
                 }
-                // Authentication and version errors will not go away by retrying.
+                // Something else answers at the receiver's address now (it was restarted,
+                // or its port was reused): our receiver is gone, which is a lost connection,
+                // not a wrong ticket. Retrying will not help.
                 Err(e @ Error::Transport(TransportError::AuthRejected))
-                | Err(e @ Error::Transport(TransportError::PeerUnauthenticated)) => return Err(e),
+                | Err(e @ Error::Transport(TransportError::PeerUnauthenticated)) => {
+                    return Err(gave_up(why, Some(e)))
+                }
                 Err(e) => last = Some(e),
             }
         }

@@ -62,7 +62,7 @@ impl Redial<'_> {
         loop {
             let r = match conn.as_mut() {
                 Some(c) => parts.iter().try_for_each(|p| c.write_all(p)).map_err(lost),
-                None => Err(lost(io::Error::other("not connected"))),
+                None => Err(lost(io::Error::other("data stream not connected"))),
             };
             let err = match r {
                 Ok(()) => return Ok(()),
@@ -90,7 +90,11 @@ impl Redial<'_> {
                         e @ Error::Transport(
                             TransportError::AuthRejected | TransportError::PeerUnauthenticated,
                         ),
-                    ) => return Err(e),
+                    ) => {
+                        // Someone else holds the receiver's address now: our receiver is
+                        // gone (a lost connection, not a wrong ticket); retrying won't help.
+                        return Err(super::gave_up(&err, Some(e)));
+                    }
                     Err(e) => last = Some(e),
                 }
             }
@@ -119,7 +123,10 @@ pub(super) fn run(
     let mut cbuf = Vec::new();
     let mut hdr = Vec::new();
     let mut enc = Encoder::new(opts.compress);
-    let mut conn = Some((link.dial)()?);
+    // A failed first dial is handled like a dropped connection: the first write re-dials
+    // with backoff, and gives up as a lost connection (the control stream already proved
+    // the receiver; if it is gone now, that is what happened).
+    let mut conn = (link.dial)().ok();
     while let Some(work) = queue.next() {
         w.raw.clear();
         w.segs.clear();
