@@ -4,9 +4,9 @@
 
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -43,6 +43,8 @@ pub(super) struct FileState {
     inplace: bool,
     /// Durable-range journal (partial files larger than a block).
     journal: Option<Mutex<JournalState>>,
+    /// Written to an anonymous file (`O_TMPFILE`) that is linked in when finished.
+    anonymous: AtomicBool,
 }
 
 struct JournalState {
@@ -193,6 +195,7 @@ impl Store {
                     last_flush: Instant::now(),
                 })
             }),
+            anonymous: AtomicBool::new(false),
         });
         if remaining == 0 {
             // Nothing will arrive (empty, all holes, or fully resumed): complete now.
@@ -438,6 +441,18 @@ impl Store {
 
     fn open_work_file(&self, state: &FileState) -> Result<File> {
         let (parent, work) = state.work_name()?;
+        let err = |x| self.dest_err(&state.path, x);
+        if !state.precreated && self.linker.load(Ordering::Relaxed) < 2 {
+            match fsops::open_anonymous(&self.root, &parent) {
+                Ok(fd) => {
+                    state.anonymous.store(true, Ordering::Relaxed);
+                    return Ok(File::from(fd));
+                }
+                // No O_TMPFILE on this file system: named partial files from now on.
+                Err(x) if unsupported(&x) => self.linker.store(2, Ordering::Relaxed),
+                Err(x) => return Err(err(x)),
+            }
+        }
         let path = fsops::join(&parent, &work);
         let mut flags = OFlags::WRONLY | OFlags::NOFOLLOW;
         if !state.precreated {
@@ -445,7 +460,57 @@ impl Store {
         }
         fsops::open_beneath(&self.root, &path, flags, Mode::from_raw_mode(0o600))
             .map(File::from)
-            .map_err(|x| self.dest_err(&state.path, x))
+            .map_err(err)
+    }
+
+    /// Names a finished anonymous file `name` in `pfd`, replacing what has that name.
+    fn link_into_place(
+        &self,
+        file: &File,
+        pfd: &OwnedFd,
+        name: &[u8],
+        entry: &Entry,
+    ) -> io::Result<()> {
+        loop {
+            let current = self.linker.load(Ordering::Relaxed);
+            let how = match current {
+                0 => fsops::Linker::EmptyPath,
+                1 => fsops::Linker::ProcFd,
+                _ => break,
+            };
+            match fsops::link_anonymous(file, pfd, name, how) {
+                Ok(()) => return Ok(()),
+                Err(x) if x.raw_os_error() == Some(libc::EEXIST) => {
+                    // An older version has the name: link beside it and rename over it.
+                    let tmp = fsops::partial_name(name);
+                    fsops::remove_if_present(pfd, &tmp)?;
+                    fsops::link_anonymous(file, pfd, &tmp, how)?;
+                    return fsops::rename_in(pfd, &tmp, name);
+                }
+                // Not allowed (no CAP_DAC_READ_SEARCH) or no /proc: try the next way.
+                Err(x) if matches!(x.raw_os_error(), Some(libc::ENOENT | libc::EPERM)) => {
+                    let _ = self.linker.compare_exchange(
+                        current,
+                        current + 1,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    );
+                }
+                Err(x) => return Err(x),
+            }
+        }
+        // Neither way links here: copy into a named partial file and rename that.
+        let tmp = fsops::partial_name(name);
+        let named = File::from(rustix::fs::openat(
+            pfd,
+            tmp.as_slice(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )?);
+        copy_range(file, &named, file.metadata()?.len())?;
+        fsops::apply_meta_fd(&named, entry, self.as_root)?;
+        named.sync_all()?;
+        fsops::rename_in(pfd, &tmp, name)
     }
 
     /// fsync, metadata and rename of one complete file (runs on a finisher thread).
@@ -453,13 +518,15 @@ impl Store {
         let err = |x| self.dest_err(&state.path, x);
         fsops::apply_meta_fd(&file, &state.entry, self.as_root).map_err(err)?;
         file.sync_all().map_err(err)?;
-        drop(file);
         let (parent, name) = state
             .path
             .split_last()
             .ok_or(ProtocolError::Malformed("file at the root path"))?;
         let pfd = fsops::open_dir(&self.root, &parent).map_err(err)?;
-        if !state.inplace {
+        if state.anonymous.load(Ordering::Relaxed) {
+            self.link_into_place(&file, &pfd, name, &state.entry)
+                .map_err(err)?;
+        } else if !state.inplace {
             fsops::rename_in(&pfd, &fsops::partial_name(name), name).map_err(err)?;
         }
         if state.journal.is_some() {
@@ -522,6 +589,14 @@ impl Store {
         }
         out
     }
+}
+
+/// Whether an `O_TMPFILE` open failed because the file system (or kernel) lacks it.
+fn unsupported(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL)
+    )
 }
 
 /// Adds `[a, b)` to sorted, merged `ranges`; returns how many of its bytes were new.
@@ -631,5 +706,67 @@ mod tests {
         assert_eq!(r, [(0, 30)]);
         assert_eq!(add_range(&mut r, 0, 30), 0);
         assert_eq!(journal::missing(40, &r), [(30, 40)]);
+    }
+
+    fn entry() -> Entry {
+        Entry {
+            id: 1,
+            path: b"f".to_vec(),
+            kind: crate::protocol::EntryKind::File {
+                size: 5,
+                data_bytes: 5,
+            },
+            mode: 0o640,
+            mtime_sec: 1_700_000_000,
+            mtime_nsec: 7,
+            uid: 0,
+            gid: 0,
+        }
+    }
+
+    /// Writes `data` to an anonymous file in the store's root and links it in as `name`
+    /// with linker state `how` (0, 1 or 2: the copy fallback).
+    fn link_with(dir: &std::path::Path, how: u8, name: &[u8], data: &[u8]) -> Store {
+        let store = Store::open(dir).unwrap();
+        let fd = fsops::open_anonymous(&store.root, &SafeRelPath::root()).unwrap();
+        let f = File::from(fd);
+        f.write_all_at(data, 0).unwrap();
+        store.linker.store(how, Ordering::Relaxed);
+        let pfd = fsops::open_dir(&store.root, &SafeRelPath::root()).unwrap();
+        store.link_into_place(&f, &pfd, name, &entry()).unwrap();
+        store
+    }
+
+    #[test]
+    fn anonymous_files_are_linked_each_way_and_replace_an_older_version() {
+        let dir = tempfile::tempdir().unwrap();
+        for how in 0..3u8 {
+            let name = format!("f{how}");
+            std::fs::write(dir.path().join(&name), b"older version").unwrap();
+            link_with(dir.path(), how, name.as_bytes(), b"hello");
+            assert_eq!(std::fs::read(dir.path().join(&name)).unwrap(), b"hello");
+            link_with(dir.path(), how, format!("new{how}").as_bytes(), b"fresh");
+            assert_eq!(
+                std::fs::read(dir.path().join(format!("new{how}"))).unwrap(),
+                b"fresh"
+            );
+        }
+        // Only the final names: no partial or temporary names left behind.
+        let mut names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["f0", "f1", "f2", "new0", "new1", "new2"]);
+    }
+
+    #[test]
+    fn copy_fallback_applies_the_entry_metadata() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        link_with(dir.path(), 2, b"f", b"hello");
+        let m = std::fs::metadata(dir.path().join("f")).unwrap();
+        assert_eq!(m.mode() & 0o7777, 0o640);
+        assert_eq!((m.mtime(), m.mtime_nsec()), (1_700_000_000, 7));
     }
 }

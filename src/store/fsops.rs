@@ -3,8 +3,9 @@
 //! RESOLVE_NO_SYMLINKS)` from the root's descriptor, and entries are created and renamed
 //! relative to their parent's descriptor.
 
+use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use rustix::fs::{self as rfs, Mode, OFlags, ResolveFlags, Timespec, Timestamps};
 
@@ -17,8 +18,8 @@ const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
 /// Opens `path` beneath `root` with `flags`, refusing symlinks anywhere on the way.
 pub fn open_beneath(root: &OwnedFd, path: &[u8], flags: OFlags, mode: Mode) -> io::Result<OwnedFd> {
     let path: &[u8] = if path.is_empty() { b"." } else { path };
-    // openat2 rejects a mode without O_CREAT.
-    let mode = if flags.contains(OFlags::CREATE) {
+    // openat2 rejects a mode without O_CREAT or O_TMPFILE.
+    let mode = if flags.contains(OFlags::CREATE) || flags.contains(OFlags::TMPFILE) {
         mode
     } else {
         Mode::empty()
@@ -112,6 +113,43 @@ pub fn make_dir(parent: &OwnedFd, name: &[u8]) -> io::Result<()> {
 /// Renames `from` to `to` within one directory, replacing `to` (unless it is a directory).
 pub fn rename_in(dir: &OwnedFd, from: &[u8], to: &[u8]) -> io::Result<()> {
     rfs::renameat(dir, from, dir, to).map_err(io::Error::from)
+}
+
+/// Opens a new anonymous file (`O_TMPFILE`) in directory `dir` beneath `root`: it has no
+/// name until [`link_anonymous`] gives it one, so a crash leaves nothing behind, and
+/// creating it does not lock the directory (which `O_CREAT` and `rename` do, and which
+/// thousands of small files in one directory contend for).
+pub fn open_anonymous(root: &OwnedFd, dir: &SafeRelPath) -> io::Result<OwnedFd> {
+    open_beneath(
+        root,
+        dir.as_bytes(),
+        OFlags::TMPFILE | OFlags::RDWR,
+        Mode::from_raw_mode(0o600),
+    )
+}
+
+/// How an anonymous file is linked into a directory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Linker {
+    /// `linkat(fd, "", AT_EMPTY_PATH)`: needs CAP_DAC_READ_SEARCH.
+    EmptyPath,
+    /// `linkat("/proc/self/fd/N", AT_SYMLINK_FOLLOW)`: needs /proc.
+    ProcFd,
+}
+
+/// Gives anonymous file `file` the name `name` in `dir` (fails with EEXIST if taken).
+pub fn link_anonymous(file: &File, dir: &OwnedFd, name: &[u8], how: Linker) -> io::Result<()> {
+    match how {
+        Linker::EmptyPath => rfs::linkat(file, c"", dir, name, rfs::AtFlags::EMPTY_PATH),
+        Linker::ProcFd => rfs::linkat(
+            rfs::CWD,
+            format!("/proc/self/fd/{}", file.as_raw_fd()),
+            dir,
+            name,
+            rfs::AtFlags::SYMLINK_FOLLOW,
+        ),
+    }
+    .map_err(io::Error::from)
 }
 
 /// Removes `name` from `dir` if present.

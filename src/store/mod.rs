@@ -2,7 +2,8 @@
 //! atomically and durably.
 //!
 //! A regular file is written to a partial file (`.haul-<hash>.part`) in its final
-//! directory. When its last byte has been written, a finisher thread applies owner, mode
+//! directory, or, if it fits in one unit, to an anonymous `O_TMPFILE` file there that is
+//! linked in when finished (no directory lock per create). When its last byte has been written, a finisher thread applies owner, mode
 //! and mtime, fsyncs it and renames it into place; finishers run in parallel so thousands
 //! of small files do not pay one fsync round-trip each in sequence. Directory metadata,
 //! hardlinks and directory fsyncs happen in [`Store::finish`].
@@ -24,7 +25,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -67,6 +68,10 @@ pub struct Store {
     /// Every path in the manifest (kept only for --delete).
     seen: Mutex<HashSet<SafeRelPath>>,
     options: Mutex<(SyncOptions, [u8; 32])>,
+    /// How small files are created and named: anonymous files linked with
+    /// [`fsops::Linker::EmptyPath`] (0) or [`fsops::Linker::ProcFd`] (1), or named
+    /// partial files renamed into place (2) where neither works.
+    linker: AtomicU8,
     /// Progress counters.
     pub stats: Arc<Counters>,
 }
@@ -117,6 +122,7 @@ impl Store {
             settled: Mutex::new(HashSet::new()),
             seen: Mutex::new(HashSet::new()),
             options: Mutex::new((SyncOptions::default(), [0u8; 32])),
+            linker: AtomicU8::new(0),
             stats: Arc::new(Counters::default()),
         })
     }
