@@ -31,7 +31,9 @@ from benchlib import datasets, methods, netbed, procs, report
 REPO = Path(__file__).resolve().parent.parent
 ALL_LINKS = ("unshaped", "10gbit", "1gbit", "100mbit")
 # --quick runs every method on the unshaped link, and these on the shaped one (time budget).
-QUICK_SHAPED_METHODS = ("haul", "haul-zstd", "rsync-z", "tar-nc", "iperf3")
+QUICK_SHAPED_METHODS = ("haul", "haul-none", "rsync-z", "tar-nc", "iperf3")
+# `haul --compress zstd` is what plain `haul` does across a network: run only when asked.
+NOT_BY_DEFAULT = ("haul-zstd",)
 
 # Sizes per mode: the defaults for a 2-core, 24 GB machine, and tiny ones for --quick.
 SIZES = {
@@ -51,6 +53,7 @@ class Config:
     plan: dict            # link -> (data set kinds, method ids)
     specs: dict           # kind -> datasets.Spec
     runs: int
+    link_runs: dict       # link -> runs, where --link-runs overrides --runs
     ceiling: list[str]    # links whose raw ceiling iperf3 measures
     iperf_seconds: int
     data_dir: Path
@@ -79,6 +82,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="data sets for one link only (repeatable), e.g. 100mbit=pg,small")
     p.add_argument("--runs", type=int, help="runs per method, the median is shown "
                                             "(default 3; quick: 1)")
+    p.add_argument("--link-runs", action="append", default=[], metavar="LINK=N",
+                   help="runs per method for one link only (repeatable), e.g. 100mbit=1")
     p.add_argument("--data-dir", type=Path, default=Path("/work/bench-data"),
                    help="where data sets are cached and copies land (default /work/bench-data)")
     p.add_argument("--out", type=Path, help="also write the markdown report to this file")
@@ -132,7 +137,8 @@ def build_config(a: argparse.Namespace, argv: list[str]) -> Config:
             raise SystemExit(f"run.py: {e}") from None
     kinds = _list(a.datasets, datasets.KINDS, datasets.KINDS, "data sets")
     method_names = [*methods.METHODS, "iperf3"]
-    mids = _list(a.methods, method_names, method_names, "methods")
+    mids = _list(a.methods, method_names,
+                 [m for m in method_names if m not in NOT_BY_DEFAULT], "methods")
     link_m = _per_link(a.link_methods, links, method_names, "methods")
     link_d = _per_link(a.link_datasets, links, datasets.KINDS, "datasets")
     plan, ceiling = {}, []
@@ -163,6 +169,13 @@ def build_config(a: argparse.Namespace, argv: list[str]) -> Config:
     runs = a.runs if a.runs is not None else (1 if a.quick else 3)
     if runs < 1:
         raise SystemExit("run.py: --runs must be at least 1")
+    link_runs = {}
+    for pair in a.link_runs:
+        link, _, n = pair.partition("=")
+        if link not in links or not n.isdigit() or int(n) < 1:
+            raise SystemExit(f"run.py: --link-runs wants LINK=N with LINK one of --links "
+                             f"({', '.join(links)}) and N >= 1, got {pair!r}")
+        link_runs[link] = int(n)
     haul = a.haul or REPO / "target/release/haul"
     if not os.access(haul, os.X_OK):
         raise SystemExit(f"run.py: no haul binary at {haul} (cargo build --release, or --haul)")
@@ -174,7 +187,7 @@ def build_config(a: argparse.Namespace, argv: list[str]) -> Config:
     return Config(
         quick=a.quick, links=links, plan=plan,
         specs={k: specs[k] for k in datasets.KINDS if any(k in plan[l][0] for l in links)},
-        runs=runs, ceiling=ceiling,
+        runs=runs, link_runs=link_runs, ceiling=ceiling,
         iperf_seconds=a.iperf_seconds or (1 if a.quick else 5), data_dir=data_dir,
         out=a.out, haul=Path(haul).resolve(), netlab=a.netlab.resolve(),
         command="python3 bench/run.py " + shlex.join(argv))
@@ -280,7 +293,8 @@ def _prepare(cfg: Config, out: Outcome, log) -> tuple[dict, dict]:
             log(f"method {mid}: SKIPPED ({', '.join(progs)} not installed)")
     plan = {link: ([k for k in ks if k in sets], [m for m in ms if not missing[m]])
             for link, (ks, ms) in cfg.plan.items()}
-    total = sum(len(ks) * len(ms) for ks, ms in plan.values()) * cfg.runs
+    total = sum(len(ks) * len(ms) * cfg.link_runs.get(link, cfg.runs)
+                for link, (ks, ms) in plan.items())
     log(f"{total} timed runs planned over {', '.join(cfg.links)}")
     return sets, plan
 
@@ -305,7 +319,7 @@ def _measure(cfg: Config, plan: dict, sets: dict, bed: netbed.NetBed, work: Path
             runner = methods.Runner(bed, sshd, meter, haul, work, cfg.data_dir / "dst")
             for kind in kinds:
                 ds = sets[kind]
-                for i in range(cfg.runs):
+                for i in range(cfg.link_runs.get(link, cfg.runs)):
                     for mid in mids:
                         r = _one(runner, methods.METHODS[mid], ds, link, i + 1)
                         out.results.append(r)
@@ -352,7 +366,7 @@ def _header(cfg: Config, stamp, haul: Path, sets: dict) -> list[str]:
         f"- haul: {version}, {profile}, git {git.stdout.strip() or '?'}"
         f"{' + uncommitted changes in src/' if dirty else ''}.",
         f"- Command: `{cfg.command}` ({cfg.runs} run{'s' if cfg.runs > 1 else ''} per "
-        f"method, interleaved).",
+        f"method{'' if not cfg.link_runs else ' unless the link says otherwise'}, interleaved).",
         "- Data sets: " + "; ".join(f"{k}: {d.spec.title}" for k, d in sets.items()) + ".",
     ]
 

@@ -56,6 +56,7 @@ class Method:
             "tar-nc": f"tar{s} | nc",
             "tar-pigz-nc": f"tar{s} | pigz -1 | nc",
             "tar-zstd-nc": f"tar{s} | zstd -1 -T0 | nc",
+            "haul-ssh": "haul copy (ssh)",
         }.get(self.id) or " ".join(("haul", *self.haul_flags))
 
 
@@ -63,8 +64,11 @@ METHODS = {m.id: m for m in (
     Method("haul", ()),
     Method("haul-noenc", ("--no-encrypt",)),
     Method("haul-lz4", ("--compress", "lz4")),
+    Method("haul-none", ("--compress", "none")),
     Method("haul-zstd", ("--compress", "zstd")),
     Method("haul-zstd3", ("--compress", "zstd:3")),
+    # The one command across hosts: ssh starts the far end, data flows over direct TCP.
+    Method("haul-ssh", (), needs=("ssh", "sshd"), ssh=True),
     Method("scp", needs=("scp", "ssh", "sshd"), ssh=True),
     Method("rsync", needs=("rsync", "ssh", "sshd"), ssh=True),
     Method("rsync-z", needs=("rsync", "ssh", "sshd"), ssh=True),
@@ -137,7 +141,7 @@ class Runner:
         floor = min(rate_bits / 8, 100e6) if rate_bits else 100e6
         timeout = 120 + 4 * ds.bytes / floor
         try:
-            if m.is_haul:
+            if m.is_haul and not m.ssh:
                 self._haul(m, ds, res, timeout)
             else:
                 self._peer(m, ds, res, timeout)
@@ -254,6 +258,10 @@ class Runner:
                 return None, f"scp -r -q {scp} {q(str(ds.root))} {remote}:{dst}/"
             case "rsync" | "rsync-z":
                 return None, f"rsync -{flags} -e {q('ssh ' + ssh)} {q(str(ds.root))} {remote}:{dst}/"
+            case "haul-ssh":
+                h = q(str(self.haul))
+                return None, (f"{h} copy -q -e {q('ssh ' + ssh)} --remote-haul {h} "
+                              f"{q(str(ds.root))} {remote}:{dst}/")
             case "tar-ssh":
                 return None, f"{tar_c} | ssh {ssh} {remote} {q(tar_x)}"
             case "tar-nc":

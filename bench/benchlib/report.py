@@ -134,7 +134,9 @@ def render(header: list[str], links: list[str], plan: dict, sets: dict[str, Data
     for link in links:
         kinds, mids = plan[link]
         kinds = [k for k in kinds if k in sets]
-        out += [f"**Link {link}** — {_ceiling(ceilings.get(link))}", ""]
+        n = max((r.run for r in results if r.link == link), default=0)
+        runs = f"median of {n} runs" if n > 1 else "1 run"
+        out += [f"**Link {link}** — {_ceiling(ceilings.get(link))}; {runs} per method", ""]
         out += summary(link, kinds, mids, sets, results) + [""]
     out += ["Details per data set and link. CPU s: CPU seconds used on the sending + receiving "
             "host (all processes of the method, sshd included). Others' load: CPU used by "
