@@ -320,7 +320,10 @@ def _measure(cfg: Config, plan: dict, sets: dict, bed: netbed.NetBed, work: Path
             for kind in kinds:
                 ds = sets[kind]
                 for i in range(cfg.link_runs.get(link, cfg.runs)):
-                    for mid in mids:
+                    # Each round starts one method later, so that no method is always the
+                    # one that follows the same neighbour (or the data set's first run).
+                    k = i % len(mids)
+                    for mid in mids[k:] + mids[:k]:
                         r = _one(runner, methods.METHODS[mid], ds, link, i + 1)
                         out.results.append(r)
                         with open(jsonl, "a") as f:
@@ -366,7 +369,8 @@ def _header(cfg: Config, stamp, haul: Path, sets: dict) -> list[str]:
         f"- haul: {version}, {profile}, git {git.stdout.strip() or '?'}"
         f"{' + uncommitted changes in src/' if dirty else ''}.",
         f"- Command: `{cfg.command}` ({cfg.runs} run{'s' if cfg.runs > 1 else ''} per "
-        f"method{'' if not cfg.link_runs else ' unless the link says otherwise'}, interleaved).",
+        f"method{'' if not cfg.link_runs else ' unless the link says otherwise'}, interleaved, "
+        "each round starting one method later).",
         "- Data sets: " + "; ".join(f"{k}: {d.spec.title}" for k, d in sets.items()) + ".",
     ]
 
