@@ -19,11 +19,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/work/bench-data}
+failed=0
 run() {
   local name=$1
   shift
   python3 bench/run.py --data-dir "$out" --out "$out/full-$name.md" "$@" >"$out/full-$name.log" 2>&1 ||
-    echo "full.sh: part $name failed (see $out/full-$name.log)" >&2
+    { echo "full.sh: part $name failed (see $out/full-$name.log)" >&2; failed=1; }
 }
 mkdir -p "$out"
 run pg1g --links 1gbit --datasets pg --runs 3
@@ -35,3 +36,4 @@ run 100m --links 100mbit --datasets pg,sparse --runs 1 --methods haul,rsync-z,ta
 run 10g --links 10gbit --datasets big,pg,small --runs 1 --methods haul,haul-noenc,tar-nc,tar-zstd-nc,iperf3
 run rest --links unshaped --runs 1 --methods haul,haul-zstd3,scp,tar-pigz-nc
 echo "full.sh: reports in $out/full-*.md"
+exit "$failed"

@@ -93,8 +93,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--iperf-seconds", type=int, help="iperf3 duration (default 5; quick: 1)")
     sizes = p.add_argument_group("data set sizes (defaults: the issue's; --quick: tiny)")
     sizes.add_argument("--big-size", help="big: file size (default 4G; quick 64M)")
-    sizes.add_argument("--pg-scale", type=int, help="pg: pgbench scale (default 150 = 3.4 GB with WAL; "
-                                                    "quick 1)")
+    sizes.add_argument("--pg-scale", type=int,
+                       help="pg: pgbench scale (default 150 = 3.4 GB with WAL; quick 1)")
     sizes.add_argument("--small-count", type=int, help="small: file count (default 20000; "
                                                        "quick 500)")
     sizes.add_argument("--small-size", help="small: file size (default 100K)")
