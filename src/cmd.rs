@@ -5,17 +5,19 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use crate::config::{Command, Config, Transfer, DEFAULT_TIMEOUT};
 use crate::error::{Error, Result};
-use crate::plan::walk::Source;
+use crate::plan::layout::copy_layout;
+use crate::plan::walk::{self, Source};
 use crate::progress::summary_line;
-use crate::receive::{receive, ReceiveOptions, ReceiveReport};
-use crate::send::{send, SendOptions, SendReport};
+use crate::receive::{incoming, receive, ReceiveOptions, ReceiveReport};
+use crate::remote::Outcome;
+use crate::send::{send, ticket_dialer, SendOptions, SendReport};
 use crate::store::Store;
-use crate::transport::{self, Accepted, Conn, Listener, Role, Secret, Ticket};
+use crate::transport::{Conn, Listener, Role, Secret, Ticket};
 
 /// Runs the configured command. `Ok` means everything arrived; a partial transfer is
 /// `Err(Error::Partial)`.
@@ -28,10 +30,10 @@ pub fn run(cfg: &Config) -> Result<()> {
             timeout,
         } => run_recv(dir, *listen, ticket_file.as_deref(), *timeout, cfg),
         Command::Send {
-            sources,
+            paths,
             ticket,
             transfer,
-        } => run_send(sources, ticket, transfer, cfg),
+        } => run_send(paths, ticket, transfer, cfg),
         Command::Copy {
             sources,
             dest,
@@ -41,7 +43,14 @@ pub fn run(cfg: &Config) -> Result<()> {
             plan,
             transfer,
             ssh,
-        } => crate::remote::run(plan, transfer, ssh, cfg),
+        } => {
+            let opts = send_options(transfer, cfg.quiet);
+            match crate::remote::run(plan, &opts, transfer.encrypt, ssh, cfg.quiet)? {
+                Outcome::Sent(report) => finish_send(&report, cfg),
+                Outcome::Received(report) => finish_recv(&report, cfg),
+                Outcome::Between => Ok(()),
+            }
+        }
         Command::Serve { probe: true, .. } => {
             let mut out = std::io::stdout().lock();
             writeln!(out, "{}", crate::remote::wire::greeting(None))
@@ -60,7 +69,7 @@ pub fn run(cfg: &Config) -> Result<()> {
 }
 
 /// The sender's options for a transfer configured as `t`.
-pub(crate) fn send_options(t: &Transfer, quiet: bool) -> SendOptions {
+fn send_options(t: &Transfer, quiet: bool) -> SendOptions {
     SendOptions {
         streams: t.streams,
         compress: t.compress,
@@ -94,7 +103,7 @@ fn run_recv(
     }
     let key = ticket.secret.block_key();
     let (_handle, accepted) = listener.spawn_acceptor();
-    let rx = forward_accepted(accepted)?;
+    let rx = incoming(accepted)?;
     let opts = ReceiveOptions {
         progress: !quiet,
         timeout: timeout.unwrap_or(DEFAULT_TIMEOUT),
@@ -105,7 +114,7 @@ fn run_recv(
 
 /// Prints the receiver's summary (and JSON report); the partial error when the sender
 /// skipped files.
-pub(crate) fn finish_recv(report: &ReceiveReport, cfg: &Config) -> Result<()> {
+fn finish_recv(report: &ReceiveReport, cfg: &Config) -> Result<()> {
     if !cfg.quiet {
         eprintln!("{}", recv_summary(report));
     }
@@ -121,26 +130,8 @@ pub(crate) fn finish_recv(report: &ReceiveReport, cfg: &Config) -> Result<()> {
     Ok(())
 }
 
-/// Hands the acceptor's connections to `receive` as they come.
-pub(crate) fn forward_accepted(
-    accepted: crossbeam_channel::Receiver<Accepted>,
-) -> Result<crossbeam_channel::Receiver<(Conn, Role)>> {
-    let (tx, rx) = crossbeam_channel::unbounded();
-    std::thread::Builder::new()
-        .name("haul-incoming".into())
-        .spawn(move || {
-            for a in accepted {
-                if tx.send((a.conn, a.role)).is_err() {
-                    break;
-                }
-            }
-        })
-        .map_err(|e| Error::io("starting the listener thread", e))?;
-    Ok(rx)
-}
-
 /// The receiver's one-line summary.
-pub(crate) fn recv_summary(r: &ReceiveReport) -> String {
+fn recv_summary(r: &ReceiveReport) -> String {
     summary_line(
         "received",
         r.summary.files,
@@ -169,35 +160,17 @@ fn write_ticket_file(path: &Path, line: &str) -> Result<()> {
     r.map_err(|e| Error::io(format!("writing ticket file {}", path.display()), e))
 }
 
-fn run_send(sources: &[Source], ticket: &Ticket, t: &Transfer, cfg: &Config) -> Result<()> {
+fn run_send(paths: &[PathBuf], ticket: &Ticket, t: &Transfer, cfg: &Config) -> Result<()> {
     let opts = send_options(t, cfg.quiet);
-    let dial = direct_dialer(ticket, t.encrypt);
-    let report = send(sources, &opts, ticket.secret.block_key(), dial)?;
+    let sources: Vec<Source> = paths.iter().map(|p| Source::from_arg(p)).collect();
+    let dial = ticket_dialer(ticket, t.encrypt);
+    let report = send(&sources, &opts, ticket.secret.block_key(), dial)?;
     finish_send(&report, cfg)
-}
-
-/// Dials `ticket`: the first connection finds an address that works; the rest reuse it.
-pub(crate) fn direct_dialer(
-    ticket: &Ticket,
-    encrypt: bool,
-) -> impl Fn(Role) -> Result<Conn> + Sync + '_ {
-    let found: Mutex<Option<SocketAddr>> = Mutex::new(None);
-    move |role: Role| -> Result<Conn> {
-        let addr = found.lock().ok().and_then(|g| *g);
-        let conn = match addr {
-            Some(a) => transport::connect_addr(a, ticket, role, encrypt)?,
-            None => transport::connect(ticket, role, encrypt)?,
-        };
-        if let (Some(a), Ok(mut g)) = (conn.peer_addr(), found.lock()) {
-            g.get_or_insert(a);
-        }
-        Ok(conn)
-    }
 }
 
 /// Prints the sender's summary (and JSON report); the partial error when some files
 /// were skipped.
-pub(crate) fn finish_send(report: &SendReport, cfg: &Config) -> Result<()> {
+fn finish_send(report: &SendReport, cfg: &Config) -> Result<()> {
     if cfg.json {
         println!("{}", report.report().to_json());
     }
@@ -220,10 +193,11 @@ pub(crate) fn finish_send(report: &SendReport, cfg: &Config) -> Result<()> {
     }
 }
 
-fn run_copy(sources: &[Source], dest: &Path, t: &Transfer, cfg: &Config) -> Result<()> {
+fn run_copy(paths: &[PathBuf], dest: &Path, t: &Transfer, cfg: &Config) -> Result<()> {
     let quiet = cfg.quiet;
-    crate::plan::walk::check_sources(sources)?;
-    let store = Store::open(dest)?;
+    let (sources, dest) = copy_layout(paths, dest);
+    walk::check_sources(&sources)?;
+    let store = Store::open(&dest)?;
     let key = *Secret::random().as_bytes();
     let mut opts = send_options(t, quiet);
     opts.progress = !quiet;
@@ -257,7 +231,7 @@ fn run_copy(sources: &[Source], dest: &Path, t: &Transfer, cfg: &Config) -> Resu
             .ok_or_else(|| Error::io("local streams", std::io::Error::other("none left")))?;
         Ok(g.swap_remove(i).1)
     };
-    let sent = send(sources, &opts, key, dial);
+    let sent = send(&sources, &opts, key, dial);
     drop(ends);
     let received = receiver
         .join()

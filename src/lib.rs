@@ -15,6 +15,7 @@ pub mod protocol;
 pub mod receive;
 pub mod remote;
 pub mod send;
+pub mod session;
 pub mod store;
 pub mod transport;
 

@@ -22,16 +22,14 @@ use crate::error::{Error, Result};
 use crate::progress::{Counters, Progress};
 use crate::protocol::{
     Control, DataHeader, EntryKind, FrameKind, FrameReader, ProtocolError, ReadError, Summary,
-    SyncOptions, MAX_BLOCK,
+    SyncOptions, MAX_BLOCK, MAX_STREAMS,
 };
-use crate::send::{lost, read_msg, write_msg};
+use crate::session::{lost, read_msg, write_msg};
 use crate::store::{Store, WriterCache};
-use crate::transport::{Conn, Role, TransportError};
+use crate::transport::{Accepted, Conn, Role, TransportError};
 
 /// How often blocked reads wake up to check whether the transfer was aborted.
 const TICK: Duration = Duration::from_millis(200);
-/// Most data streams a sender may ask for.
-pub const MAX_STREAMS: u16 = 64;
 /// How long after the last data connection ended the receiver waits before concluding
 /// that data asked for after `Finish` was lost rather than late.
 const SETTLE: Duration = Duration::from_secs(3);
@@ -125,6 +123,23 @@ impl Shared {
     fn take_fatal(&self) -> Option<Error> {
         self.fatal.lock().ok().and_then(|mut f| f.take())
     }
+}
+
+/// The connections a listener accepts, as `receive` takes them: each with its role, in
+/// the order they arrive.
+pub fn incoming(accepted: Receiver<Accepted>) -> Result<Receiver<(Conn, Role)>> {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    std::thread::Builder::new()
+        .name("haul-incoming".into())
+        .spawn(move || {
+            for a in accepted {
+                if tx.send((a.conn, a.role)).is_err() {
+                    break;
+                }
+            }
+        })
+        .map_err(|e| Error::io("starting the listener thread", e))?;
+    Ok(rx)
 }
 
 /// Serves one transfer into `store`. `incoming` yields authenticated connections; the

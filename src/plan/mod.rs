@@ -1,5 +1,7 @@
-//! What to send and in which order: the source walk (manifest entries, sparse maps,
-//! hardlinks) and the largest-first work queue of blocks and packs.
+//! What to send, in which order, and where it lands: the source walk (manifest entries,
+//! sparse maps, hardlinks), the largest-first work queue of blocks and packs, and
+//! rsync's destination layout rules.
 
+pub mod layout;
 pub mod queue;
 pub mod walk;

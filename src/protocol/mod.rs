@@ -63,3 +63,10 @@ pub enum ProtocolError {
     #[error("unsafe path in manifest: {0}")]
     Path(#[from] PathError),
 }
+
+/// Most data streams a sender may ask for in `Start`.
+pub const MAX_STREAMS: u16 = 64;
+
+/// The block size when none is given: large enough to amortise per-unit costs, small
+/// enough that a handful of streams share even a modest file.
+pub const DEFAULT_BLOCK_SIZE: u64 = 4 << 20;

@@ -3,8 +3,9 @@
 //! data still flows over haul's own parallel streams, not through ssh.
 //!
 //! **Participants.** The local `haul`; one far end per remote host, `haul serve` started
-//! over ssh (`session`), instructed over the ssh channel (`wire`), running the same sender
-//! or receiver as `haul send`/`haul recv` (`serve`).
+//! over the remote shell (`rsh`, `farend`), instructed over the ssh channel (`wire`),
+//! running the same sender or receiver as `haul send`/`haul recv` (`serve`); the data
+//! connections go directly or through ssh (`route`).
 //!
 //! **Who dials.** A far end listens on an ephemeral port and hands its ticket back through
 //! the ssh channel; the local side dials it, whichever way the data goes (push: the local
@@ -23,26 +24,29 @@
 //!
 //! Non-goals: rsync's daemon mode (`host::module`), a persistent remote service.
 
+pub mod farend;
+pub mod route;
+pub mod rsh;
 pub mod serve;
-pub mod session;
-pub mod spec;
 pub mod wire;
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::config::{dest_layout, Config, Transfer, DEFAULT_TIMEOUT};
+use crate::config::{RemoteCopy, RemotePath, SshOptions, DEFAULT_TIMEOUT};
 use crate::error::{exit, Error, Result};
+use crate::plan::layout::{dest_layout, is_single_file};
 use crate::plan::walk::{self, Source};
 use crate::progress::summary_line;
-use crate::receive::{receive, ReceiveOptions};
-use crate::send::send;
+use crate::receive::{receive, ReceiveOptions, ReceiveReport};
+use crate::send::{send, SendOptions, SendReport};
 use crate::store::Store;
 use crate::transport::{Role, Ticket};
 
-use session::{Done, FarEnd, Route, Rsh};
-pub use spec::{Location, RemotePath};
+use farend::{Done, FarEnd};
+use route::Route;
+use rsh::Rsh;
 use wire::Request;
 
 /// How long the far end may take to say `Done` once the local part is over.
@@ -59,65 +63,41 @@ fn done_wait<T>(local: &Result<T>) -> Duration {
     }
 }
 
-/// How to reach and start far ends.
-#[derive(Clone, Debug)]
-pub struct SshOptions {
-    /// The remote shell command, split into words (`-e`, `HAUL_RSH`; default `ssh`).
-    pub rsh: Vec<String>,
-    /// The haul program on far hosts (`--remote-haul`; default `haul`, found on PATH).
-    pub remote_haul: String,
-    /// Carry the streams through ssh even when a direct connection would work.
-    pub via_ssh: bool,
-    /// Far ends advertise this address instead of their own (NAT; tests).
-    pub advertise: Option<IpAddr>,
+/// How a remote copy ended, for the caller to report: the local side's report when it
+/// sent or received (push, pull); remote to remote, the far ends reported already.
+pub enum Outcome {
+    /// Push: what the local sender reports.
+    Sent(SendReport),
+    /// Pull: what the local receiver reports.
+    Received(ReceiveReport),
+    /// Remote to remote: done, and summarised.
+    Between,
 }
 
-/// Which way a remote copy goes.
-#[derive(Clone, Debug)]
-pub enum RemoteCopy {
-    /// Local sources to a far destination.
-    Push {
-        /// Local sources.
-        sources: Vec<PathBuf>,
-        /// Far destination.
-        dest: RemotePath,
-    },
-    /// Far sources (all on one host) to a local destination.
-    Pull {
-        /// Far sources.
-        sources: Vec<RemotePath>,
-        /// Local destination.
-        dest: PathBuf,
-    },
-    /// Far sources to a far destination, directly between the two.
-    Between {
-        /// Far sources (all on one host).
-        sources: Vec<RemotePath>,
-        /// Far destination.
-        dest: RemotePath,
-    },
-}
-
-/// Runs a remote copy. Errors from a far end carry its host name and exit code.
-pub fn run(plan: &RemoteCopy, t: &Transfer, ssh: &SshOptions, cfg: &Config) -> Result<()> {
+/// Runs a remote copy with the sender options `opts` (`encrypt`: TLS on the data streams).
+/// Errors from a far end carry its host name and exit code. `quiet`: no summary line for
+/// a remote-to-remote copy (push and pull leave the summary to the caller).
+pub fn run(
+    plan: &RemoteCopy,
+    opts: &SendOptions,
+    encrypt: bool,
+    ssh: &SshOptions,
+    quiet: bool,
+) -> Result<Outcome> {
     // Remote to remote needs no tunnels, and two sessions to one host would race for one
     // shared connection.
     let share = !matches!(plan, RemoteCopy::Between { .. });
     let rsh = Rsh::new(ssh.rsh.clone(), share);
     match plan {
-        RemoteCopy::Push { sources, dest } => push(&rsh, sources, dest, t, ssh, cfg),
-        RemoteCopy::Pull { sources, dest } => pull(&rsh, sources, dest, t, ssh, cfg),
-        RemoteCopy::Between { sources, dest } => between(&rsh, sources, dest, t, ssh, cfg.quiet),
-    }
-}
-
-/// Whether `sources` is one path that is not a directory (rsync's rename rule applies).
-fn is_single_file(sources: &[Source]) -> bool {
-    match sources {
-        [only] => !std::fs::symlink_metadata(&only.path)
-            .map(|m| m.is_dir())
-            .unwrap_or(false),
-        _ => false,
+        RemoteCopy::Push { sources, dest } => {
+            push(&rsh, sources, dest, opts, encrypt, ssh, quiet).map(Outcome::Sent)
+        }
+        RemoteCopy::Pull { sources, dest } => {
+            pull(&rsh, sources, dest, opts, encrypt, ssh, quiet).map(Outcome::Received)
+        }
+        RemoteCopy::Between { sources, dest } => {
+            between(&rsh, sources, dest, opts, encrypt, ssh, quiet).map(|()| Outcome::Between)
+        }
     }
 }
 
@@ -143,11 +123,11 @@ fn push(
     rsh: &Rsh,
     sources: &[PathBuf],
     dest: &RemotePath,
-    t: &Transfer,
+    opts: &SendOptions,
+    encrypt: bool,
     ssh: &SshOptions,
-    cfg: &Config,
-) -> Result<()> {
-    let quiet = cfg.quiet;
+    quiet: bool,
+) -> Result<SendReport> {
     let mut srcs: Vec<Source> = sources.iter().map(|p| Source::from_arg(p)).collect();
     walk::check_sources(&srcs)?;
     let mut far = FarEnd::start(rsh, dest, &ssh.remote_haul, quiet)?;
@@ -165,28 +145,24 @@ fn push(
     if let (Some(name), [only]) = (rename, srcs.as_mut_slice()) {
         only.dest_name = Some(name);
     }
-    let route = Route::new(rsh, dest, ticket, port, t.encrypt, ssh.via_ssh);
-    let opts = crate::cmd::send_options(t, quiet);
-    let sent = send(&srcs, &opts, route.key(), |role| route.dial(role));
+    let route = Route::new(rsh, dest, ticket, port, encrypt, ssh.via_ssh);
+    let sent = send(&srcs, opts, route.key(), |role| route.dial(role));
     let done = far.finish(Some(done_wait(&sent)));
-    match sent {
-        Ok(report) => crate::cmd::finish_send(&report, cfg),
-        Err(e) => Err(prefer_far(e, &far, done.as_ref())),
-    }
+    sent.map_err(|e| prefer_far(e, &far, done.as_ref()))
 }
 
 fn pull(
     rsh: &Rsh,
     sources: &[RemotePath],
     dest: &Path,
-    t: &Transfer,
+    opts: &SendOptions,
+    encrypt: bool,
     ssh: &SshOptions,
-    cfg: &Config,
-) -> Result<()> {
-    let quiet = cfg.quiet;
+    quiet: bool,
+) -> Result<ReceiveReport> {
     let at = &sources[0];
     let mut far = FarEnd::start(rsh, at, &ssh.remote_haul, quiet)?;
-    far.send(&send_request(sources, t, true, ssh.advertise))?;
+    far.send(&send_request(sources, opts, true, ssh.advertise))?;
     let ready = far.ready("setting up the sender")?;
     let (ticket, port, single_file) = match ready.ticket {
         Some(ticket) => (ticket, ready.port, ready.single_file),
@@ -198,11 +174,11 @@ fn pull(
     far.send(&Request::Go {
         rename,
         ticket: None,
-        encrypt: t.encrypt,
+        encrypt,
     })?;
-    let route = Route::new(rsh, at, ticket, port, t.encrypt, ssh.via_ssh);
+    let route = Route::new(rsh, at, ticket, port, encrypt, ssh.via_ssh);
     let key = route.key();
-    let streams = t.streams;
+    let streams = opts.streams;
     let (tx, rx) = crossbeam_channel::unbounded();
     let received = std::thread::scope(|s| {
         let route = &route;
@@ -243,7 +219,7 @@ fn pull(
     };
     match done {
         Some(d) if d.code != exit::OK && d.code != exit::PARTIAL => Err(far.done_error(&d)),
-        Some(_) => crate::cmd::finish_recv(&report, cfg),
+        Some(_) => Ok(report),
         None => Err(Error::Host {
             host: far.host.clone(),
             message: "the far end ended without confirming (see above)".into(),
@@ -254,7 +230,7 @@ fn pull(
 
 fn send_request(
     sources: &[RemotePath],
-    t: &Transfer,
+    t: &SendOptions,
     listen: bool,
     advertise: Option<IpAddr>,
 ) -> Request {
@@ -274,7 +250,8 @@ fn between(
     rsh: &Rsh,
     sources: &[RemotePath],
     dest: &RemotePath,
-    t: &Transfer,
+    opts: &SendOptions,
+    encrypt: bool,
     ssh: &SshOptions,
     quiet: bool,
 ) -> Result<()> {
@@ -289,7 +266,7 @@ fn between(
         (a, b)
     });
     let (mut sender, mut receiver) = (sender?, receiver?);
-    sender.send(&send_request(sources, t, false, None))?;
+    sender.send(&send_request(sources, opts, false, None))?;
     let single_file = sender.ready("setting up the sender")?.single_file;
     receiver.send(&Request::Receive {
         dest: dest.path_or_home(),
@@ -304,7 +281,7 @@ fn between(
     sender.send(&Request::Go {
         rename,
         ticket: Some(ticket),
-        encrypt: t.encrypt,
+        encrypt,
     })?;
     let sent = sender.finish(None);
     let ok = sent.as_ref().is_some_and(|d| d.code == exit::OK);

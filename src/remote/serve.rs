@@ -24,11 +24,13 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use super::wire::{self, Reply, Request};
 use crate::codec::Compression;
-use crate::config::{dest_layout, Transfer, DEFAULT_TIMEOUT};
+use crate::config::{DEFAULT_RETRIES, DEFAULT_TIMEOUT};
 use crate::error::{exit, Error, Result};
+use crate::plan::layout::{dest_layout, is_single_file};
 use crate::plan::walk::{self, Source};
-use crate::receive::{receive, ReceiveOptions};
-use crate::send::send;
+use crate::receive::{incoming, receive, ReceiveOptions};
+use crate::send::{send, ticket_dialer, SendOptions};
+use crate::session::lost;
 use crate::store::Store;
 use crate::transport::{self, Accepted, Conn, Listener, Role, Ticket};
 
@@ -72,19 +74,19 @@ pub fn run(uploaded: bool) -> i32 {
             listen,
             advertise,
         }) => {
-            let t = (|| {
-                let compress: Compression = compress.parse().map_err(Error::Usage)?;
-                Ok(Transfer {
+            let opts = compress
+                .parse::<Compression>()
+                .map_err(Error::Usage)
+                .map(|compress| SendOptions {
                     streams: usize::from(streams),
                     compress,
                     block_size,
-                    encrypt: true,
+                    progress: false,
                     sync,
-                    retries: crate::send::DEFAULT_RETRIES,
-                })
-            })();
-            match t {
-                Ok(t) => serve_send(&out, input, &finished, &paths, t, listen, advertise),
+                    retries: DEFAULT_RETRIES,
+                });
+            match opts {
+                Ok(o) => serve_send(&out, input, &finished, &paths, o, listen, advertise),
                 Err(e) => Err(e),
             }
         }
@@ -198,7 +200,7 @@ fn serve_receive(
         rename,
     }));
     let (_handle, accepted) = listener.spawn_acceptor();
-    let rx = crate::cmd::forward_accepted(accepted)?;
+    let rx = incoming(accepted)?;
     let opts = ReceiveOptions {
         progress: false,
         timeout: DEFAULT_TIMEOUT,
@@ -218,7 +220,7 @@ fn serve_send(
     mut input: io::BufReader<io::Stdin>,
     finished: &Arc<AtomicBool>,
     paths: &[Vec<u8>],
-    t: Transfer,
+    opts: SendOptions,
     listen_here: bool,
     advertise: Option<IpAddr>,
 ) -> Result<(u64, u64)> {
@@ -227,12 +229,7 @@ fn serve_send(
         .map(|p| Source::from_arg(&path_of(p)))
         .collect();
     walk::check_sources(&sources)?;
-    let single_file = match sources.as_slice() {
-        [only] => !std::fs::symlink_metadata(&only.path)
-            .map(|m| m.is_dir())
-            .unwrap_or(false),
-        _ => false,
-    };
+    let single_file = is_single_file(&sources);
     let listening = if listen_here {
         Some(listen(advertise)?)
     } else {
@@ -257,7 +254,7 @@ fn serve_send(
             .into())
         }
         Err(None) => {
-            return Err(crate::send::lost(io::Error::new(
+            return Err(lost(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 "the local haul went away before the start",
             )))
@@ -268,7 +265,6 @@ fn serve_send(
     if let (Some(name), [only]) = (rename, sources.as_mut_slice()) {
         only.dest_name = Some(name);
     }
-    let opts = crate::cmd::send_options(&t, true);
     let report = match (listening, dial_ticket) {
         (Some((listener, ticket, _)), _) => {
             let key = ticket.secret.block_key();
@@ -286,7 +282,7 @@ fn serve_send(
         }
         (None, Some(text)) => {
             let ticket = Ticket::parse(&text)?;
-            let dial = crate::cmd::direct_dialer(&ticket, encrypt);
+            let dial = ticket_dialer(&ticket, encrypt);
             send(&sources, &opts, ticket.secret.block_key(), dial)?
         }
         (None, None) => {
@@ -317,7 +313,7 @@ impl AcceptPool {
                 Ok(a) if a.role == role => return Ok(a.conn),
                 Ok(a) => self.stash.push(a),
                 Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {
-                    return Err(crate::send::lost(io::Error::new(
+                    return Err(lost(io::Error::new(
                         io::ErrorKind::TimedOut,
                         format!(
                             "the receiver did not connect within {} s",

@@ -5,111 +5,36 @@
 //! Calling order on the control stream is the one `protocol` documents: Start, then
 //! Entries/Need pairs, then Finish, answered by Done or Error.
 
-use std::collections::{HashMap, HashSet};
-use std::io::{self, Write};
-use std::path::PathBuf;
+use std::collections::HashMap;
+use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::RecvTimeoutError;
 
-use crate::codec::Compression;
 use crate::error::{Error, Result};
 use crate::plan::queue::WorkQueue;
 use crate::plan::walk::{self, FileData, Skipped, Source, Walked};
 use crate::progress::{Counters, Progress};
-use crate::protocol::{Control, Entry, FrameKind, FrameReader, Summary, SyncOptions};
-use crate::transport::{Conn, Role, TransportError};
+use crate::protocol::{Control, Entry, Summary};
+use crate::session::lost;
+use crate::transport::{Conn, Role};
 
+mod dial;
+mod link;
+mod report;
 mod worker;
 
-/// How to send.
-#[derive(Clone, Debug)]
-pub struct SendOptions {
-    /// Data connections.
-    pub streams: usize,
-    /// Compression per unit.
-    pub compress: Compression,
-    /// Block size in bytes.
-    pub block_size: u64,
-    /// Draw a progress bar (when stderr is a terminal).
-    pub progress: bool,
-    /// What the receiver should do with what it already has.
-    pub sync: SyncOptions,
-    /// How often a dropped connection is re-dialed before giving up.
-    pub retries: u32,
-}
+pub use dial::ticket_dialer;
+pub use report::{SendOptions, SendReport};
+
+use link::Link;
+use report::Failures;
 
 /// How often a file that changes while read is sent again before giving up on it.
 const CHANGE_RETRIES: usize = 3;
 /// Ids of files sent again are allocated from here up (the walk counts from 0).
 const RETRY_ID_BASE: u64 = 1 << 62;
-
-/// What the sender reports when the receiver confirmed the transfer.
-#[derive(Debug)]
-pub struct SendReport {
-    /// The receiver's summary.
-    pub summary: Summary,
-    /// Sender-side counters (bytes read, wire bytes).
-    pub counters: Arc<Counters>,
-    /// Files that could not be read, and why.
-    pub failed: Vec<(PathBuf, io::Error)>,
-    /// Files that kept changing while read (not sent).
-    pub unstable: Vec<PathBuf>,
-    /// When the transfer started.
-    pub started: Instant,
-}
-
-impl SendReport {
-    /// The account `--json` prints.
-    pub fn report(&self) -> crate::progress::Report {
-        let c = &self.counters;
-        let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
-        crate::progress::Report {
-            files: self.summary.files,
-            files_unchanged: self.summary.unchanged_files,
-            bytes_read: load(&c.read_bytes),
-            bytes_wire: load(&c.wire_bytes),
-            bytes_skipped: self.summary.unchanged_bytes,
-            bytes_written: self.summary.bytes,
-            deleted: self.summary.deleted,
-            failed_files: self.failed.len() as u64,
-            changed_files: self.unstable.len() as u64,
-            reconnects: load(&c.reconnects),
-            seconds: self.started.elapsed().as_secs_f64(),
-        }
-    }
-
-    /// The error to exit with when some files were skipped.
-    pub fn partial_error(&self) -> Option<Error> {
-        if let Some((path, e)) = self.failed.first() {
-            return Some(Error::Partial {
-                count: self.failed.len() as u64,
-                first: format!("{}: {e}", path.display()),
-            });
-        }
-        let path = self.unstable.first()?;
-        Some(Error::Changed {
-            count: self.unstable.len() as u64,
-            first: path.display().to_string(),
-        })
-    }
-}
-
-/// Files the workers or the walk could not read, or that changed while read.
-#[derive(Default)]
-pub(crate) struct Failures {
-    /// Ids not to send any more of (unreadable or changed).
-    pub(crate) ids: HashSet<u64>,
-    /// Unreadable files, and why.
-    pub(crate) list: Vec<(PathBuf, io::Error)>,
-    /// Files that changed while read in this round: id → (source path, destination path).
-    pub(crate) changed: HashMap<u64, (PathBuf, Vec<u8>)>,
-    /// Files that kept changing through every retry.
-    pub(crate) unstable: Vec<PathBuf>,
-    /// Ids of unreadable files (the receiver discards what it has of them).
-    pub(crate) unreadable: Vec<u64>,
-}
 
 const BATCH_ENTRIES: usize = 2000;
 const BATCH_BYTES: usize = 1 << 20;
@@ -141,7 +66,7 @@ where
                 .name(format!("haul-send-{i}"))
                 .spawn_scoped(s, move || {
                     let redial = || dial(Role::Data);
-                    let link = worker::Redial {
+                    let link = dial::Redial {
                         dial: &redial,
                         retries: opts.retries,
                         stream: i,
@@ -222,149 +147,6 @@ where
         started,
     })
 }
-
-/// The control connection, re-dialed when it drops: a new one starts with Start and
-/// repeats the request in progress (the receiver answers repeats from its cache).
-struct Link<'a> {
-    dial: &'a (dyn Fn(Role) -> Result<Conn> + Sync),
-    start: Control,
-    conn: Conn,
-    reader: FrameReader,
-    retries: u32,
-    counters: &'a Counters,
-}
-
-impl<'a> Link<'a> {
-    fn open(
-        dial: &'a (dyn Fn(Role) -> Result<Conn> + Sync),
-        start: Control,
-        retries: u32,
-        counters: &'a Counters,
-    ) -> Result<Link<'a>> {
-        let mut conn = dial(Role::Control)?;
-        write_msg(&mut conn, &start)?;
-        Ok(Link {
-            dial,
-            start,
-            conn,
-            reader: FrameReader::new(),
-            retries,
-            counters,
-        })
-    }
-
-    /// Re-dials after a failure, with backoff.
-    fn reconnect(&mut self, why: &Error) -> Result<()> {
-        let mut last = None;
-        for attempt in 0..self.retries {
-            std::thread::sleep(backoff(attempt));
-            match (self.dial)(Role::Control)
-                .and_then(|mut c| write_msg(&mut c, &self.start).map(|()| c))
-            {
-                Ok(c) => {
-                    crate::progress::warn(&format!("control stream reconnected ({why})"));
-                    Counters::add(&self.counters.reconnects, 1);
-                    self.conn = c;
-                    self.reader = FrameReader::new();
-                    return Ok(());
-                }
-                // Something else answers at the receiver's address now (it was restarted,
-                // or its port was reused): our receiver is gone, which is a lost connection,
-                // not a wrong ticket. Retrying will not help.
-                Err(e @ Error::Transport(TransportError::AuthRejected))
-                | Err(e @ Error::Transport(TransportError::PeerUnauthenticated)) => {
-                    return Err(gave_up(why, Some(e)))
-                }
-                Err(e) => last = Some(e),
-            }
-        }
-        // Report the loss (a network failure), with why re-dialing did not help.
-        Err(gave_up(why, last))
-    }
-
-    /// Sends `msg` and reads the answer, reconnecting and repeating as needed.
-    fn request(&mut self, msg: &Control) -> Result<Control> {
-        let mut attempts = 0;
-        loop {
-            let r = write_msg(&mut self.conn, msg)
-                .and_then(|()| read_msg(&mut self.conn, &mut self.reader, None));
-            match r {
-                Ok(reply) => return Ok(reply),
-                Err(e @ Error::Transport(_)) if attempts < self.retries => {
-                    attempts += 1;
-                    self.reconnect(&e)?;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    /// Sends `msg`, which has no answer, reconnecting as needed.
-    fn tell(&mut self, msg: &Control) -> Result<()> {
-        let mut attempts = 0;
-        loop {
-            match write_msg(&mut self.conn, msg) {
-                Ok(()) => return Ok(()),
-                Err(e @ Error::Transport(_)) if attempts < self.retries => {
-                    attempts += 1;
-                    self.reconnect(&e)?;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    /// After a stream failed: did the receiver send an Error explaining why?
-    fn remote_reason(&mut self) -> Option<Error> {
-        match read_msg(
-            &mut self.conn,
-            &mut self.reader,
-            Some(Duration::from_secs(2)),
-        ) {
-            Ok(Control::Error { code, message }) => Some(Error::Remote {
-                side: "receiver",
-                message,
-                code,
-            }),
-            _ => None,
-        }
-    }
-
-    fn tell_error(&mut self, e: &Error) {
-        let _ = write_msg(
-            &mut self.conn,
-            &Control::Error {
-                code: e.exit_code(),
-                message: e.to_string(),
-            },
-        );
-    }
-
-    fn close(&mut self) {
-        let _ = self.conn.shutdown_write();
-    }
-}
-
-/// The error after re-dialing failed `retries` times: the connection was lost (exit 5),
-/// whatever the last attempt said.
-pub(crate) fn gave_up(why: &Error, last: Option<Error>) -> Error {
-    let detail = match last {
-        Some(e) => format!("{why}; re-dialing failed: {e}"),
-        None => why.to_string(),
-    };
-    lost(io::Error::other(detail))
-}
-
-/// Delay before re-dial attempt `n` (0-based): none, then 250 ms doubling to 4 s.
-pub(crate) fn backoff(n: u32) -> Duration {
-    match n {
-        0 => Duration::ZERO,
-        n => Duration::from_millis(250u64 << (n - 1).min(4)),
-    }
-}
-
-/// How many times a dropped connection is re-dialed before the transfer fails.
-pub const DEFAULT_RETRIES: u32 = 5;
 
 /// Ends the transfer: Finish, and while the receiver reports data lost with dropped
 /// connections, send that again.
@@ -573,40 +355,4 @@ fn resend_changed(
         queue_needed(reply, queue, &mut data, registry)?;
     }
     Ok(())
-}
-
-/// Maps a stream failure to a transport error.
-pub(crate) fn lost(e: io::Error) -> Error {
-    Error::Transport(TransportError::Io(e))
-}
-
-/// Writes one control message.
-pub(crate) fn write_msg(conn: &mut Conn, msg: &Control) -> Result<()> {
-    let mut buf = Vec::new();
-    msg.encode(&mut buf)?;
-    conn.write_all(&buf).map_err(lost)?;
-    conn.flush().map_err(lost)
-}
-
-/// Reads one control message; `timeout` None blocks. A peer that closes the stream is
-/// reported as gone.
-pub(crate) fn read_msg(
-    conn: &mut Conn,
-    reader: &mut FrameReader,
-    timeout: Option<Duration>,
-) -> Result<Control> {
-    conn.set_read_timeout(timeout).map_err(lost)?;
-    match reader.read_frame(conn) {
-        Ok(Some(f)) if f.kind == FrameKind::Control => Ok(Control::decode(f.payload)?),
-        Ok(Some(_)) => Err(crate::protocol::ProtocolError::Unexpected(
-            "non-control frame on the control stream".into(),
-        )
-        .into()),
-        Ok(None) | Err(crate::protocol::ReadError::Truncated) => Err(lost(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "the peer closed the connection",
-        ))),
-        Err(crate::protocol::ReadError::Io(e)) => Err(lost(e)),
-        Err(crate::protocol::ReadError::Protocol(p)) => Err(p.into()),
-    }
 }

@@ -11,16 +11,16 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Mutex;
 
-use super::{lost, Failures, SendOptions};
+use super::dial::Redial;
+use super::report::{Failures, SendOptions};
 use crate::codec::{unit_hash, Encoder};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::plan::queue::{FileJob, Work, WorkQueue};
 use crate::plan::walk::Stamp;
 use crate::progress::Counters;
 use crate::protocol::{encode_data_header, encode_frame, Codec, FrameKind, Segment};
 use crate::store::piece_hash;
 use crate::transport::Conn;
-use crate::transport::TransportError;
 
 /// What went wrong reading one file.
 enum ReadFail {
@@ -41,65 +41,6 @@ struct Worker<'a> {
     read: u64,
     /// Files whose last bytes are in the current unit.
     files: u64,
-}
-
-/// How a stream gets (and gets back) its connection.
-pub(super) struct Redial<'a> {
-    /// Opens a new authenticated data connection.
-    pub dial: &'a dyn Fn() -> Result<Conn>,
-    /// How many times to re-dial after a failure.
-    pub retries: u32,
-    /// This stream's number, for messages.
-    pub stream: usize,
-}
-
-impl Redial<'_> {
-    /// Writes one frame; when the connection fails, re-dials (with backoff) and writes
-    /// it again on the new one. What the old connection lost is asked for again by the
-    /// receiver after Finish.
-    fn write(&self, conn: &mut Option<Conn>, parts: &[&[u8]], counters: &Counters) -> Result<()> {
-        let mut attempt = 0;
-        loop {
-            let r = match conn.as_mut() {
-                Some(c) => parts.iter().try_for_each(|p| c.write_all(p)).map_err(lost),
-                None => Err(lost(io::Error::other("data stream not connected"))),
-            };
-            let err = match r {
-                Ok(()) => return Ok(()),
-                Err(e) => e,
-            };
-            *conn = None;
-            let mut last = None;
-            loop {
-                if attempt >= self.retries {
-                    return Err(super::gave_up(&err, last));
-                }
-                std::thread::sleep(super::backoff(attempt));
-                attempt += 1;
-                match (self.dial)() {
-                    Ok(c) => {
-                        crate::progress::warn(&format!(
-                            "data stream {} reconnected ({err})",
-                            self.stream
-                        ));
-                        Counters::add(&counters.reconnects, 1);
-                        *conn = Some(c);
-                        break;
-                    }
-                    Err(
-                        e @ Error::Transport(
-                            TransportError::AuthRejected | TransportError::PeerUnauthenticated,
-                        ),
-                    ) => {
-                        // Someone else holds the receiver's address now: our receiver is
-                        // gone (a lost connection, not a wrong ticket); retrying won't help.
-                        return Err(super::gave_up(&err, Some(e)));
-                    }
-                    Err(e) => last = Some(e),
-                }
-            }
-        }
-    }
 }
 
 /// Runs one data stream until the queue is closed and empty, then ends the stream.

@@ -227,11 +227,6 @@ pub fn split_command(s: &str) -> Result<Vec<String>, SpecError> {
     Ok(words)
 }
 
-/// Quotes `s` for a POSIX shell: one single-quoted word.
-pub fn sh_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -339,11 +334,5 @@ mod tests {
         assert!(split_command("  ").is_err());
         assert!(split_command("ssh 'x").is_err());
         assert!(split_command("ssh \"x").is_err());
-    }
-
-    #[test]
-    fn quoting_for_sh() {
-        assert_eq!(sh_quote("plain"), "'plain'");
-        assert_eq!(sh_quote("it's"), r"'it'\''s'");
     }
 }

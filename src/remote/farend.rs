@@ -1,6 +1,6 @@
-//! The local side of ssh: starting the far end (`ssh host 'sh -c …'`), copying this
-//! executable there when the far host has no usable haul, the instruction channel, and
-//! connections carried through ssh (`ssh -W`) when the direct route is blocked.
+//! Starting the far end over the remote shell (`ssh host 'sh -c …'`), copying this
+//! executable there when the far host has no usable haul, and the instruction channel
+//! (one JSON line each way, see `wire`).
 //!
 //! **Starting.** One ssh session runs a small POSIX sh script on the far host. It asks the
 //! configured remote haul for its versions (`haul serve --probe`, stdin closed); when they
@@ -18,96 +18,27 @@
 //! connection master (`ControlMaster=auto`, a private `ControlPath`), so tunnels opened
 //! later ride on it without asking again.
 //!
-//! Not here: what the far end does (`serve`), or choosing push/pull (`mod`).
+//! Not here: what the far end does (`serve`), the data connections (`route`), or choosing
+//! push/pull (`mod`).
 
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::os::fd::OwnedFd;
-use std::os::unix::fs::DirBuilderExt;
-use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
-use std::sync::Mutex;
+use std::path::Path;
+use std::process::{Child, ChildStdin, ExitStatus, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
-use super::spec::{sh_quote, RemotePath};
+use super::rsh::{sh_quote, spawn_prefixer, Rsh};
 use super::wire::{self, Reply, Request};
+use crate::config::RemotePath;
 use crate::error::{exit, Error, Result};
-use crate::transport::{self, Conn, Role, Ticket, TransportError};
+use crate::transport;
 
 /// Most lines of noise (a chatty login script) skipped before the greeting.
 const MAX_NOISE_LINES: usize = 1000;
-/// How many of a ticket's addresses are tried directly before the ssh fallback.
-const DIRECT_ATTEMPTS: usize = 2;
 /// What the upload request line says.
 const UPLOAD_LINE: &str = "haul-upload";
-
-/// The remote shell command (`-e`, `HAUL_RSH`, default `ssh`) and, for ssh, the private
-/// directory of its connection-sharing socket.
-pub struct Rsh {
-    words: Vec<String>,
-    mux_dir: Option<PathBuf>,
-}
-
-impl Rsh {
-    /// `words` as split from `-e`; connection sharing is set up when `share` and the program
-    /// is ssh.
-    pub fn new(words: Vec<String>, share: bool) -> Rsh {
-        let is_ssh = share
-            && words
-                .first()
-                .and_then(|w| Path::new(w).file_name())
-                .is_some_and(|n| n == "ssh");
-        let mux_dir = if is_ssh { private_dir().ok() } else { None };
-        Rsh { words, mux_dir }
-    }
-
-    /// The command with its own arguments and ours, ready for the destination.
-    fn command(&self) -> Command {
-        let mut cmd = Command::new(&self.words[0]);
-        cmd.args(&self.words[1..]);
-        if let Some(d) = &self.mux_dir {
-            // After the user's words: for ssh the first value of an option wins, so a
-            // user's own ControlMaster settings are kept.
-            cmd.arg("-o").arg("ControlMaster=auto");
-            cmd.arg("-o").arg(format!("ControlPath={}/%C", d.display()));
-            cmd.arg("-o").arg("ControlPersist=no");
-        }
-        cmd
-    }
-
-    /// Whether tunnels (`-W`) can be opened with this command.
-    pub fn can_tunnel(&self) -> bool {
-        self.mux_dir.is_some()
-    }
-}
-
-impl Drop for Rsh {
-    fn drop(&mut self) {
-        if let Some(d) = &self.mux_dir {
-            let _ = std::fs::remove_dir_all(d);
-        }
-    }
-}
-
-/// A fresh directory only we can enter, under the temporary directory.
-fn private_dir() -> io::Result<PathBuf> {
-    let base = std::env::temp_dir();
-    for _ in 0..16 {
-        let mut r = [0u8; 8];
-        getrandom::fill(&mut r).map_err(|e| io::Error::other(e.to_string()))?;
-        let hex: String = r.iter().map(|b| format!("{b:02x}")).collect();
-        let d = base.join(format!("haul-ssh-{hex}"));
-        match std::fs::DirBuilder::new().mode(0o700).create(&d) {
-            Ok(()) => return Ok(d),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Err(io::Error::other("no free temporary name"))
-}
 
 /// One far end: the ssh process running `haul serve` on a host.
 pub struct FarEnd {
@@ -515,175 +446,6 @@ fn spawn_line_reader<R: Read + Send + 'static>(out: Option<R>) -> Receiver<Optio
     rx
 }
 
-/// Copies `err` to our stderr line by line, each prefixed with `haul: HOST: `.
-fn spawn_prefixer<R: Read + Send + 'static>(err: R, host: String) -> Option<JoinHandle<()>> {
-    std::thread::Builder::new()
-        .name("haul-far-err".into())
-        .spawn(move || {
-            let mut reader = BufReader::new(err);
-            let mut line = Vec::new();
-            loop {
-                line.clear();
-                match reader.read_until(b'\n', &mut line) {
-                    Ok(0) | Err(_) => return,
-                    Ok(_) => {}
-                }
-                let text = String::from_utf8_lossy(&line);
-                let text = text.trim_end();
-                let text = text.strip_prefix("haul: ").unwrap_or(text);
-                if !text.is_empty() {
-                    eprintln!("haul: {host}: {text}");
-                }
-            }
-        })
-        .ok()
-}
-
-/// How the local side reaches a listening far end: directly when it can, otherwise (or
-/// with `--via-ssh`) through one `ssh -W 127.0.0.1:PORT` per connection.
-pub struct Route<'a> {
-    rsh: &'a Rsh,
-    at: &'a RemotePath,
-    ticket: Ticket,
-    /// The ticket cut to the addresses tried before falling back to ssh.
-    probe: Ticket,
-    port: Option<u16>,
-    encrypt: bool,
-    state: Mutex<RouteState>,
-}
-
-#[derive(Clone, Copy)]
-enum RouteState {
-    Unknown,
-    Direct(std::net::SocketAddr),
-    Tunnel,
-}
-
-impl<'a> Route<'a> {
-    /// A route to the far end that printed `ticket` and listens on `port`.
-    pub fn new(
-        rsh: &'a Rsh,
-        at: &'a RemotePath,
-        ticket: Ticket,
-        port: Option<u16>,
-        encrypt: bool,
-        via_ssh: bool,
-    ) -> Route<'a> {
-        let state = if via_ssh {
-            RouteState::Tunnel
-        } else {
-            RouteState::Unknown
-        };
-        // The first addresses only (the one ssh reached, then the host's first interface):
-        // when those time out behind a firewall, waiting 3 s for each of the rest would
-        // only delay the fallback.
-        let mut probe = ticket.clone();
-        probe.addrs.truncate(DIRECT_ATTEMPTS);
-        Route {
-            rsh,
-            at,
-            probe,
-            ticket,
-            port,
-            encrypt,
-            state: Mutex::new(state),
-        }
-    }
-
-    /// The ticket's block key.
-    pub fn key(&self) -> [u8; 32] {
-        self.ticket.secret.block_key()
-    }
-
-    /// One authenticated connection of `role`. The first call decides the route: a direct
-    /// connection if one can be made within the connect timeout, else a tunnel.
-    pub fn dial(&self, role: Role) -> Result<Conn> {
-        let mut st = self
-            .state
-            .lock()
-            .map_err(|_| Error::io("dialing", io::Error::other("poisoned")))?;
-        match *st {
-            RouteState::Direct(a) => {
-                drop(st);
-                Ok(transport::connect_addr(
-                    a,
-                    &self.ticket,
-                    role,
-                    self.encrypt,
-                )?)
-            }
-            RouteState::Tunnel => {
-                drop(st);
-                self.tunnel(role)
-            }
-            RouteState::Unknown => match transport::connect(&self.probe, role, self.encrypt) {
-                Ok(c) => {
-                    if let Some(a) = c.peer_addr() {
-                        *st = RouteState::Direct(a);
-                    }
-                    Ok(c)
-                }
-                Err(TransportError::Connect { addrs, source }) => {
-                    eprintln!(
-                        "haul: {}: cannot connect directly to {addrs} ({source}); \
-                         carrying the streams through ssh instead",
-                        self.at.host
-                    );
-                    *st = RouteState::Tunnel;
-                    drop(st);
-                    self.tunnel(role)
-                }
-                Err(e) => Err(e.into()),
-            },
-        }
-    }
-
-    fn tunnel(&self, role: Role) -> Result<Conn> {
-        let host = &self.at.host;
-        let Some(port) = self.port else {
-            return Err(Error::Usage("the far end gave no port to tunnel to".into()));
-        };
-        if !self.rsh.can_tunnel() {
-            return Err(Error::Host {
-                host: host.clone(),
-                message: "cannot carry the streams through the remote shell: it is not \
-                          ssh (ssh -W is needed)"
-                    .into(),
-                code: exit::NETWORK,
-            });
-        }
-        let (ours, theirs) =
-            UnixStream::pair().map_err(|e| Error::io("creating a tunnel socket", e))?;
-        let theirs_out = theirs
-            .try_clone()
-            .map_err(|e| Error::io("creating a tunnel socket", e))?;
-        let mut cmd = self.rsh.command();
-        cmd.arg("-W")
-            .arg(format!("127.0.0.1:{port}"))
-            .arg(self.at.ssh_destination())
-            .stdin(Stdio::from(OwnedFd::from(theirs)))
-            .stdout(Stdio::from(OwnedFd::from(theirs_out)))
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().map_err(|e| Error::Host {
-            host: host.clone(),
-            message: format!("cannot run '{}': {e}", self.rsh.words[0]),
-            code: exit::NETWORK,
-        })?;
-        // The command holds our copies of its ends until it is dropped: drop it now, so
-        // the tunnel sees end of input when we close ours.
-        drop(cmd);
-        if let Some(e) = child.stderr.take() {
-            let _ = spawn_prefixer(e, host.clone());
-        }
-        let desc = format!("ssh tunnel to {host}");
-        transport::connect_tunnel(ours, child, desc, &self.ticket, role).map_err(|e| Error::Host {
-            host: host.clone(),
-            message: format!("through ssh: {e}"),
-            code: e.exit_code(),
-        })
-    }
-}
-
 /// What a far end reported when it was ready (see `Reply::Ready`).
 pub struct Ready {
     /// The ticket to dial, when it listens.
@@ -699,6 +461,7 @@ pub struct Ready {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::process::Command;
 
     #[test]
     fn script_is_plain_sh() {
@@ -715,25 +478,5 @@ mod tests {
             .map(|st| st.success())
             .unwrap_or(true);
         assert!(ok, "{s}");
-    }
-
-    #[test]
-    fn ssh_gets_connection_sharing_others_do_not() {
-        let r = Rsh::new(vec!["ssh".into(), "-p".into(), "2222".into()], true);
-        assert!(r.can_tunnel());
-        let args: Vec<String> = r
-            .command()
-            .get_args()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
-        assert_eq!(&args[..2], ["-p", "2222"]);
-        assert!(args.iter().any(|a| a == "ControlMaster=auto"));
-        let dir = r.mux_dir.clone().unwrap();
-        assert!(dir.is_dir());
-        drop(r);
-        assert!(!dir.exists());
-        let r = Rsh::new(vec!["/usr/bin/rsh".into()], true);
-        assert!(!r.can_tunnel());
-        assert_eq!(r.command().get_args().count(), 0);
     }
 }

@@ -1,23 +1,26 @@
 //! The validated configuration: built once from the command line, passed down by
 //! reference. Every user mistake that parsing alone cannot catch is caught here.
+//!
+//! Pure data: what the user asked for, with the defaults filled in. Nothing here knows how
+//! a transfer runs; `cmd` and `remote` read it and hand each part its own options. It
+//! imports only plain data types from below (compression, sync options and limits, the
+//! ticket). `location` parses `[user@]host:path` and `-e` words.
+
+mod location;
 
 use std::net::{IpAddr, SocketAddr};
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::cli::{Cli, CommandArgs, RemoteArgs, TransferArgs};
 use crate::codec::Compression;
 use crate::error::{Error, Result};
-use crate::plan::walk::Source;
-use crate::protocol::{SyncOptions, MAX_BLOCK};
-use crate::remote::spec::{parse_location, split_command, Location};
-use crate::remote::{RemoteCopy, SshOptions};
+use crate::protocol::{SyncOptions, MAX_BLOCK, MAX_STREAMS};
 use crate::transport::Ticket;
 
-/// Default block size: large enough to amortise per-unit costs, small enough that a
-/// handful of streams share even a modest file.
-pub const DEFAULT_BLOCK_SIZE: u64 = 4 << 20;
+pub use location::{parse_location, split_command, Location, RemotePath, SpecError};
+
+pub use crate::protocol::DEFAULT_BLOCK_SIZE;
 const MIN_BLOCK_SIZE: u64 = 64 << 10;
 
 /// Compression when the data crosses a network (send, copy between hosts): zstd level 1
@@ -27,6 +30,9 @@ pub const NETWORK_COMPRESSION: Compression = Compression::Zstd(1);
 
 /// How long `recv` waits for a vanished sender to come back.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How many times a dropped connection is re-dialed before the transfer fails.
+pub const DEFAULT_RETRIES: u32 = 5;
 
 /// Default number of data streams: twice the cores (one stream's read waits while
 /// another's hash runs), at least 2, at most 8.
@@ -54,6 +60,45 @@ pub struct Transfer {
     pub retries: u32,
 }
 
+/// How to reach and start far ends.
+#[derive(Clone, Debug)]
+pub struct SshOptions {
+    /// The remote shell command, split into words (`-e`, `HAUL_RSH`; default `ssh`).
+    pub rsh: Vec<String>,
+    /// The haul program on far hosts (`--remote-haul`; default `haul`, found on PATH).
+    pub remote_haul: String,
+    /// Carry the streams through ssh even when a direct connection would work.
+    pub via_ssh: bool,
+    /// Far ends advertise this address instead of their own (NAT; tests).
+    pub advertise: Option<IpAddr>,
+}
+
+/// Which way a remote copy goes.
+#[derive(Clone, Debug)]
+pub enum RemoteCopy {
+    /// Local sources to a far destination.
+    Push {
+        /// Local sources.
+        sources: Vec<PathBuf>,
+        /// Far destination.
+        dest: RemotePath,
+    },
+    /// Far sources (all on one host) to a local destination.
+    Pull {
+        /// Far sources.
+        sources: Vec<RemotePath>,
+        /// Local destination.
+        dest: PathBuf,
+    },
+    /// Far sources to a far destination, directly between the two.
+    Between {
+        /// Far sources (all on one host).
+        sources: Vec<RemotePath>,
+        /// Far destination.
+        dest: RemotePath,
+    },
+}
+
 /// What to run.
 #[derive(Debug)]
 pub enum Command {
@@ -70,8 +115,8 @@ pub enum Command {
     },
     /// Send to a ticket.
     Send {
-        /// What to send.
-        sources: Vec<Source>,
+        /// What to send, as given (`dir/` sends the contents).
+        paths: Vec<PathBuf>,
         /// Where to.
         ticket: Box<Ticket>,
         /// How.
@@ -79,9 +124,9 @@ pub enum Command {
     },
     /// Local copy.
     Copy {
-        /// What to copy.
-        sources: Vec<Source>,
-        /// The destination root.
+        /// What to copy, as given.
+        sources: Vec<PathBuf>,
+        /// The destination, as given (rsync's layout rules are applied when it runs).
         dest: PathBuf,
         /// How.
         transfer: Transfer,
@@ -137,7 +182,7 @@ impl Config {
                 transfer,
                 no_encrypt,
             } => Command::Send {
-                sources: paths.iter().map(|p| Source::from_arg(p)).collect(),
+                paths,
                 ticket: Box::new(Ticket::parse(&to)?),
                 transfer: transfer_config(&transfer, !no_encrypt, NETWORK_COMPRESSION)?,
             },
@@ -162,7 +207,7 @@ fn copy_command(mut paths: Vec<PathBuf>, t: &TransferArgs, r: &RemoteArgs) -> Re
     let dst = paths
         .pop()
         .ok_or_else(|| Error::Usage("copy needs SRC... DST".into()))?;
-    let usage = |e: crate::remote::spec::SpecError| Error::Usage(e.0);
+    let usage = |e: SpecError| Error::Usage(e.0);
     let dest = parse_location(dst.as_os_str()).map_err(usage)?;
     let srcs = paths
         .iter()
@@ -198,10 +243,9 @@ fn copy_command(mut paths: Vec<PathBuf>, t: &TransferArgs, r: &RemoteArgs) -> Re
                         .into(),
                 ));
             }
-            let (sources, dest) = copy_layout(&local, &dst);
             return Ok(Command::Copy {
-                sources,
-                dest,
+                sources: local,
+                dest: dst,
                 transfer: transfer_config(t, false, Compression::None)?,
             });
         }
@@ -241,10 +285,9 @@ fn transfer_config(
     default_compress: Compression,
 ) -> Result<Transfer> {
     let streams = a.streams.unwrap_or_else(default_streams);
-    if streams == 0 || streams > usize::from(crate::receive::MAX_STREAMS) {
+    if streams == 0 || streams > usize::from(MAX_STREAMS) {
         return Err(Error::Usage(format!(
-            "--streams must be between 1 and {}",
-            crate::receive::MAX_STREAMS
+            "--streams must be between 1 and {MAX_STREAMS}"
         )));
     }
     let compress = match &a.compress {
@@ -271,7 +314,7 @@ fn transfer_config(
             inplace: a.inplace,
             delete: a.delete,
         },
-        retries: a.retries.unwrap_or(crate::send::DEFAULT_RETRIES),
+        retries: a.retries.unwrap_or(DEFAULT_RETRIES),
     })
 }
 
@@ -301,47 +344,6 @@ fn parse_listen(s: &str) -> Result<SocketAddr> {
         .map_err(|_| Error::Usage(format!("invalid --listen '{s}': use ADDR or ADDR:PORT")))
 }
 
-/// rsync's rule for a destination, decided where it can be looked at: when the transfer
-/// is one non-directory source (`single_file`) and `dst` is not an existing directory and
-/// has no trailing slash, the file lands as `dst` itself: the root is `dst`'s parent and
-/// the file's new name is returned. Otherwise `dst` is the root and names are kept.
-pub fn dest_layout(single_file: bool, dst: &Path) -> (PathBuf, Option<Vec<u8>>) {
-    let dst_bytes = dst.as_os_str().as_bytes();
-    if single_file && !dst_bytes.ends_with(b"/") && !dst.is_dir() {
-        if let Some(name) = dst.file_name() {
-            let parent = match dst.parent() {
-                Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-                _ => PathBuf::from("."),
-            };
-            return (parent, Some(name.as_bytes().to_vec()));
-        }
-    }
-    (dst.to_path_buf(), None)
-}
-
-/// rsync's rules for `copy SRC... DST`: DST is a directory that receives each source
-/// (`src` lands as DST/src, `src/` spills its contents into DST), except that a single
-/// non-directory source copied to a DST that is not an existing directory and has no
-/// trailing slash takes DST as its new name.
-pub fn copy_layout(srcs: &[PathBuf], dst: &Path) -> (Vec<Source>, PathBuf) {
-    let single_file = match srcs {
-        [only] => {
-            let is_dir = std::fs::metadata(only).map(|m| m.is_dir()).unwrap_or(false);
-            let is_link = std::fs::symlink_metadata(only)
-                .map(|m| m.file_type().is_symlink())
-                .unwrap_or(false);
-            !is_dir || is_link
-        }
-        _ => false,
-    };
-    let (root, rename) = dest_layout(single_file, dst);
-    let mut sources: Vec<Source> = srcs.iter().map(|p| Source::from_arg(p)).collect();
-    if let (Some(name), [only]) = (rename, sources.as_mut_slice()) {
-        only.dest_name = Some(name);
-    }
-    (sources, root)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -368,38 +370,6 @@ mod tests {
         );
         assert_eq!(parse_listen("::1").unwrap(), "[::1]:0".parse().unwrap());
         assert!(parse_listen("nope").is_err());
-    }
-
-    #[test]
-    fn copy_file_to_new_name() {
-        let d = tempfile::tempdir().unwrap();
-        let f = d.path().join("f");
-        std::fs::write(&f, b"x").unwrap();
-        let (s, root) = copy_layout(std::slice::from_ref(&f), &d.path().join("g"));
-        assert_eq!(root, d.path());
-        assert_eq!(s[0].dest_name.as_deref(), Some(&b"g"[..]));
-        // Into an existing directory: keeps its name.
-        let (s, root) = copy_layout(&[f], d.path());
-        assert_eq!(root, d.path());
-        assert_eq!(s[0].dest_name.as_deref(), Some(&b"f"[..]));
-    }
-
-    #[test]
-    fn dest_layout_rules() {
-        let d = tempfile::tempdir().unwrap();
-        let new = d.path().join("new");
-        assert_eq!(
-            dest_layout(true, &new),
-            (d.path().to_path_buf(), Some(b"new".to_vec()))
-        );
-        assert_eq!(dest_layout(false, &new), (new.clone(), None));
-        assert_eq!(dest_layout(true, d.path()), (d.path().to_path_buf(), None));
-        let slash = PathBuf::from(format!("{}/", new.display()));
-        assert_eq!(dest_layout(true, &slash), (slash.clone(), None));
-        assert_eq!(
-            dest_layout(true, Path::new("rel")),
-            (PathBuf::from("."), Some(b"rel".to_vec()))
-        );
     }
 
     fn cfg(args: &[&str]) -> Result<Config> {

@@ -1,0 +1,134 @@
+//! The control connection of the sender, re-dialed when it drops: a new one starts with
+//! Start and repeats the request in progress (the receiver answers repeats from its
+//! cache, so nothing is applied twice).
+
+use std::time::Duration;
+
+use super::dial::{backoff, gave_up};
+use crate::error::{Error, Result};
+use crate::progress::Counters;
+use crate::protocol::{Control, FrameReader};
+use crate::session::{read_msg, write_msg};
+use crate::transport::{Conn, Role, TransportError};
+
+/// The control connection, re-dialed when it drops: a new one starts with Start and
+/// repeats the request in progress (the receiver answers repeats from its cache).
+pub(super) struct Link<'a> {
+    dial: &'a (dyn Fn(Role) -> Result<Conn> + Sync),
+    start: Control,
+    conn: Conn,
+    reader: FrameReader,
+    retries: u32,
+    counters: &'a Counters,
+}
+
+impl<'a> Link<'a> {
+    pub(super) fn open(
+        dial: &'a (dyn Fn(Role) -> Result<Conn> + Sync),
+        start: Control,
+        retries: u32,
+        counters: &'a Counters,
+    ) -> Result<Link<'a>> {
+        let mut conn = dial(Role::Control)?;
+        write_msg(&mut conn, &start)?;
+        Ok(Link {
+            dial,
+            start,
+            conn,
+            reader: FrameReader::new(),
+            retries,
+            counters,
+        })
+    }
+
+    /// Re-dials after a failure, with backoff.
+    pub(super) fn reconnect(&mut self, why: &Error) -> Result<()> {
+        let mut last = None;
+        for attempt in 0..self.retries {
+            std::thread::sleep(backoff(attempt));
+            match (self.dial)(Role::Control)
+                .and_then(|mut c| write_msg(&mut c, &self.start).map(|()| c))
+            {
+                Ok(c) => {
+                    crate::progress::warn(&format!("control stream reconnected ({why})"));
+                    Counters::add(&self.counters.reconnects, 1);
+                    self.conn = c;
+                    self.reader = FrameReader::new();
+                    return Ok(());
+                }
+                // Something else answers at the receiver's address now (it was restarted,
+                // or its port was reused): our receiver is gone, which is a lost connection,
+                // not a wrong ticket. Retrying will not help.
+                Err(e @ Error::Transport(TransportError::AuthRejected))
+                | Err(e @ Error::Transport(TransportError::PeerUnauthenticated)) => {
+                    return Err(gave_up(why, Some(e)))
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        // Report the loss (a network failure), with why re-dialing did not help.
+        Err(gave_up(why, last))
+    }
+
+    /// Sends `msg` and reads the answer, reconnecting and repeating as needed.
+    pub(super) fn request(&mut self, msg: &Control) -> Result<Control> {
+        let mut attempts = 0;
+        loop {
+            let r = write_msg(&mut self.conn, msg)
+                .and_then(|()| read_msg(&mut self.conn, &mut self.reader, None));
+            match r {
+                Ok(reply) => return Ok(reply),
+                Err(e @ Error::Transport(_)) if attempts < self.retries => {
+                    attempts += 1;
+                    self.reconnect(&e)?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Sends `msg`, which has no answer, reconnecting as needed.
+    pub(super) fn tell(&mut self, msg: &Control) -> Result<()> {
+        let mut attempts = 0;
+        loop {
+            match write_msg(&mut self.conn, msg) {
+                Ok(()) => return Ok(()),
+                Err(e @ Error::Transport(_)) if attempts < self.retries => {
+                    attempts += 1;
+                    self.reconnect(&e)?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// After a stream failed: did the receiver send an Error explaining why?
+    pub(super) fn remote_reason(&mut self) -> Option<Error> {
+        match read_msg(
+            &mut self.conn,
+            &mut self.reader,
+            Some(Duration::from_secs(2)),
+        ) {
+            Ok(Control::Error { code, message }) => Some(Error::Remote {
+                side: "receiver",
+                message,
+                code,
+            }),
+            _ => None,
+        }
+    }
+
+    pub(super) fn tell_error(&mut self, e: &Error) {
+        let _ = write_msg(
+            &mut self.conn,
+            &Control::Error {
+                code: e.exit_code(),
+                message: e.to_string(),
+            },
+        );
+    }
+
+    pub(super) fn close(&mut self) {
+        let _ = self.conn.shutdown_write();
+    }
+}

@@ -1,0 +1,97 @@
+//! What the sender is told (its options) and what it tells (its report), and the
+//! record of files that could not be read or kept changing, which the driver and every
+//! data stream share.
+
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::codec::Compression;
+use crate::error::Error;
+use crate::progress::Counters;
+use crate::protocol::{Summary, SyncOptions};
+
+/// How to send.
+#[derive(Clone, Debug)]
+pub struct SendOptions {
+    /// Data connections.
+    pub streams: usize,
+    /// Compression per unit.
+    pub compress: Compression,
+    /// Block size in bytes.
+    pub block_size: u64,
+    /// Draw a progress bar (when stderr is a terminal).
+    pub progress: bool,
+    /// What the receiver should do with what it already has.
+    pub sync: SyncOptions,
+    /// How often a dropped connection is re-dialed before giving up.
+    pub retries: u32,
+}
+
+/// What the sender reports when the receiver confirmed the transfer.
+#[derive(Debug)]
+pub struct SendReport {
+    /// The receiver's summary.
+    pub summary: Summary,
+    /// Sender-side counters (bytes read, wire bytes).
+    pub counters: Arc<Counters>,
+    /// Files that could not be read, and why.
+    pub failed: Vec<(PathBuf, io::Error)>,
+    /// Files that kept changing while read (not sent).
+    pub unstable: Vec<PathBuf>,
+    /// When the transfer started.
+    pub started: Instant,
+}
+
+impl SendReport {
+    /// The account `--json` prints.
+    pub fn report(&self) -> crate::progress::Report {
+        let c = &self.counters;
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        crate::progress::Report {
+            files: self.summary.files,
+            files_unchanged: self.summary.unchanged_files,
+            bytes_read: load(&c.read_bytes),
+            bytes_wire: load(&c.wire_bytes),
+            bytes_skipped: self.summary.unchanged_bytes,
+            bytes_written: self.summary.bytes,
+            deleted: self.summary.deleted,
+            failed_files: self.failed.len() as u64,
+            changed_files: self.unstable.len() as u64,
+            reconnects: load(&c.reconnects),
+            seconds: self.started.elapsed().as_secs_f64(),
+        }
+    }
+
+    /// The error to exit with when some files were skipped.
+    pub fn partial_error(&self) -> Option<Error> {
+        if let Some((path, e)) = self.failed.first() {
+            return Some(Error::Partial {
+                count: self.failed.len() as u64,
+                first: format!("{}: {e}", path.display()),
+            });
+        }
+        let path = self.unstable.first()?;
+        Some(Error::Changed {
+            count: self.unstable.len() as u64,
+            first: path.display().to_string(),
+        })
+    }
+}
+
+/// Files the workers or the walk could not read, or that changed while read.
+#[derive(Default)]
+pub struct Failures {
+    /// Ids not to send any more of (unreadable or changed).
+    pub ids: HashSet<u64>,
+    /// Unreadable files, and why.
+    pub list: Vec<(PathBuf, io::Error)>,
+    /// Files that changed while read in this round: id → (source path, destination path).
+    pub changed: HashMap<u64, (PathBuf, Vec<u8>)>,
+    /// Files that kept changing through every retry.
+    pub unstable: Vec<PathBuf>,
+    /// Ids of unreadable files (the receiver discards what it has of them).
+    pub unreadable: Vec<u64>,
+}
