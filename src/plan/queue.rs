@@ -301,6 +301,7 @@ mod tests {
             size,
             extents,
             stamp: Stamp {
+                inode: (0, 0),
                 size,
                 mtime: 0,
                 ctime: 0,

@@ -71,9 +71,13 @@ pub struct FileData {
     pub dest: Vec<u8>,
 }
 
-/// What identifies a version of a file: size, mtime and ctime (nanoseconds).
+/// What identifies a version of a file: which inode it is, its size, mtime and ctime
+/// (nanoseconds). A path swapped for another file (or a symlink, or a FIFO) between the
+/// walk and the read has another stamp, so what was read is never sent under its name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stamp {
+    /// Device and inode.
+    pub inode: (u64, u64),
     /// Size.
     pub size: u64,
     /// Modification time, ns since the epoch.
@@ -83,9 +87,15 @@ pub struct Stamp {
 }
 
 impl Stamp {
+    /// Whether both stamps are of the same inode.
+    pub fn same_file(&self, other: &Stamp) -> bool {
+        self.inode == other.inode
+    }
+
     /// The stamp of `meta`.
     pub fn of(meta: &fs::Metadata) -> Stamp {
         Stamp {
+            inode: (meta.dev(), meta.ino()),
             size: meta.len(),
             mtime: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
             ctime: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
@@ -346,6 +356,17 @@ fn make_entry(id: u64, path: Vec<u8>, kind: EntryKind, meta: &fs::Metadata) -> E
     }
 }
 
+/// Opens a source file for reading as the walk saw it: never through a symlink that
+/// replaced it, and without blocking on a FIFO that replaced it (the caller compares the
+/// open file's [`Stamp`] with the walked one before using a byte).
+pub fn open_source(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+}
+
 /// The byte ranges of `path` that hold data. A file whose allocated blocks cover its
 /// size is one range without a syscall; others are mapped with SEEK_DATA/SEEK_HOLE.
 fn data_extents(path: &Path, meta: &fs::Metadata) -> io::Result<Vec<(u64, u64)>> {
@@ -356,7 +377,10 @@ fn data_extents(path: &Path, meta: &fs::Metadata) -> io::Result<Vec<(u64, u64)>>
     if meta.blocks() * 512 >= size {
         return Ok(vec![(0, size)]);
     }
-    let f = File::open(path)?;
+    let f = open_source(path)?;
+    if !Stamp::of(&f.metadata()?).same_file(&Stamp::of(meta)) {
+        return Err(io::Error::other("replaced while being read"));
+    }
     let mut out = Vec::new();
     let mut pos = 0u64;
     while pos < size {

@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::plan::queue::WorkQueue;
 use crate::plan::walk::{self, FileData, Skipped, Source, Walked};
 use crate::progress::{Counters, Progress};
-use crate::protocol::{Control, Entry, Summary};
+use crate::protocol::{Control, Entry, ProtocolError, Summary, WantKind};
 use crate::session::lost;
 use crate::transport::{Conn, Role};
 
@@ -190,9 +190,7 @@ fn finish(
                     code,
                 })
             }
-            other => {
-                return Err(crate::protocol::ProtocolError::Unexpected(other.name().into()).into())
-            }
+            other => return Err(ProtocolError::Unexpected(other.name().into()).into()),
         }
     }
 }
@@ -274,6 +272,13 @@ fn queue_needed(
 ) -> Result<()> {
     match reply {
         Control::Need(wants) => {
+            // A delta piece size of zero would divide by zero in a data stream.
+            if wants
+                .iter()
+                .any(|w| matches!(w.what, WantKind::Delta { chunk: 0, .. }))
+            {
+                return Err(ProtocolError::Malformed("delta piece size 0").into());
+            }
             for w in wants {
                 if let Some(d) = data.remove(&w.id) {
                     queue.push(w.id, d.clone(), w.what);
@@ -289,7 +294,7 @@ fn queue_needed(
             message,
             code,
         }),
-        other => Err(crate::protocol::ProtocolError::Unexpected(other.name().into()).into()),
+        other => Err(ProtocolError::Unexpected(other.name().into()).into()),
     }
 }
 

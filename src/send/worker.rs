@@ -16,7 +16,7 @@ use super::report::{Failures, SendOptions};
 use crate::codec::{unit_hash, Encoder};
 use crate::error::Result;
 use crate::plan::queue::{FileJob, Work, WorkQueue};
-use crate::plan::walk::Stamp;
+use crate::plan::walk::{open_source, Stamp};
 use crate::progress::Counters;
 use crate::protocol::{encode_data_header, encode_frame, Codec, FrameKind, Segment};
 use crate::store::piece_hash;
@@ -158,8 +158,13 @@ impl Worker<'_> {
             return;
         }
         if self.open.as_ref().map(|(id, _)| *id) != Some(job.id) {
-            self.open = match File::open(&job.path) {
-                Ok(f) => Some((job.id, f)),
+            self.open = match open_source(&job.path).and_then(|f| stamp_of(&f).map(|s| (f, s))) {
+                Ok((f, now)) if now.same_file(&job.stamp) => Some((job.id, f)),
+                // Replaced since the walk (by another file, a symlink, a FIFO...).
+                Ok(_) => return self.record(job, ReadFail::Changed),
+                Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                    return self.record(job, ReadFail::Changed)
+                }
                 Err(e) => return self.record(job, ReadFail::Unreadable(e)),
             };
         }
@@ -231,7 +236,7 @@ impl Worker<'_> {
         for job in files {
             let start = self.raw.len();
             self.raw.resize(start + job.size as usize, 0);
-            let r = read_whole(&job.path, &mut self.raw[start..]);
+            let r = read_whole(&job.path, &job.stamp, &mut self.raw[start..]);
             self.read += job.size;
             match r {
                 Ok(now) if now == job.stamp => {
@@ -261,8 +266,16 @@ impl Worker<'_> {
     }
 }
 
-fn read_whole(path: &Path, buf: &mut [u8]) -> io::Result<Stamp> {
-    let f = File::open(path)?;
+/// Reads a whole small file; a file replaced since the walk reads as changed (EOF).
+fn read_whole(path: &Path, walked: &Stamp, buf: &mut [u8]) -> io::Result<Stamp> {
+    let replaced = || io::Error::new(io::ErrorKind::UnexpectedEof, "replaced since the walk");
+    let f = open_source(path).map_err(|e| match e.raw_os_error() {
+        Some(libc::ELOOP) => replaced(),
+        _ => e,
+    })?;
+    if !stamp_of(&f)?.same_file(walked) {
+        return Err(replaced());
+    }
     f.read_exact_at(buf, 0)?;
     stamp_of(&f)
 }
