@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use rustls::{ClientConnection, StreamOwned};
 
-use super::auth::{self, DeadlineTcp};
+use super::auth;
+use super::deadline::{handshake_error, DeadlineTcp};
 use super::ticket::{random32, Ticket};
 use super::tls::{self, TlsSocket};
 use super::{Conn, Role, TransportError};
@@ -102,7 +103,7 @@ fn establish(
         let (read, written) = stream
             .conn
             .complete_io(&mut stream.sock)
-            .map_err(tls::handshake_error)?;
+            .map_err(handshake_error)?;
         if read == 0 && written == 0 {
             return Err(TransportError::Handshake(
                 "the peer closed the connection during the TLS handshake".into(),

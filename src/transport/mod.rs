@@ -18,15 +18,17 @@
 //! certificate authorities, names or expiry: the ticket is the only root of trust.
 //!
 //! Layout: `handshake` (sans-IO state machines), `auth` (drives them over a stream),
-//! `ticket`, `tls` (configs, pinning, socket adapter), `conn`, `listen`, `dial`, `tunnel`
-//! (connections carried by a helper process such as `ssh -W`), `sys` (the
-//! only `unsafe`: getifaddrs and poll).
+//! `deadline` (deadline-bounded handshake I/O and what its errors mean), `ticket`, `tls`
+//! (configs, pinning, socket adapter), `conn`, `listen`, `dial`, `tunnel` (connections
+//! carried by a helper process such as `ssh -W`), `sys` (the only `unsafe`: getifaddrs and
+//! poll).
 
 use std::fmt;
 use std::io;
 
 mod auth;
 mod conn;
+mod deadline;
 mod dial;
 pub mod handshake;
 mod listen;
