@@ -1,5 +1,6 @@
 //! The dialing side: reach a listener from its ticket, run TLS (pinned to the ticket's
-//! fingerprint) when encrypting, then the secret handshake.
+//! fingerprint) when encrypting, then the secret handshake; or wrap a connection carried by
+//! a helper process ([`connect_tunnel`], the handshake is in `tunnel`).
 //!
 //! Nothing is remembered between calls: every connection tries the ticket's addresses afresh
 //! unless the caller names the one that worked ([`connect_addr`]).
@@ -7,6 +8,8 @@
 //! Not here: retries, or choosing between encrypted and plain (the caller decides).
 
 use std::net::{SocketAddr, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use rustls::{ClientConnection, StreamOwned};
@@ -15,6 +18,7 @@ use super::auth;
 use super::deadline::{handshake_error, DeadlineTcp};
 use super::ticket::{random32, Ticket};
 use super::tls::{self, TlsSocket};
+use super::tunnel;
 use super::{Conn, Role, TransportError};
 
 /// How long one TCP connect may take before the next address is tried.
@@ -72,6 +76,21 @@ pub fn connect_addr(
         }
     })?;
     establish(sock, ticket, role, encrypt)
+}
+
+/// Authenticates a connection carried by `child` (which holds the other end of `sock` as
+/// its stdin and stdout) to the listener of `ticket`, as the dialer of `role`. `desc` names
+/// the route in messages. The helper is reaped when the connection is dropped, and killed
+/// at once if the handshake fails.
+pub fn connect_tunnel(
+    sock: UnixStream,
+    child: Child,
+    desc: String,
+    ticket: &Ticket,
+    role: Role,
+) -> Result<Conn, TransportError> {
+    let tunnel = tunnel::open(sock, child, desc, ticket, role)?;
+    Ok(Conn::Tunnel(Box::new(tunnel)))
 }
 
 fn establish(

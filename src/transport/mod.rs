@@ -38,11 +38,11 @@ mod tls;
 mod tunnel;
 
 pub use conn::Conn;
-pub use dial::{connect, connect_addr};
+pub use dial::{connect, connect_addr, connect_tunnel};
 pub use listen::{Accepted, AcceptorHandle, Listener};
 pub use ticket::{Secret, Ticket, MAX_TICKET_ADDRS};
 pub use tls::TlsSocket;
-pub use tunnel::{connect_tunnel, Tunnel};
+pub use tunnel::Tunnel;
 
 /// The version in every connection's hello; peers with another version are refused with
 /// [`TransportError::PeerIncompatible`].
