@@ -8,6 +8,9 @@
 //! a frame or an error, never a panic; integers are little-endian with explicit widths.
 //! Non-goals: I/O, timing, retries (the drivers in `send` and `receive` own those).
 //!
+//! Layout: `limits` (every size bound), `frame` (the envelope and [`FrameReader`]), `data`
+//! (the data-unit header), `msg` (control messages), `path` (safe relative paths).
+//!
 //! # Streams and order
 //! One control stream, then N data streams. On the control stream the sender writes
 //! [`Control::Start`], then for each manifest batch [`Control::Entries`], which the
@@ -16,15 +19,18 @@
 //! is queued and sent, the sender writes [`Control::Finish`]; the receiver answers with
 //! [`Control::Done`] once every file is durable, or [`Control::Error`] at any point.
 
+mod data;
 mod frame;
+mod limits;
 mod msg;
 mod path;
 
+pub use data::{encode_data_header, Codec, DataHeader, Segment};
 pub use frame::{
-    decode_frame, encode_data_header, encode_frame, Codec, DataHeader, Frame, FrameHeader,
-    FrameKind, FrameReader, ReadError, Segment, DATA_FIXED_LEN, FRAME_HEADER_LEN, MAX_BLOCK,
-    MAX_CONTROL_LEN, MAX_DATA_LEN, MAX_SEGMENTS,
+    decode_frame, encode_frame, Frame, FrameHeader, FrameKind, FrameReader, ReadError,
+    FRAME_HEADER_LEN,
 };
+pub use limits::{DATA_FIXED_LEN, MAX_BLOCK, MAX_CONTROL_LEN, MAX_DATA_LEN, MAX_SEGMENTS};
 pub use msg::{Control, Entry, EntryKind, Summary, SyncOptions, Want, WantKind};
 pub use path::{PathError, SafeRelPath};
 

@@ -6,7 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::frame::{encode_frame, FrameKind, MAX_CONTROL_LEN};
+use super::frame::{encode_frame, FrameKind};
+use super::limits::MAX_CONTROL_LEN;
 use super::ProtocolError;
 
 /// One message on the control stream.

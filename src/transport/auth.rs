@@ -4,17 +4,17 @@
 //! This layer only moves the fixed-size messages and turns failures into the error the dialer
 //! reports or the reason the listener logs. It holds no protocol logic of its own.
 //!
-//! Not here: sockets, TLS setup, choosing nonces (they are passed in).
+//! Not here: sockets, TLS setup, choosing nonces (they are passed in), what an I/O error
+//! means (see `deadline`).
 
 use std::io::{self, Read, Write};
-use std::net::TcpStream;
-use std::time::Instant;
 
+use super::deadline::{handshake_error, listener_io};
 use super::handshake::{
     self, HandshakeError, PrefixOutcome, CLIENT_PREFIX_LEN, CLIENT_REST_LEN, LEN32,
     SERVER_PREFIX_LEN, SERVER_REST_LEN,
 };
-use super::{tls, Role, TransportError, PROTOCOL_VERSION};
+use super::{Role, TransportError, PROTOCOL_VERSION};
 
 /// Most bytes the listener reads, after refusing another version, while waiting for the
 /// dialer to close (closing with unread bytes would reset the connection and could destroy
@@ -29,14 +29,14 @@ pub(super) fn dial<S: Read + Write>(
     nonce_c: [u8; 32],
 ) -> Result<(), TransportError> {
     let (state, hello) = handshake::Dialer::start(PROTOCOL_VERSION, key, role, nonce_c);
-    send(io, &hello).map_err(tls::handshake_error)?;
+    send(io, &hello).map_err(handshake_error)?;
     let mut prefix = [0u8; SERVER_PREFIX_LEN];
-    io.read_exact(&mut prefix).map_err(tls::handshake_error)?;
+    io.read_exact(&mut prefix).map_err(handshake_error)?;
     let state = state.handle_server_prefix(&prefix).map_err(dialer_error)?;
     let mut rest = [0u8; SERVER_REST_LEN];
-    io.read_exact(&mut rest).map_err(tls::handshake_error)?;
+    io.read_exact(&mut rest).map_err(handshake_error)?;
     let (state, proof_c) = state.handle_server_rest(&rest).map_err(dialer_error)?;
-    send(io, &proof_c).map_err(tls::handshake_error)?;
+    send(io, &proof_c).map_err(handshake_error)?;
     let mut verdict = [0u8; 1];
     match io.read_exact(&mut verdict) {
         Ok(()) => {}
@@ -44,7 +44,7 @@ pub(super) fn dial<S: Read + Write>(
         Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
             return Err(TransportError::AuthRejected)
         }
-        Err(e) => return Err(tls::handshake_error(e)),
+        Err(e) => return Err(handshake_error(e)),
     }
     state.handle_verdict(verdict[0]).map_err(dialer_error)
 }
@@ -130,58 +130,6 @@ fn listener_reason(e: HandshakeError) -> String {
     match e {
         HandshakeError::BadMagic => "not a haul connection (unexpected first bytes)".into(),
         other => other.to_string(),
-    }
-}
-
-/// Why an I/O error happened during the handshake, for the listener's log line.
-pub(super) fn listener_io(stage: &str, e: io::Error) -> String {
-    match e.kind() {
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
-            format!("handshake deadline passed while {stage}")
-        }
-        io::ErrorKind::UnexpectedEof => format!("closed by the peer while {stage}"),
-        _ => format!("{stage}: {e}"),
-    }
-}
-
-/// A dialer-side I/O error that is not a TLS error.
-pub(super) fn dialer_io(e: io::Error) -> TransportError {
-    match e.kind() {
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => TransportError::Handshake(
-            "the peer did not complete the handshake in time (is this a haul receiver?)".into(),
-        ),
-        io::ErrorKind::UnexpectedEof => {
-            TransportError::Handshake("the peer closed the connection during the handshake".into())
-        }
-        _ => TransportError::Io(e),
-    }
-}
-
-/// A borrowed TCP socket whose every read and write must finish before `deadline`.
-pub(super) struct DeadlineTcp<'a> {
-    /// The socket.
-    pub sock: &'a TcpStream,
-    /// When the whole handshake must be over.
-    pub deadline: Instant,
-}
-
-impl Read for DeadlineTcp<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        tls::arm_deadline(self.sock, Some(self.deadline), true)?;
-        let mut s = self.sock;
-        s.read(buf)
-    }
-}
-
-impl Write for DeadlineTcp<'_> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        tls::arm_deadline(self.sock, Some(self.deadline), false)?;
-        let mut s = self.sock;
-        s.write(buf)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
     }
 }
 

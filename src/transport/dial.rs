@@ -1,5 +1,6 @@
 //! The dialing side: reach a listener from its ticket, run TLS (pinned to the ticket's
-//! fingerprint) when encrypting, then the secret handshake.
+//! fingerprint) when encrypting, then the secret handshake; or wrap a connection carried by
+//! a helper process ([`connect_tunnel`], the handshake is in `tunnel`).
 //!
 //! Nothing is remembered between calls: every connection tries the ticket's addresses afresh
 //! unless the caller names the one that worked ([`connect_addr`]).
@@ -7,13 +8,17 @@
 //! Not here: retries, or choosing between encrypted and plain (the caller decides).
 
 use std::net::{SocketAddr, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use rustls::{ClientConnection, StreamOwned};
 
-use super::auth::{self, DeadlineTcp};
+use super::auth;
+use super::deadline::{handshake_error, DeadlineTcp};
 use super::ticket::{random32, Ticket};
 use super::tls::{self, TlsSocket};
+use super::tunnel;
 use super::{Conn, Role, TransportError};
 
 /// How long one TCP connect may take before the next address is tried.
@@ -73,6 +78,21 @@ pub fn connect_addr(
     establish(sock, ticket, role, encrypt)
 }
 
+/// Authenticates a connection carried by `child` (which holds the other end of `sock` as
+/// its stdin and stdout) to the listener of `ticket`, as the dialer of `role`. `desc` names
+/// the route in messages. The helper is reaped when the connection is dropped, and killed
+/// at once if the handshake fails.
+pub fn connect_tunnel(
+    sock: UnixStream,
+    child: Child,
+    desc: String,
+    ticket: &Ticket,
+    role: Role,
+) -> Result<Conn, TransportError> {
+    let tunnel = tunnel::open(sock, child, desc, ticket, role)?;
+    Ok(Conn::Tunnel(Box::new(tunnel)))
+}
+
 fn establish(
     sock: TcpStream,
     ticket: &Ticket,
@@ -102,7 +122,7 @@ fn establish(
         let (read, written) = stream
             .conn
             .complete_io(&mut stream.sock)
-            .map_err(tls::handshake_error)?;
+            .map_err(handshake_error)?;
         if read == 0 && written == 0 {
             return Err(TransportError::Handshake(
                 "the peer closed the connection during the TLS handshake".into(),

@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use rustls::{ServerConfig, ServerConnection, StreamOwned};
 
-use super::auth::{self, DeadlineTcp};
+use super::auth;
+use super::deadline::{arm_deadline, listener_io, DeadlineTcp};
 use super::ticket::{random32, Secret, Ticket, MAX_TICKET_ADDRS};
 use super::tls::{self, TlsSocket};
 use super::{sys, Conn, Role, TransportError};
@@ -328,12 +329,12 @@ fn accept_one(sock: TcpStream, peer: SocketAddr, shared: &Shared) -> Result<Acce
     let setup = |e: io::Error| format!("socket setup: {e}");
     sock.set_nonblocking(false).map_err(setup)?;
     sock.set_nodelay(true).map_err(setup)?;
-    tls::arm_deadline(&sock, Some(deadline), true).map_err(setup)?;
+    arm_deadline(&sock, Some(deadline), true).map_err(setup)?;
     let mut first = [0u8; 1];
     match sock.peek(&mut first) {
         Ok(0) => return Err("closed without sending anything".into()),
         Ok(_) => {}
-        Err(e) => return Err(auth::listener_io("waiting for the first byte", e)),
+        Err(e) => return Err(listener_io("waiting for the first byte", e)),
     }
     let nonce_s = random32().map_err(|e| format!("no random nonce: {e}"))?;
     if first[0] != TLS_HANDSHAKE_RECORD {
@@ -360,7 +361,7 @@ fn accept_one(sock: TcpStream, peer: SocketAddr, shared: &Shared) -> Result<Acce
             Ok((0, 0)) => return Err("closed during the TLS handshake".into()),
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::InvalidData => return Err(tls_reason(&e)),
-            Err(e) => return Err(auth::listener_io("in the TLS handshake", e)),
+            Err(e) => return Err(listener_io("in the TLS handshake", e)),
         }
     }
     let role = auth::listen(&mut stream, shared.key, nonce_s)?;

@@ -18,15 +18,17 @@
 //! certificate authorities, names or expiry: the ticket is the only root of trust.
 //!
 //! Layout: `handshake` (sans-IO state machines), `auth` (drives them over a stream),
-//! `ticket`, `tls` (configs, pinning, socket adapter), `conn`, `listen`, `dial`, `tunnel`
-//! (connections carried by a helper process such as `ssh -W`), `sys` (the
-//! only `unsafe`: getifaddrs and poll).
+//! `deadline` (deadline-bounded handshake I/O and what its errors mean), `ticket`, `tls`
+//! (configs, pinning, socket adapter), `conn`, `listen`, `dial`, `tunnel` (connections
+//! carried by a helper process such as `ssh -W`), `sys` (the only `unsafe`: getifaddrs and
+//! poll).
 
 use std::fmt;
 use std::io;
 
 mod auth;
 mod conn;
+mod deadline;
 mod dial;
 pub mod handshake;
 mod listen;
@@ -36,11 +38,11 @@ mod tls;
 mod tunnel;
 
 pub use conn::Conn;
-pub use dial::{connect, connect_addr};
+pub use dial::{connect, connect_addr, connect_tunnel};
 pub use listen::{Accepted, AcceptorHandle, Listener};
 pub use ticket::{Secret, Ticket, MAX_TICKET_ADDRS};
 pub use tls::TlsSocket;
-pub use tunnel::{connect_tunnel, Tunnel};
+pub use tunnel::Tunnel;
 
 /// The version in every connection's hello; peers with another version are refused with
 /// [`TransportError::PeerIncompatible`].

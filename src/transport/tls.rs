@@ -24,6 +24,7 @@ use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, ServerConfig, SignatureScheme,
 };
 
+use super::deadline::arm_deadline;
 use super::TransportError;
 
 /// The server name the dialer asks for; nobody checks it (the fingerprint is the identity).
@@ -156,46 +157,6 @@ impl ServerCertVerifier for PinnedCert {
     }
 }
 
-/// Turns an I/O error from a TLS handshake into the error the user should see.
-pub(super) fn handshake_error(e: io::Error) -> TransportError {
-    let tls = e
-        .get_ref()
-        .and_then(|inner| inner.downcast_ref::<rustls::Error>());
-    match tls {
-        Some(rustls::Error::InvalidCertificate(
-            CertificateError::ApplicationVerificationFailure,
-        )) => TransportError::Tls(
-            "the receiver's certificate does not match the ticket (wrong or stale ticket?)".into(),
-        ),
-        Some(other) => TransportError::Tls(format!("TLS handshake failed: {other}")),
-        None => super::auth::dialer_io(e),
-    }
-}
-
-/// Sets the socket's read (or write) timeout to what is left until `deadline`; fails with
-/// `TimedOut` once it has passed. Does nothing without a deadline.
-pub(super) fn arm_deadline(
-    sock: &TcpStream,
-    deadline: Option<Instant>,
-    read: bool,
-) -> io::Result<()> {
-    let Some(deadline) = deadline else {
-        return Ok(());
-    };
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Err(io::Error::new(
-            io::ErrorKind::TimedOut,
-            "handshake deadline passed",
-        ));
-    }
-    if read {
-        sock.set_read_timeout(Some(left))
-    } else {
-        sock.set_write_timeout(Some(left))
-    }
-}
-
 /// The TCP socket under a TLS stream: buffers reads, and enforces an optional overall
 /// deadline (used only during the handshake) on every read and write.
 pub struct TlsSocket {
@@ -267,6 +228,7 @@ impl Write for TlsSocket {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transport::deadline::handshake_error;
 
     #[test]
     fn identity_fingerprint_is_blake3_of_der() {

@@ -11,7 +11,8 @@
 //! No TLS inside a tunnel: the helper (ssh) already encrypts, and the handshake and the
 //! keyed block hashes still authenticate the peer and the data.
 //!
-//! Not here: which helper to run (the caller spawns it), or deciding when to tunnel.
+//! Not here: which helper to run (the caller spawns it), deciding when to tunnel, or the
+//! `Conn` around a tunnel (`dial::connect_tunnel`).
 
 use std::io;
 use std::os::unix::net::UnixStream;
@@ -20,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use super::auth;
 use super::ticket::{random32, Ticket};
-use super::{Conn, Role, TransportError};
+use super::{Role, TransportError};
 
 /// How long the helper may take to reach the listener and finish the secret handshake
 /// (it may have to set up its own connection first).
@@ -68,17 +69,17 @@ impl Drop for Tunnel {
     }
 }
 
-/// Authenticates a connection carried by `child` (which holds the other end of `sock` as
-/// its stdin and stdout) to the listener of `ticket`, as the dialer of `role`. `desc` names
-/// the route in messages. The helper is reaped when the connection is dropped, and killed
-/// at once if the handshake fails.
-pub fn connect_tunnel(
+/// Runs the secret handshake as the dialer of `role` through `child` (which holds the
+/// other end of `sock` as its stdin and stdout) to the listener of `ticket`; `desc` names
+/// the route in messages. The helper is reaped when the tunnel is dropped, and killed at
+/// once if the handshake fails. `dial::connect_tunnel` wraps the result in a `Conn`.
+pub(super) fn open(
     sock: UnixStream,
     child: Child,
     desc: String,
     ticket: &Ticket,
     role: Role,
-) -> Result<Conn, TransportError> {
+) -> Result<Tunnel, TransportError> {
     let mut tunnel = Tunnel {
         sock,
         child: Some(child),
@@ -92,7 +93,7 @@ pub fn connect_tunnel(
         }
     }
     r?;
-    Ok(Conn::Tunnel(Box::new(tunnel)))
+    Ok(tunnel)
 }
 
 fn handshake(t: &mut Tunnel, ticket: &Ticket, role: Role) -> Result<(), TransportError> {
@@ -123,7 +124,7 @@ fn handshake(t: &mut Tunnel, ticket: &Ticket, role: Role) -> Result<(), Transpor
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transport::Listener;
+    use crate::transport::{connect_tunnel, Listener};
     use std::io::{Read, Write};
     use std::process::{Command, Stdio};
 

@@ -1,0 +1,19 @@
+//! The wire format's size bounds, and the data-unit sizes they are computed from.
+//!
+//! Every length a peer claims is checked against one of these before anything is allocated;
+//! they live together so the bounds can be read (and changed) in one place. `frame` bounds a
+//! frame's payload by them and `data` bounds a unit's segments and raw size. Constants only:
+//! no parsing, no encoding.
+
+/// Largest control payload (a manifest batch).
+pub const MAX_CONTROL_LEN: usize = 16 << 20;
+/// Largest raw size of one data unit.
+pub const MAX_BLOCK: usize = 64 << 20;
+/// Most segments (files) in one data unit.
+pub const MAX_SEGMENTS: usize = 4096;
+/// Bytes of the fixed part of a data payload.
+pub const DATA_FIXED_LEN: usize = 44;
+/// Bytes of one segment entry in a data payload.
+pub(super) const SEGMENT_LEN: usize = 20;
+/// Largest data payload.
+pub const MAX_DATA_LEN: usize = DATA_FIXED_LEN + MAX_SEGMENTS * SEGMENT_LEN + MAX_BLOCK;
