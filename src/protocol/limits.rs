@@ -17,3 +17,8 @@ pub const DATA_FIXED_LEN: usize = 44;
 pub(super) const SEGMENT_LEN: usize = 20;
 /// Largest data payload.
 pub const MAX_DATA_LEN: usize = DATA_FIXED_LEN + MAX_SEGMENTS * SEGMENT_LEN + MAX_BLOCK;
+/// Most data streams a sender may ask for in `Start`.
+pub const MAX_STREAMS: u16 = 64;
+/// The block size when none is given: large enough to amortise per-unit costs, small
+/// enough that a handful of streams share even a modest file.
+pub const DEFAULT_BLOCK_SIZE: u64 = 4 << 20;

@@ -30,7 +30,10 @@ pub use frame::{
     decode_frame, encode_frame, Frame, FrameHeader, FrameKind, FrameReader, ReadError,
     FRAME_HEADER_LEN,
 };
-pub use limits::{DATA_FIXED_LEN, MAX_BLOCK, MAX_CONTROL_LEN, MAX_DATA_LEN, MAX_SEGMENTS};
+pub use limits::{
+    DATA_FIXED_LEN, DEFAULT_BLOCK_SIZE, MAX_BLOCK, MAX_CONTROL_LEN, MAX_DATA_LEN, MAX_SEGMENTS,
+    MAX_STREAMS,
+};
 pub use msg::{Control, Entry, EntryKind, Summary, SyncOptions, Want, WantKind};
 pub use path::{PathError, SafeRelPath};
 
@@ -69,10 +72,3 @@ pub enum ProtocolError {
     #[error("unsafe path in manifest: {0}")]
     Path(#[from] PathError),
 }
-
-/// Most data streams a sender may ask for in `Start`.
-pub const MAX_STREAMS: u16 = 64;
-
-/// The block size when none is given: large enough to amortise per-unit costs, small
-/// enough that a handful of streams share even a modest file.
-pub const DEFAULT_BLOCK_SIZE: u64 = 4 << 20;
