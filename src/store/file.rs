@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 
 use rustix::fs::{AtFlags, FallocateFlags, FileType, Mode, OFlags};
 
+use super::fsops;
 use super::journal::{self, Identity};
-use super::{fsops, Store, WriterCache};
+use super::state::{FileState, JournalState, Store, WriterCache};
 use crate::codec::VerifiedUnit;
 use crate::error::{Error, Result};
 use crate::protocol::{Entry, ProtocolError, SafeRelPath, Segment, Want, WantKind};
@@ -27,49 +28,7 @@ const DELTA_CHUNK: u64 = 16 << 10;
 /// Most pieces hashed per file (bounds the `Need` message to 4 MiB).
 const DELTA_MAX_PIECES: u64 = 256 << 10;
 
-/// A regular file in progress.
-pub(super) struct FileState {
-    pub(super) entry: Entry,
-    pub(super) path: SafeRelPath,
-    size: u64,
-    /// Raw bytes (or KEEP ranges) still to arrive.
-    remaining: AtomicU64,
-    /// Ranges received so far (sorted, merged): duplicates after a reconnect are
-    /// recognised, and what is missing can be asked for again.
-    received: Mutex<Vec<(u64, u64)>>,
-    /// Created at manifest time (large or sparse); otherwise its single unit creates it.
-    precreated: bool,
-    /// Written in place under its final name (`--inplace` delta): no rename at the end.
-    inplace: bool,
-    /// Durable-range journal (partial files larger than a block).
-    journal: Option<Mutex<JournalState>>,
-    /// Written to an anonymous file (`O_TMPFILE`) that is linked in when finished.
-    anonymous: AtomicBool,
-}
-
-struct JournalState {
-    file: File,
-    pending: Vec<(u64, u32)>,
-    pending_bytes: u64,
-    last_flush: Instant,
-}
-
-impl FileState {
-    /// The name written to, in the file's directory.
-    fn work_name(&self) -> Result<(SafeRelPath, Vec<u8>)> {
-        let (parent, name) = self
-            .path
-            .split_last()
-            .ok_or(ProtocolError::Malformed("file at the root path"))?;
-        let work = if self.inplace {
-            name.to_vec()
-        } else {
-            fsops::partial_name(name)
-        };
-        Ok((parent, work))
-    }
-}
-
+/// The source version a journal belongs to, from its manifest entry.
 fn identity(e: &Entry, size: u64, data_bytes: u64) -> Identity {
     Identity {
         size,
@@ -439,6 +398,8 @@ impl Store {
         }
     }
 
+    /// Opens the file `state` is written to: an anonymous file for a small one while the
+    /// file system allows it, else its named partial file (created if not precreated).
     fn open_work_file(&self, state: &FileState) -> Result<File> {
         let (parent, work) = state.work_name()?;
         let err = |x| self.dest_err(&state.path, x);
@@ -558,19 +519,6 @@ impl Store {
         Ok(())
     }
 
-    /// Completed or forgotten: late or repeated data for it is ignored.
-    fn is_settled(&self, id: u64) -> bool {
-        self.settled
-            .lock()
-            .map(|f| f.contains(&id))
-            .unwrap_or(false)
-    }
-
-    /// How many files still wait for data.
-    pub fn incomplete(&self) -> usize {
-        self.files.lock().map(|m| m.len()).unwrap_or(0)
-    }
-
     /// What is still missing of every incomplete file (asked for again after data was
     /// lost with a dropped connection).
     pub fn missing(&self) -> Vec<Want> {
@@ -588,6 +536,20 @@ impl Store {
             });
         }
         out
+    }
+
+    /// Hands a complete file to the finisher threads.
+    pub(super) fn queue_finish(&self, state: Arc<FileState>, file: File) -> Result<()> {
+        let tx = self.finish_tx.lock().ok().and_then(|g| g.clone());
+        match tx {
+            Some(tx) => tx
+                .send((state, file))
+                .map_err(|_| Error::io("finishing files", io::Error::other("finisher stopped"))),
+            None => Err(Error::io(
+                "finishing files",
+                io::Error::other("store closed"),
+            )),
+        }
     }
 }
 
@@ -618,6 +580,8 @@ fn add_range(ranges: &mut Vec<(u64, u64)>, a: u64, b: u64) -> u64 {
     fresh
 }
 
+/// Makes the data written so far durable, then appends the pending records to the journal
+/// (never the other way round: no record may claim bytes that are not on disk).
 fn flush_journal(g: &mut JournalState, file: &File) -> io::Result<()> {
     file.sync_data()?;
     let pending = std::mem::take(&mut g.pending);
@@ -627,6 +591,7 @@ fn flush_journal(g: &mut JournalState, file: &File) -> io::Result<()> {
     Ok(())
 }
 
+/// Creates (truncating) the journal for a new partial file and writes its header.
 fn new_journal(pfd: &std::os::fd::OwnedFd, name: &[u8], ident: &Identity) -> io::Result<File> {
     let fd = rustix::fs::openat(
         pfd,
@@ -696,6 +661,7 @@ fn start_writeback(file: &File, offset: u64, len: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::SafeRelPath;
 
     #[test]
     fn add_range_counts_only_new_bytes() {
