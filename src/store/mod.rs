@@ -10,25 +10,27 @@
 //!
 //! Files already present are used: same size and mtime means unchanged (rsync's quick
 //! check); an earlier run's partial file plus its journal means resume; an older version
-//! under the final name means delta (see `file`). `--delete` lives in `mirror`.
+//! under the final name means delta (see `resume`). `--delete` lives in `mirror`.
 //!
 //! This file is the facade: opening the store, starting its finishers, taking the
 //! sender's settings, dispatching manifest entries, and finishing the transfer. The parts
 //! it calls depend only downwards, never on this file:
 //!
 //! - `state`: the [`Store`] struct, per-file state and the helpers every part uses;
-//! - `file`: regular files (what to ask for, writing, journaling, finishing);
+//! - `partial`: a regular file's partial-file life cycle (create, write, journal, finish);
+//! - `resume`: what to ask for per regular file (quick check, resume, delta), on `partial`;
 //! - `mirror`: `--delete`;
 //! - `fsops` and `journal`: file-system calls beneath the root, and the resume journal.
 
-mod file;
 mod fsops;
 mod journal;
 mod mirror;
+mod partial;
+mod resume;
 mod state;
 
-pub use file::piece_hash;
 pub use fsops::PARTIAL_PREFIX;
+pub use resume::piece_hash;
 pub use state::{Store, WriterCache};
 
 use std::collections::{HashMap, HashSet};
