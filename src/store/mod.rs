@@ -19,12 +19,14 @@
 //! - `state`: the [`Store`] struct, per-file state and the helpers every part uses;
 //! - `partial`: a regular file's partial-file life cycle (create, write, journal, finish);
 //! - `resume`: what to ask for per regular file (quick check, resume, delta), on `partial`;
+//! - `other`: directories, symlinks, FIFOs, devices and hardlinks;
 //! - `mirror`: `--delete`;
 //! - `fsops` and `journal`: file-system calls beneath the root, and the resume journal.
 
 mod fsops;
 mod journal;
 mod mirror;
+mod other;
 mod partial;
 mod resume;
 mod state;
@@ -179,69 +181,6 @@ impl Store {
         Ok(need)
     }
 
-    fn make_dir(&self, path: SafeRelPath, e: Entry) -> Result<()> {
-        if let Some((parent, name)) = path.split_last() {
-            let pfd = fsops::open_dir(&self.root, &parent).map_err(|x| self.dest_err(&path, x))?;
-            fsops::make_dir(&pfd, name).map_err(|x| self.dest_err(&path, x))?;
-        }
-        if let Ok(mut d) = self.dirs.lock() {
-            d.push((path, e));
-        }
-        self.other.fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    }
-
-    fn make_special(&self, path: &SafeRelPath, e: &Entry) -> Result<()> {
-        let (parent, name) = path
-            .split_last()
-            .ok_or(ProtocolError::Malformed("special file at the root path"))?;
-        if let EntryKind::Device { .. } = e.kind {
-            if !self.as_root {
-                crate::progress::warn(&format!(
-                    "skipping device {} (only root can create devices)",
-                    path.display()
-                ));
-                self.skipped.fetch_add(1, Ordering::Relaxed);
-                return Ok(());
-            }
-        }
-        let pfd = fsops::open_dir(&self.root, &parent).map_err(|x| self.dest_err(path, x))?;
-        let tmp = fsops::temp_name(name);
-        fsops::remove_if_present(&pfd, &tmp).map_err(|x| self.dest_err(path, x))?;
-        let mode = e.mode & 0o7777;
-        let made = match &e.kind {
-            EntryKind::Symlink { target } => {
-                rustix::fs::symlinkat(target.as_slice(), &pfd, tmp.as_slice())
-            }
-            EntryKind::Fifo => rustix::fs::mknodat(
-                &pfd,
-                tmp.as_slice(),
-                rustix::fs::FileType::Fifo,
-                Mode::from_raw_mode(mode),
-                0,
-            ),
-            EntryKind::Device { block, rdev } => rustix::fs::mknodat(
-                &pfd,
-                tmp.as_slice(),
-                if *block {
-                    rustix::fs::FileType::BlockDevice
-                } else {
-                    rustix::fs::FileType::CharacterDevice
-                },
-                Mode::from_raw_mode(mode),
-                *rdev,
-            ),
-            _ => return Ok(()),
-        };
-        made.map_err(|x| self.dest_err(path, x.into()))?;
-        let is_link = matches!(e.kind, EntryKind::Symlink { .. });
-        fsops::apply_meta_at(&pfd, &tmp, e, self.as_root, is_link)
-            .and_then(|()| fsops::rename_in(&pfd, &tmp, name))
-            .map_err(|x| self.dest_err(path, x))?;
-        self.other.fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    }
-
     /// Completes the transfer: waits for the finishers, makes hardlinks, applies directory
     /// metadata, fsyncs every directory that changed. Fails if any file is incomplete.
     pub fn finish(&self) -> Result<Summary> {
@@ -318,30 +257,5 @@ impl Store {
             unchanged_bytes: self.unchanged_bytes.load(Ordering::Relaxed),
             deleted: self.deleted.load(Ordering::Relaxed),
         })
-    }
-
-    fn make_hardlink(&self, path: &SafeRelPath, target: &SafeRelPath) -> Result<()> {
-        let err = |x| self.dest_err(path, x);
-        let (tparent, tname) = target
-            .split_last()
-            .ok_or(ProtocolError::Malformed("hardlink"))?;
-        let (parent, name) = path
-            .split_last()
-            .ok_or(ProtocolError::Malformed("hardlink"))?;
-        let tfd = fsops::open_dir(&self.root, &tparent).map_err(err)?;
-        let pfd = fsops::open_dir(&self.root, &parent).map_err(err)?;
-        let tmp = fsops::temp_name(name);
-        fsops::remove_if_present(&pfd, &tmp).map_err(err)?;
-        rustix::fs::linkat(
-            &tfd,
-            tname,
-            &pfd,
-            tmp.as_slice(),
-            rustix::fs::AtFlags::empty(),
-        )
-        .map_err(|x| err(x.into()))?;
-        fsops::rename_in(&pfd, &tmp, name).map_err(err)?;
-        self.other.fetch_add(1, Ordering::Relaxed);
-        Ok(())
     }
 }

@@ -4,8 +4,8 @@
 //! file table's simple queries).
 //!
 //! It deliberately holds no behaviour of its own: nothing here creates, writes or removes
-//! files in the destination (that is `partial`, `resume`, `mirror` and the facade in
-//! `mod.rs`), and it uses nothing else in the store but `fsops`.
+//! files in the destination (that is `partial`, `resume`, `other`, `mirror` and the facade
+//! in `mod.rs`), and it uses nothing else in the store but `fsops`.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
