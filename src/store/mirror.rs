@@ -8,7 +8,8 @@ use std::sync::atomic::Ordering;
 
 use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
 
-use super::{fsops, Store};
+use super::fsops;
+use super::state::Store;
 use crate::error::Result;
 use crate::protocol::SafeRelPath;
 

@@ -10,77 +10,47 @@
 //!
 //! Files already present are used: same size and mtime means unchanged (rsync's quick
 //! check); an earlier run's partial file plus its journal means resume; an older version
-//! under the final name means delta (see `file`). `--delete` lives in `mirror`.
+//! under the final name means delta (see `resume`). `--delete` lives in `mirror`.
+//!
+//! This file is the facade: opening the store, starting its finishers, taking the
+//! sender's settings, dispatching manifest entries, and finishing the transfer. The parts
+//! it calls depend only downwards, never on this file:
+//!
+//! - `state`: the [`Store`] struct, per-file state and the helpers every part uses;
+//! - `partial`: a regular file's partial-file life cycle (create, write, journal, finish);
+//! - `resume`: what to ask for per regular file (quick check, resume, delta), on `partial`;
+//! - `other`: directories, symlinks, FIFOs, devices and hardlinks;
+//! - `mirror`: `--delete`;
+//! - `fsops` and `journal`: file-system calls beneath the root, and the resume journal.
 
-mod file;
 mod fsops;
 mod journal;
 mod mirror;
+mod other;
+mod partial;
+mod resume;
+mod state;
 
-pub use file::piece_hash;
-use file::FileState;
+pub use fsops::PARTIAL_PREFIX;
+pub use resume::piece_hash;
+pub use state::{Store, WriterCache};
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::io;
-use std::os::fd::OwnedFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Receiver;
 use rustix::fs::{Mode, OFlags};
 
 use crate::error::{Error, Result};
 use crate::progress::Counters;
 use crate::protocol::{Entry, EntryKind, ProtocolError, SafeRelPath, Summary, SyncOptions, Want};
-
-pub use fsops::PARTIAL_PREFIX;
+use state::Completed;
 
 /// How many files may be fsynced and renamed at once.
 const FINISHERS: usize = 8;
-
-/// A file whose last byte is written, with an open descriptor, ready to finish.
-type Completed = (Arc<FileState>, File);
-
-/// The destination tree of one transfer.
-pub struct Store {
-    root: OwnedFd,
-    root_path: PathBuf,
-    block_size: AtomicU64,
-    as_root: bool,
-    files: Mutex<HashMap<u64, Arc<FileState>>>,
-    dirs: Mutex<Vec<(SafeRelPath, Entry)>>,
-    hardlinks: Mutex<Vec<(SafeRelPath, SafeRelPath)>>,
-    touched: Mutex<HashSet<SafeRelPath>>,
-    finish_tx: Mutex<Option<Sender<Completed>>>,
-    finish_rx: Mutex<Option<Receiver<Completed>>>,
-    finishers: Mutex<Vec<JoinHandle<()>>>,
-    error: Arc<Mutex<Option<Error>>>,
-    other: AtomicU64,
-    skipped: AtomicU64,
-    unchanged_files: AtomicU64,
-    unchanged_bytes: AtomicU64,
-    deleted: AtomicU64,
-    /// Files completed or forgotten: late or repeated data for them is ignored.
-    settled: Mutex<HashSet<u64>>,
-    /// Every path in the manifest (kept only for --delete).
-    seen: Mutex<HashSet<SafeRelPath>>,
-    options: Mutex<(SyncOptions, [u8; 32])>,
-    /// How small files are created and named: anonymous files linked with
-    /// [`fsops::Linker::EmptyPath`] (0) or [`fsops::Linker::ProcFd`] (1), or named
-    /// partial files renamed into place (2) where neither works.
-    linker: AtomicU8,
-    /// Progress counters.
-    pub stats: Arc<Counters>,
-}
-
-/// A data stream's open partial file, kept between units of the same file.
-#[derive(Default)]
-pub struct WriterCache {
-    open: Option<(u64, Arc<File>)>,
-}
 
 impl Store {
     /// Opens (creating if needed) the destination root.
@@ -163,38 +133,6 @@ impl Store {
         }
     }
 
-    fn options(&self) -> SyncOptions {
-        self.options.lock().map(|g| g.0).unwrap_or_default()
-    }
-
-    fn key(&self) -> [u8; 32] {
-        self.options.lock().map(|g| g.1).unwrap_or_default()
-    }
-
-    /// The destination path of file `id`, for messages.
-    pub fn describe(&self, id: u64) -> String {
-        self.files
-            .lock()
-            .ok()
-            .and_then(|m| m.get(&id).map(|s| s.path.display()))
-            .unwrap_or_else(|| format!("file #{id}"))
-    }
-
-    /// The first error a background finisher hit, if any.
-    pub fn take_error(&self) -> Option<Error> {
-        self.error.lock().ok().and_then(|mut g| g.take())
-    }
-
-    fn fail(&self, e: Error) {
-        if let Ok(mut g) = self.error.lock() {
-            g.get_or_insert(e);
-        }
-    }
-
-    fn dest_err(&self, path: &SafeRelPath, e: io::Error) -> Error {
-        Error::destination(self.root_path.join(path.as_path()), e)
-    }
-
     /// Creates what a manifest batch describes and returns the ids of files whose data
     /// is wanted.
     pub fn apply_entries(&self, entries: Vec<Entry>) -> Result<Vec<Want>> {
@@ -241,82 +179,6 @@ impl Store {
             }
         }
         Ok(need)
-    }
-
-    fn make_dir(&self, path: SafeRelPath, e: Entry) -> Result<()> {
-        if let Some((parent, name)) = path.split_last() {
-            let pfd = fsops::open_dir(&self.root, &parent).map_err(|x| self.dest_err(&path, x))?;
-            fsops::make_dir(&pfd, name).map_err(|x| self.dest_err(&path, x))?;
-        }
-        if let Ok(mut d) = self.dirs.lock() {
-            d.push((path, e));
-        }
-        self.other.fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    }
-
-    fn queue_finish(&self, state: Arc<FileState>, file: File) -> Result<()> {
-        let tx = self.finish_tx.lock().ok().and_then(|g| g.clone());
-        match tx {
-            Some(tx) => tx
-                .send((state, file))
-                .map_err(|_| Error::io("finishing files", io::Error::other("finisher stopped"))),
-            None => Err(Error::io(
-                "finishing files",
-                io::Error::other("store closed"),
-            )),
-        }
-    }
-
-    fn make_special(&self, path: &SafeRelPath, e: &Entry) -> Result<()> {
-        let (parent, name) = path
-            .split_last()
-            .ok_or(ProtocolError::Malformed("special file at the root path"))?;
-        if let EntryKind::Device { .. } = e.kind {
-            if !self.as_root {
-                crate::progress::warn(&format!(
-                    "skipping device {} (only root can create devices)",
-                    path.display()
-                ));
-                self.skipped.fetch_add(1, Ordering::Relaxed);
-                return Ok(());
-            }
-        }
-        let pfd = fsops::open_dir(&self.root, &parent).map_err(|x| self.dest_err(path, x))?;
-        let tmp = fsops::temp_name(name);
-        fsops::remove_if_present(&pfd, &tmp).map_err(|x| self.dest_err(path, x))?;
-        let mode = e.mode & 0o7777;
-        let made = match &e.kind {
-            EntryKind::Symlink { target } => {
-                rustix::fs::symlinkat(target.as_slice(), &pfd, tmp.as_slice())
-            }
-            EntryKind::Fifo => rustix::fs::mknodat(
-                &pfd,
-                tmp.as_slice(),
-                rustix::fs::FileType::Fifo,
-                Mode::from_raw_mode(mode),
-                0,
-            ),
-            EntryKind::Device { block, rdev } => rustix::fs::mknodat(
-                &pfd,
-                tmp.as_slice(),
-                if *block {
-                    rustix::fs::FileType::BlockDevice
-                } else {
-                    rustix::fs::FileType::CharacterDevice
-                },
-                Mode::from_raw_mode(mode),
-                *rdev,
-            ),
-            _ => return Ok(()),
-        };
-        made.map_err(|x| self.dest_err(path, x.into()))?;
-        let is_link = matches!(e.kind, EntryKind::Symlink { .. });
-        fsops::apply_meta_at(&pfd, &tmp, e, self.as_root, is_link)
-            .and_then(|()| fsops::rename_in(&pfd, &tmp, name))
-            .map_err(|x| self.dest_err(path, x))?;
-        self.other.fetch_add(1, Ordering::Relaxed);
-        Ok(())
     }
 
     /// Completes the transfer: waits for the finishers, makes hardlinks, applies directory
@@ -395,30 +257,5 @@ impl Store {
             unchanged_bytes: self.unchanged_bytes.load(Ordering::Relaxed),
             deleted: self.deleted.load(Ordering::Relaxed),
         })
-    }
-
-    fn make_hardlink(&self, path: &SafeRelPath, target: &SafeRelPath) -> Result<()> {
-        let err = |x| self.dest_err(path, x);
-        let (tparent, tname) = target
-            .split_last()
-            .ok_or(ProtocolError::Malformed("hardlink"))?;
-        let (parent, name) = path
-            .split_last()
-            .ok_or(ProtocolError::Malformed("hardlink"))?;
-        let tfd = fsops::open_dir(&self.root, &tparent).map_err(err)?;
-        let pfd = fsops::open_dir(&self.root, &parent).map_err(err)?;
-        let tmp = fsops::temp_name(name);
-        fsops::remove_if_present(&pfd, &tmp).map_err(err)?;
-        rustix::fs::linkat(
-            &tfd,
-            tname,
-            &pfd,
-            tmp.as_slice(),
-            rustix::fs::AtFlags::empty(),
-        )
-        .map_err(|x| err(x.into()))?;
-        fsops::rename_in(&pfd, &tmp, name).map_err(err)?;
-        self.other.fetch_add(1, Ordering::Relaxed);
-        Ok(())
     }
 }

@@ -1,249 +1,38 @@
-//! Regular files at the destination: deciding what to ask for (nothing, everything, the
-//! ranges an earlier run did not finish, or a delta against an older version), writing
-//! verified units, journaling durable ranges, and finishing files.
+//! The partial-file life cycle of a regular file, once it is decided what to ask for:
+//! creating and opening the file written to (a named `.haul-<hash>.part` file or an
+//! anonymous `O_TMPFILE` one), writing verified units into it, journaling the ranges that
+//! are durable, and finishing it (fsync, metadata, rename or link into place) — or
+//! discarding it.
+//!
+//! It deliberately does not decide what to ask the sender for (quick check, resume,
+//! delta: that is `resume`, which builds on the helpers here, never the other way round)
+//! and does not touch anything but regular files.
 
 use std::fs::File;
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rustix::fs::{AtFlags, FallocateFlags, FileType, Mode, OFlags};
+use rustix::fs::{FallocateFlags, Mode, OFlags};
 
-use super::journal::{self, Identity};
-use super::{fsops, Store, WriterCache};
+use super::fsops;
+use super::journal;
+use super::state::{FileState, JournalState, Store, WriterCache};
 use crate::codec::VerifiedUnit;
 use crate::error::{Error, Result};
-use crate::protocol::{Entry, ProtocolError, SafeRelPath, Segment, Want, WantKind};
+use crate::protocol::{Entry, ProtocolError, Segment, Want, WantKind};
 
 /// Journal records are written after at most this many bytes...
 const JOURNAL_BYTES: u64 = 64 << 20;
 /// ...or this long, whichever comes first (each costs one fdatasync of the partial file).
 const JOURNAL_EVERY: Duration = Duration::from_secs(1);
-/// Smallest delta piece: database pages are 8 KiB (PostgreSQL) or 16 KiB (InnoDB).
-const DELTA_CHUNK: u64 = 16 << 10;
-/// Most pieces hashed per file (bounds the `Need` message to 4 MiB).
-const DELTA_MAX_PIECES: u64 = 256 << 10;
-
-/// A regular file in progress.
-pub(super) struct FileState {
-    pub(super) entry: Entry,
-    pub(super) path: SafeRelPath,
-    size: u64,
-    /// Raw bytes (or KEEP ranges) still to arrive.
-    remaining: AtomicU64,
-    /// Ranges received so far (sorted, merged): duplicates after a reconnect are
-    /// recognised, and what is missing can be asked for again.
-    received: Mutex<Vec<(u64, u64)>>,
-    /// Created at manifest time (large or sparse); otherwise its single unit creates it.
-    precreated: bool,
-    /// Written in place under its final name (`--inplace` delta): no rename at the end.
-    inplace: bool,
-    /// Durable-range journal (partial files larger than a block).
-    journal: Option<Mutex<JournalState>>,
-    /// Written to an anonymous file (`O_TMPFILE`) that is linked in when finished.
-    anonymous: AtomicBool,
-}
-
-struct JournalState {
-    file: File,
-    pending: Vec<(u64, u32)>,
-    pending_bytes: u64,
-    last_flush: Instant,
-}
-
-impl FileState {
-    /// The name written to, in the file's directory.
-    fn work_name(&self) -> Result<(SafeRelPath, Vec<u8>)> {
-        let (parent, name) = self
-            .path
-            .split_last()
-            .ok_or(ProtocolError::Malformed("file at the root path"))?;
-        let work = if self.inplace {
-            name.to_vec()
-        } else {
-            fsops::partial_name(name)
-        };
-        Ok((parent, work))
-    }
-}
-
-fn identity(e: &Entry, size: u64, data_bytes: u64) -> Identity {
-    Identity {
-        size,
-        mtime_sec: e.mtime_sec,
-        mtime_nsec: e.mtime_nsec,
-        data_bytes,
-    }
-}
 
 impl Store {
-    /// Decides what to do for a regular file and returns what to ask the sender for, if
-    /// anything.
-    pub(super) fn add_file(
-        &self,
-        e: Entry,
-        path: SafeRelPath,
-        size: u64,
-        data_bytes: u64,
-    ) -> Result<Option<Want>> {
-        let id = e.id;
-        let (parent, name) = path
-            .split_last()
-            .ok_or(ProtocolError::Malformed("file at the root path"))?;
-        let name = name.to_vec();
-        let shown = path.clone();
-        let err = |x| self.dest_err(&shown, x);
-        let pfd = fsops::open_dir(&self.root, &parent).map_err(err)?;
-        let existing = rustix::fs::statat(&pfd, name.as_slice(), AtFlags::SYMLINK_NOFOLLOW)
-            .ok()
-            .filter(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile);
-        let opts = self.options();
-
-        // Quick check: same size and mtime means up to date (rsync's rule).
-        if let Some(st) = &existing {
-            let same = st.st_size as u64 == size
-                && st.st_mtime == e.mtime_sec
-                && st.st_mtime_nsec as u32 == e.mtime_nsec;
-            if same && !opts.checksum {
-                fsops::apply_meta_at(&pfd, &name, &e, self.as_root, false).map_err(err)?;
-                self.unchanged_files.fetch_add(1, Ordering::Relaxed);
-                self.unchanged_bytes
-                    .fetch_add(data_bytes, Ordering::Relaxed);
-                return Ok(None);
-            }
-        }
-
-        let block = self.block_size.load(Ordering::Relaxed);
-        let precreated = data_bytes == 0 || data_bytes != size || size > block;
-        let dense = data_bytes == size;
-        let ident = identity(&e, size, data_bytes);
-        let mut want = WantKind::All;
-        let mut remaining = data_bytes;
-        let mut received = Vec::new();
-        let mut journal = None;
-        let mut inplace = false;
-        let mut file = None;
-
-        if precreated && data_bytes > 0 {
-            let partial = fsops::partial_name(&name);
-            let jname = fsops::journal_name(&name);
-            // Resume: an earlier run's partial file and journal for this same source.
-            if let Some((f, j, have)) = self.open_resumable(&pfd, &partial, &jname, &ident, size) {
-                let have_bytes: u64 = have.iter().map(|(a, b)| b - a).sum();
-                remaining = data_bytes.saturating_sub(have_bytes);
-                self.unchanged_bytes
-                    .fetch_add(have_bytes, Ordering::Relaxed);
-                want = WantKind::Ranges(journal::missing(size, &have));
-                received = have;
-                journal = Some(j);
-                file = Some(f);
-            } else if let (Some(st), true) = (&existing, dense) {
-                // Delta against the older version under the final name.
-                let old_len = st.st_size as u64;
-                let old = fsops::open_beneath(
-                    &self.root,
-                    &fsops::join(&parent, &name),
-                    OFlags::RDWR | OFlags::NOFOLLOW,
-                    Mode::empty(),
-                )
-                .map(File::from)
-                .map_err(err)?;
-                if let Some((chunk, hashes)) =
-                    self.hash_pieces(&old, old_len, block).map_err(err)?
-                {
-                    want = WantKind::Delta { chunk, hashes };
-                    if opts.inplace {
-                        inplace = true;
-                        old.set_len(size).map_err(err)?;
-                        file = Some(old);
-                    } else {
-                        let f = self
-                            .create_work_file(&pfd, &partial, size, false)
-                            .map_err(err)?;
-                        copy_range(&old, &f, old_len.min(size)).map_err(err)?;
-                        journal = Some(new_journal(&pfd, &jname, &ident).map_err(err)?);
-                        file = Some(f);
-                    }
-                }
-            }
-            if file.is_none() {
-                file = Some(
-                    self.create_work_file(&pfd, &partial, size, dense)
-                        .map_err(err)?,
-                );
-                if size > block {
-                    journal = Some(new_journal(&pfd, &jname, &ident).map_err(err)?);
-                }
-            }
-        }
-        let state = Arc::new(FileState {
-            entry: e,
-            path,
-            size,
-            remaining: AtomicU64::new(remaining),
-            received: Mutex::new(received),
-            precreated,
-            inplace,
-            journal: journal.map(|file| {
-                Mutex::new(JournalState {
-                    file,
-                    pending: Vec::new(),
-                    pending_bytes: 0,
-                    last_flush: Instant::now(),
-                })
-            }),
-            anonymous: AtomicBool::new(false),
-        });
-        if remaining == 0 {
-            // Nothing will arrive (empty, all holes, or fully resumed): complete now.
-            let f = match file {
-                Some(f) => f,
-                None => self
-                    .create_work_file(&pfd, &fsops::partial_name(&name), size, false)
-                    .map_err(err)?,
-            };
-            self.queue_finish(state, f)?;
-            return Ok(None);
-        }
-        match self.files.lock() {
-            Ok(mut m) => {
-                if m.insert(id, state).is_some() {
-                    return Err(ProtocolError::Malformed("duplicate file id").into());
-                }
-            }
-            Err(_) => return Err(Error::io("file table", io::Error::other("poisoned"))),
-        }
-        Ok(Some(Want { id, what: want }))
-    }
-
-    /// An earlier run's partial file and journal, if they belong to this source version.
-    fn open_resumable(
-        &self,
-        pfd: &std::os::fd::OwnedFd,
-        partial: &[u8],
-        jname: &[u8],
-        ident: &Identity,
-        size: u64,
-    ) -> Option<(File, File, journal::Ranges)> {
-        let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let jfd = rustix::fs::openat(pfd, jname, flags, Mode::empty()).ok()?;
-        let mut j = File::from(jfd);
-        let (have, good) = journal::read(&mut j, ident).ok()??;
-        let f = File::from(rustix::fs::openat(pfd, partial, flags, Mode::empty()).ok()?);
-        if f.metadata().ok()?.len() != size {
-            return None;
-        }
-        // Drop a torn tail so new records follow the last intact one.
-        j.set_len(good).ok()?;
-        std::io::Seek::seek(&mut j, std::io::SeekFrom::Start(good)).ok()?;
-        Some((f, j, have))
-    }
-
     /// Creates (truncating) the partial file at its full size.
-    fn create_work_file(
+    pub(super) fn create_work_file(
         &self,
         pfd: &std::os::fd::OwnedFd,
         name: &[u8],
@@ -265,39 +54,6 @@ impl Store {
             }
         }
         Ok(f)
-    }
-
-    /// Hashes the old content in pieces for a delta; `None` when a delta does not fit.
-    fn hash_pieces(
-        &self,
-        old: &File,
-        old_len: u64,
-        block: u64,
-    ) -> io::Result<Option<(u32, Vec<[u8; 16]>)>> {
-        if old_len == 0 {
-            return Ok(None);
-        }
-        let mut chunk = DELTA_CHUNK;
-        while old_len.div_ceil(chunk) > DELTA_MAX_PIECES && block % (chunk * 2) == 0 {
-            chunk *= 2;
-        }
-        if block % chunk != 0 || old_len.div_ceil(chunk) > DELTA_MAX_PIECES {
-            return Ok(None);
-        }
-        let key = self.key();
-        let mut hashes = Vec::with_capacity(old_len.div_ceil(chunk) as usize);
-        let mut buf = vec![0u8; (4 << 20) as usize];
-        let mut pos = 0u64;
-        let mut reader = old;
-        while pos < old_len {
-            let want = ((old_len - pos) as usize).min(buf.len());
-            reader.read_exact(&mut buf[..want])?;
-            for piece in buf[..want].chunks(chunk as usize) {
-                hashes.push(piece_hash(&key, piece));
-            }
-            pos += want as u64;
-        }
-        Ok(Some((chunk as u32, hashes)))
     }
 
     /// Writes one verified unit's segments. Completed files go to the finishers.
@@ -439,6 +195,8 @@ impl Store {
         }
     }
 
+    /// Opens the file `state` is written to: an anonymous file for a small one while the
+    /// file system allows it, else its named partial file (created if not precreated).
     fn open_work_file(&self, state: &FileState) -> Result<File> {
         let (parent, work) = state.work_name()?;
         let err = |x| self.dest_err(&state.path, x);
@@ -558,19 +316,6 @@ impl Store {
         Ok(())
     }
 
-    /// Completed or forgotten: late or repeated data for it is ignored.
-    fn is_settled(&self, id: u64) -> bool {
-        self.settled
-            .lock()
-            .map(|f| f.contains(&id))
-            .unwrap_or(false)
-    }
-
-    /// How many files still wait for data.
-    pub fn incomplete(&self) -> usize {
-        self.files.lock().map(|m| m.len()).unwrap_or(0)
-    }
-
     /// What is still missing of every incomplete file (asked for again after data was
     /// lost with a dropped connection).
     pub fn missing(&self) -> Vec<Want> {
@@ -588,6 +333,20 @@ impl Store {
             });
         }
         out
+    }
+
+    /// Hands a complete file to the finisher threads.
+    pub(super) fn queue_finish(&self, state: Arc<FileState>, file: File) -> Result<()> {
+        let tx = self.finish_tx.lock().ok().and_then(|g| g.clone());
+        match tx {
+            Some(tx) => tx
+                .send((state, file))
+                .map_err(|_| Error::io("finishing files", io::Error::other("finisher stopped"))),
+            None => Err(Error::io(
+                "finishing files",
+                io::Error::other("store closed"),
+            )),
+        }
     }
 }
 
@@ -618,6 +377,8 @@ fn add_range(ranges: &mut Vec<(u64, u64)>, a: u64, b: u64) -> u64 {
     fresh
 }
 
+/// Makes the data written so far durable, then appends the pending records to the journal
+/// (never the other way round: no record may claim bytes that are not on disk).
 fn flush_journal(g: &mut JournalState, file: &File) -> io::Result<()> {
     file.sync_data()?;
     let pending = std::mem::take(&mut g.pending);
@@ -627,34 +388,9 @@ fn flush_journal(g: &mut JournalState, file: &File) -> io::Result<()> {
     Ok(())
 }
 
-fn new_journal(pfd: &std::os::fd::OwnedFd, name: &[u8], ident: &Identity) -> io::Result<File> {
-    let fd = rustix::fs::openat(
-        pfd,
-        name,
-        OFlags::WRONLY
-            | OFlags::CREATE
-            | OFlags::TRUNC
-            | OFlags::NOFOLLOW
-            | OFlags::CLOEXEC
-            | OFlags::APPEND,
-        Mode::from_raw_mode(0o600),
-    )?;
-    let mut f = File::from(fd);
-    std::io::Write::write_all(&mut f, &journal::header(ident))?;
-    Ok(f)
-}
-
-/// The hash both sides compute for a delta piece.
-pub fn piece_hash(key: &[u8; 32], piece: &[u8]) -> [u8; 16] {
-    let h = blake3::keyed_hash(key, piece);
-    let mut out = [0u8; 16];
-    out.copy_from_slice(&h.as_bytes()[..16]);
-    out
-}
-
 /// Copies the first `len` bytes of `from` into `to` (copy_file_range: a reflink or an
 /// in-kernel copy where the file system offers one).
-fn copy_range(from: &File, to: &File, len: u64) -> io::Result<()> {
+pub(super) fn copy_range(from: &File, to: &File, len: u64) -> io::Result<()> {
     let (mut off_in, mut off_out) = (0u64, 0u64);
     while off_in < len {
         let chunk = ((len - off_in) as usize).min(1 << 30);
@@ -696,6 +432,7 @@ fn start_writeback(file: &File, offset: u64, len: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::SafeRelPath;
 
     #[test]
     fn add_range_counts_only_new_bytes() {

@@ -1,0 +1,260 @@
+//! Deciding what to ask the sender for, for each regular file: nothing when the quick
+//! check (same size and mtime) says it is unchanged, the missing ranges when an earlier
+//! run's partial file and journal belong to this same source version (resume), piece
+//! hashes of the older version under the final name (delta), or everything.
+//!
+//! It sets up the file's state and work file and then hands over to `partial`: it
+//! deliberately writes no unit data and finishes no file itself.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+
+use super::fsops;
+use super::journal::{self, Identity};
+use super::partial::copy_range;
+use super::state::{FileState, JournalState, Store};
+use crate::error::{Error, Result};
+use crate::protocol::{Entry, ProtocolError, SafeRelPath, Want, WantKind};
+
+/// Smallest delta piece: database pages are 8 KiB (PostgreSQL) or 16 KiB (InnoDB).
+const DELTA_CHUNK: u64 = 16 << 10;
+/// Most pieces hashed per file (bounds the `Need` message to 4 MiB).
+const DELTA_MAX_PIECES: u64 = 256 << 10;
+
+/// The source version a journal belongs to, from its manifest entry.
+fn identity(e: &Entry, size: u64, data_bytes: u64) -> Identity {
+    Identity {
+        size,
+        mtime_sec: e.mtime_sec,
+        mtime_nsec: e.mtime_nsec,
+        data_bytes,
+    }
+}
+
+impl Store {
+    /// Decides what to do for a regular file and returns what to ask the sender for, if
+    /// anything.
+    pub(super) fn add_file(
+        &self,
+        e: Entry,
+        path: SafeRelPath,
+        size: u64,
+        data_bytes: u64,
+    ) -> Result<Option<Want>> {
+        let id = e.id;
+        let (parent, name) = path
+            .split_last()
+            .ok_or(ProtocolError::Malformed("file at the root path"))?;
+        let name = name.to_vec();
+        let shown = path.clone();
+        let err = |x| self.dest_err(&shown, x);
+        let pfd = fsops::open_dir(&self.root, &parent).map_err(err)?;
+        let existing = rustix::fs::statat(&pfd, name.as_slice(), AtFlags::SYMLINK_NOFOLLOW)
+            .ok()
+            .filter(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile);
+        let opts = self.options();
+
+        // Quick check: same size and mtime means up to date (rsync's rule).
+        if let Some(st) = &existing {
+            let same = st.st_size as u64 == size
+                && st.st_mtime == e.mtime_sec
+                && st.st_mtime_nsec as u32 == e.mtime_nsec;
+            if same && !opts.checksum {
+                fsops::apply_meta_at(&pfd, &name, &e, self.as_root, false).map_err(err)?;
+                self.unchanged_files.fetch_add(1, Ordering::Relaxed);
+                self.unchanged_bytes
+                    .fetch_add(data_bytes, Ordering::Relaxed);
+                return Ok(None);
+            }
+        }
+
+        let block = self.block_size.load(Ordering::Relaxed);
+        let precreated = data_bytes == 0 || data_bytes != size || size > block;
+        let dense = data_bytes == size;
+        let ident = identity(&e, size, data_bytes);
+        let mut want = WantKind::All;
+        let mut remaining = data_bytes;
+        let mut received = Vec::new();
+        let mut journal = None;
+        let mut inplace = false;
+        let mut file = None;
+
+        if precreated && data_bytes > 0 {
+            let partial = fsops::partial_name(&name);
+            let jname = fsops::journal_name(&name);
+            // Resume: an earlier run's partial file and journal for this same source.
+            if let Some((f, j, have)) = self.open_resumable(&pfd, &partial, &jname, &ident, size) {
+                let have_bytes: u64 = have.iter().map(|(a, b)| b - a).sum();
+                remaining = data_bytes.saturating_sub(have_bytes);
+                self.unchanged_bytes
+                    .fetch_add(have_bytes, Ordering::Relaxed);
+                want = WantKind::Ranges(journal::missing(size, &have));
+                received = have;
+                journal = Some(j);
+                file = Some(f);
+            } else if let (Some(st), true) = (&existing, dense) {
+                // Delta against the older version under the final name.
+                let old_len = st.st_size as u64;
+                let old = fsops::open_beneath(
+                    &self.root,
+                    &fsops::join(&parent, &name),
+                    OFlags::RDWR | OFlags::NOFOLLOW,
+                    Mode::empty(),
+                )
+                .map(File::from)
+                .map_err(err)?;
+                if let Some((chunk, hashes)) =
+                    self.hash_pieces(&old, old_len, block).map_err(err)?
+                {
+                    want = WantKind::Delta { chunk, hashes };
+                    if opts.inplace {
+                        inplace = true;
+                        old.set_len(size).map_err(err)?;
+                        file = Some(old);
+                    } else {
+                        let f = self
+                            .create_work_file(&pfd, &partial, size, false)
+                            .map_err(err)?;
+                        copy_range(&old, &f, old_len.min(size)).map_err(err)?;
+                        journal = Some(new_journal(&pfd, &jname, &ident).map_err(err)?);
+                        file = Some(f);
+                    }
+                }
+            }
+            if file.is_none() {
+                file = Some(
+                    self.create_work_file(&pfd, &partial, size, dense)
+                        .map_err(err)?,
+                );
+                if size > block {
+                    journal = Some(new_journal(&pfd, &jname, &ident).map_err(err)?);
+                }
+            }
+        }
+        let state = Arc::new(FileState {
+            entry: e,
+            path,
+            size,
+            remaining: AtomicU64::new(remaining),
+            received: Mutex::new(received),
+            precreated,
+            inplace,
+            journal: journal.map(|file| {
+                Mutex::new(JournalState {
+                    file,
+                    pending: Vec::new(),
+                    pending_bytes: 0,
+                    last_flush: Instant::now(),
+                })
+            }),
+            anonymous: AtomicBool::new(false),
+        });
+        if remaining == 0 {
+            // Nothing will arrive (empty, all holes, or fully resumed): complete now.
+            let f = match file {
+                Some(f) => f,
+                None => self
+                    .create_work_file(&pfd, &fsops::partial_name(&name), size, false)
+                    .map_err(err)?,
+            };
+            self.queue_finish(state, f)?;
+            return Ok(None);
+        }
+        match self.files.lock() {
+            Ok(mut m) => {
+                if m.insert(id, state).is_some() {
+                    return Err(ProtocolError::Malformed("duplicate file id").into());
+                }
+            }
+            Err(_) => return Err(Error::io("file table", io::Error::other("poisoned"))),
+        }
+        Ok(Some(Want { id, what: want }))
+    }
+
+    /// An earlier run's partial file and journal, if they belong to this source version.
+    fn open_resumable(
+        &self,
+        pfd: &std::os::fd::OwnedFd,
+        partial: &[u8],
+        jname: &[u8],
+        ident: &Identity,
+        size: u64,
+    ) -> Option<(File, File, journal::Ranges)> {
+        let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let jfd = rustix::fs::openat(pfd, jname, flags, Mode::empty()).ok()?;
+        let mut j = File::from(jfd);
+        let (have, good) = journal::read(&mut j, ident).ok()??;
+        let f = File::from(rustix::fs::openat(pfd, partial, flags, Mode::empty()).ok()?);
+        if f.metadata().ok()?.len() != size {
+            return None;
+        }
+        // Drop a torn tail so new records follow the last intact one.
+        j.set_len(good).ok()?;
+        std::io::Seek::seek(&mut j, std::io::SeekFrom::Start(good)).ok()?;
+        Some((f, j, have))
+    }
+
+    /// Hashes the old content in pieces for a delta; `None` when a delta does not fit.
+    fn hash_pieces(
+        &self,
+        old: &File,
+        old_len: u64,
+        block: u64,
+    ) -> io::Result<Option<(u32, Vec<[u8; 16]>)>> {
+        if old_len == 0 {
+            return Ok(None);
+        }
+        let mut chunk = DELTA_CHUNK;
+        while old_len.div_ceil(chunk) > DELTA_MAX_PIECES && block % (chunk * 2) == 0 {
+            chunk *= 2;
+        }
+        if block % chunk != 0 || old_len.div_ceil(chunk) > DELTA_MAX_PIECES {
+            return Ok(None);
+        }
+        let key = self.key();
+        let mut hashes = Vec::with_capacity(old_len.div_ceil(chunk) as usize);
+        let mut buf = vec![0u8; (4 << 20) as usize];
+        let mut pos = 0u64;
+        let mut reader = old;
+        while pos < old_len {
+            let want = ((old_len - pos) as usize).min(buf.len());
+            reader.read_exact(&mut buf[..want])?;
+            for piece in buf[..want].chunks(chunk as usize) {
+                hashes.push(piece_hash(&key, piece));
+            }
+            pos += want as u64;
+        }
+        Ok(Some((chunk as u32, hashes)))
+    }
+}
+
+/// Creates (truncating) the journal for a new partial file and writes its header.
+fn new_journal(pfd: &std::os::fd::OwnedFd, name: &[u8], ident: &Identity) -> io::Result<File> {
+    let fd = rustix::fs::openat(
+        pfd,
+        name,
+        OFlags::WRONLY
+            | OFlags::CREATE
+            | OFlags::TRUNC
+            | OFlags::NOFOLLOW
+            | OFlags::CLOEXEC
+            | OFlags::APPEND,
+        Mode::from_raw_mode(0o600),
+    )?;
+    let mut f = File::from(fd);
+    std::io::Write::write_all(&mut f, &journal::header(ident))?;
+    Ok(f)
+}
+
+/// The hash both sides compute for a delta piece.
+pub fn piece_hash(key: &[u8; 32], piece: &[u8]) -> [u8; 16] {
+    let h = blake3::keyed_hash(key, piece);
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&h.as_bytes()[..16]);
+    out
+}
