@@ -59,6 +59,15 @@ pub fn unit_hash(key: &[u8; 32], raw: &[u8]) -> [u8; 32] {
     *blake3::keyed_hash(key, raw).as_bytes()
 }
 
+/// The hash both sides compute for one piece of a delta: the receiver of its old
+/// version, the sender of the new, and equal hashes mean the piece stays (KEEP).
+pub fn piece_hash(key: &[u8; 32], piece: &[u8]) -> [u8; 16] {
+    let h = blake3::keyed_hash(key, piece);
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&h.as_bytes()[..16]);
+    out
+}
+
 /// Compresses units for one stream, reusing its buffers and zstd context.
 ///
 /// A unit that saves less than 3% is sent raw (not worth the receiver's decompression).

@@ -15,12 +15,11 @@ use std::time::Duration;
 use crate::cli::{Cli, CommandArgs, RemoteArgs, TransferArgs};
 use crate::codec::Compression;
 use crate::error::{Error, Result};
-use crate::protocol::{SyncOptions, MAX_BLOCK, MAX_STREAMS};
+use crate::protocol::{SyncOptions, DEFAULT_BLOCK_SIZE, MAX_BLOCK, MAX_STREAMS};
 use crate::transport::Ticket;
 
 pub use location::{parse_location, split_command, Location, RemotePath, SpecError};
 
-pub use crate::protocol::DEFAULT_BLOCK_SIZE;
 const MIN_BLOCK_SIZE: u64 = 64 << 10;
 
 /// Compression when the data crosses a network (send, copy between hosts): zstd level 1

@@ -13,13 +13,12 @@ use std::sync::Mutex;
 
 use super::dial::Redial;
 use super::report::{Failures, SendOptions};
-use crate::codec::{unit_hash, Encoder};
+use crate::codec::{piece_hash, unit_hash, Encoder};
 use crate::error::Result;
 use crate::plan::queue::{FileJob, Work, WorkQueue};
 use crate::plan::walk::{open_source, Stamp};
 use crate::progress::Counters;
 use crate::protocol::{encode_data_header, encode_frame, Codec, FrameKind, Segment};
-use crate::store::piece_hash;
 use crate::transport::Conn;
 
 /// What went wrong reading one file.

@@ -32,7 +32,6 @@ mod resume;
 mod state;
 
 pub use fsops::PARTIAL_PREFIX;
-pub use resume::piece_hash;
 pub use state::{Store, WriterCache};
 
 use std::collections::{HashMap, HashSet};
@@ -74,7 +73,7 @@ impl Store {
         Ok(Store {
             root: fd,
             root_path: root.to_path_buf(),
-            block_size: AtomicU64::new(crate::config::DEFAULT_BLOCK_SIZE),
+            block_size: AtomicU64::new(crate::protocol::DEFAULT_BLOCK_SIZE),
             as_root: fsops::is_root(),
             files: Mutex::new(HashMap::new()),
             dirs: Mutex::new(Vec::new()),

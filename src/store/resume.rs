@@ -18,6 +18,7 @@ use super::fsops;
 use super::journal::{self, Identity};
 use super::partial::copy_range;
 use super::state::{FileState, JournalState, Store};
+use crate::codec::piece_hash;
 use crate::error::{Error, Result};
 use crate::protocol::{Entry, ProtocolError, SafeRelPath, Want, WantKind};
 
@@ -249,12 +250,4 @@ fn new_journal(pfd: &std::os::fd::OwnedFd, name: &[u8], ident: &Identity) -> io:
     let mut f = File::from(fd);
     std::io::Write::write_all(&mut f, &journal::header(ident))?;
     Ok(f)
-}
-
-/// The hash both sides compute for a delta piece.
-pub fn piece_hash(key: &[u8; 32], piece: &[u8]) -> [u8; 16] {
-    let h = blake3::keyed_hash(key, piece);
-    let mut out = [0u8; 16];
-    out.copy_from_slice(&h.as_bytes()[..16]);
-    out
 }
