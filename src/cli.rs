@@ -30,7 +30,7 @@ pub enum CommandArgs {
         /// Address to listen on, ADDR or ADDR:PORT (default: all addresses, any port).
         #[arg(long, value_name = "ADDR[:PORT]")]
         listen: Option<String>,
-        /// Also write the ticket to this file.
+        /// Also write the ticket to this file (mode 0600, replaced atomically).
         #[arg(long, value_name = "FILE")]
         ticket_file: Option<PathBuf>,
         /// Give up when the sender has been gone (no connection, no data) this many
@@ -46,14 +46,20 @@ pub enum CommandArgs {
         /// Files or directories; `dir/` sends the contents of dir (as rsync does).
         #[arg(required = true, value_name = "PATH")]
         paths: Vec<PathBuf>,
-        /// The ticket printed by `haul recv`.
+        /// The ticket printed by `haul recv`; `-` reads it from stdin. Any user can read
+        /// a command line: prefer `--ticket-file` or HAUL_TICKET on shared hosts.
         #[arg(
             long,
             value_name = "TICKET",
             env = "HAUL_TICKET",
-            hide_env_values = true
+            hide_env_values = true,
+            required_unless_present = "ticket_file",
+            conflicts_with = "ticket_file"
         )]
-        to: String,
+        to: Option<String>,
+        /// Read the ticket from this file (as written by `haul recv --ticket-file`).
+        #[arg(long, value_name = "FILE")]
+        ticket_file: Option<PathBuf>,
         #[command(flatten)]
         transfer: TransferArgs,
         /// Send without TLS (connections are still authenticated and every block is

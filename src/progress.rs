@@ -42,6 +42,20 @@ pub fn warn(msg: &str) {
     eprintln!("haul: warning: {msg}");
 }
 
+/// `s` with control characters written as rsync writes them (`\#012` for a newline), so
+/// a file name cannot forge or break an output line.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_control() {
+            out.push_str(&format!("\\#{:03o}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// A progress bar on stderr while a transfer runs (only when stderr is a terminal).
 pub struct Progress {
     stop: Arc<AtomicBool>,
@@ -188,6 +202,12 @@ pub fn human(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(escape("a\nb\tc"), "a\\#012b\\#011c");
+        assert_eq!(escape("plain é"), "plain é");
+    }
 
     #[test]
     fn json_is_one_object() {

@@ -98,6 +98,19 @@ pub enum RemoteCopy {
     },
 }
 
+/// Where `send` gets its ticket: given on the command line (or HAUL_TICKET), or read
+/// when it runs from stdin (`--to -`) or a file (`--ticket-file`), so that it never
+/// appears in the process list.
+#[derive(Debug)]
+pub enum TicketFrom {
+    /// Parsed already.
+    Given(Box<Ticket>),
+    /// One line on standard input.
+    Stdin,
+    /// The first line of this file.
+    File(PathBuf),
+}
+
 /// What to run.
 #[derive(Debug)]
 pub enum Command {
@@ -117,7 +130,7 @@ pub enum Command {
         /// What to send, as given (`dir/` sends the contents).
         paths: Vec<PathBuf>,
         /// Where to.
-        ticket: Box<Ticket>,
+        ticket: TicketFrom,
         /// How.
         transfer: Transfer,
     },
@@ -178,11 +191,21 @@ impl Config {
             CommandArgs::Send {
                 paths,
                 to,
+                ticket_file,
                 transfer,
                 no_encrypt,
             } => Command::Send {
                 paths,
-                ticket: Box::new(Ticket::parse(&to)?),
+                ticket: match (to.as_deref(), ticket_file) {
+                    (_, Some(f)) => TicketFrom::File(f),
+                    (Some("-"), None) => TicketFrom::Stdin,
+                    (Some(t), None) => TicketFrom::Given(Box::new(Ticket::parse(t)?)),
+                    (None, None) => {
+                        return Err(Error::Usage(
+                            "send needs --to TICKET or --ticket-file".into(),
+                        ))
+                    }
+                },
                 transfer: transfer_config(&transfer, !no_encrypt, NETWORK_COMPRESSION)?,
             },
             CommandArgs::Copy {
