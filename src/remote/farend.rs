@@ -60,11 +60,12 @@ impl FarEnd {
         let size = std::fs::metadata(exe)
             .map_err(|e| Error::io("reading this executable's size", e))?
             .len();
+        let sha256 = exe_sha256(exe)?;
         let mut cmd = rsh.command();
         cmd.arg(at.ssh_destination())
             .arg(format!(
                 "sh -c {}",
-                sh_quote(&bootstrap_script(remote_haul, size))
+                sh_quote(&bootstrap_script(remote_haul, size, &sha256))
             ))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -391,7 +392,7 @@ enum Greeted {
 }
 
 /// The script the far host's shell runs (through `sh -c`, whatever the login shell is).
-fn bootstrap_script(remote_haul: &str, size: u64) -> String {
+fn bootstrap_script(remote_haul: &str, size: u64, sha256: &str) -> String {
     let probe = wire::greeting(None);
     format!(
         r#"h={haul}
@@ -404,10 +405,35 @@ trap 'exit 129' HUP
 trap 'exit 130' INT
 trap 'exit 143' TERM
 head -c {size} > "$d/haul" || exit 1
+if command -v sha256sum >/dev/null 2>&1; then
+  [ "$(sha256sum < "$d/haul")" = '{sha256}  -' ] || {{ echo 'haul: the uploaded copy of haul is damaged (SHA-256 differs); not running it' >&2; exit 1; }}
+fi
 chmod 700 "$d/haul" || exit 1
 "$d/haul" serve --uploaded"#,
         haul = sh_quote(remote_haul),
     )
+}
+
+/// SHA-256 of this process's executable, hex: the far shell checks the upload with
+/// `sha256sum` (coreutils, on every Linux host) before running it. BLAKE3 would need a
+/// tool the far host does not have.
+fn exe_sha256(exe: &Path) -> Result<String> {
+    let mut f = std::fs::File::open(exe).map_err(|e| Error::io("reading this executable", e))?;
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => ctx.update(&buf[..n]),
+            Err(e) => return Err(Error::io("reading this executable", e)),
+        }
+    }
+    Ok(ctx
+        .finish()
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
 }
 
 /// Reads stdout line by line into a channel; `None` at the end.
@@ -465,7 +491,8 @@ mod tests {
 
     #[test]
     fn script_is_plain_sh() {
-        let s = bootstrap_script("/opt/my haul/it's", 1234);
+        let s = bootstrap_script("/opt/my haul/it's", 1234, "ab12");
+        assert!(s.contains("= 'ab12  -' ]"));
         assert!(s.contains(r"h='/opt/my haul/it'\''s'"));
         assert!(s.contains("head -c 1234 "));
         assert!(s.contains(&format!("= '{}' ]", wire::greeting(None))));
@@ -478,5 +505,68 @@ mod tests {
             .map(|st| st.success())
             .unwrap_or(true);
         assert!(ok, "{s}");
+    }
+
+    /// A damaged upload is refused before it runs: the "binary" here is a script that
+    /// would leave a marker, sent with the hash of other bytes.
+    #[test]
+    fn damaged_upload_is_not_run() {
+        use std::io::Write as _;
+        let d = tempfile::tempdir().unwrap();
+        let marker = d.path().join("ran");
+        let body = format!("#!/bin/sh\ntouch '{}'\n", marker.display());
+        let script = bootstrap_script(
+            "/nonexistent/haul",
+            body.len() as u64,
+            "0000000000000000000000000000000000000000000000000000000000000000",
+        );
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(&script)
+            .env("TMPDIR", d.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(body.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(!out.status.success());
+        assert!(!marker.exists(), "the damaged upload was run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("damaged"), "{err}");
+        // The same bytes with their own hash are run.
+        let good = exe_sha256_of(body.as_bytes());
+        let script = bootstrap_script("/nonexistent/haul", body.len() as u64, &good);
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(&script)
+            .env("TMPDIR", d.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(body.as_bytes())
+            .unwrap();
+        let _ = child.wait();
+        assert!(marker.exists(), "an intact upload was not run");
+    }
+
+    fn exe_sha256_of(bytes: &[u8]) -> String {
+        ring::digest::digest(&ring::digest::SHA256, bytes)
+            .as_ref()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
     }
 }
