@@ -1,7 +1,7 @@
 //! The listening side: bind, print a ticket, accept and authenticate connections.
 //!
-//! One thread polls the listening socket (100 ms ticks, so it notices a stop request
-//! promptly); each incoming connection gets its own short-lived thread that peeks the first
+//! One thread polls the listening socket (or two, see `bind_with_loopback`; 100 ms ticks, so
+//! it notices a stop request promptly); each incoming connection gets its own short-lived thread that peeks the first
 //! byte (0x16 starts a TLS ClientHello, 'H' the plain haul hello, anything else is refused),
 //! runs TLS if asked and then the secret handshake, all under one deadline; the first byte
 //! must come sooner. How many handshakes run at once, and which one makes room for a
@@ -45,6 +45,8 @@ const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 /// A bound listening socket with its certificate and secret, ready to accept.
 pub struct Listener {
     tcp: TcpListener,
+    /// A second socket on 127.0.0.1 with the same port (see [`Listener::bind_with_loopback`]).
+    loopback: Option<TcpListener>,
     local: SocketAddr,
     config: Arc<ServerConfig>,
     fingerprint: [u8; 32],
@@ -110,12 +112,29 @@ impl Listener {
         let secret = Secret::try_random().map_err(TransportError::Io)?;
         Ok(Listener {
             tcp,
+            loopback: None,
             local,
             config: identity.config,
             fingerprint: identity.fingerprint,
             secret,
             handshake_timeout: HANDSHAKE_TIMEOUT,
         })
+    }
+
+    /// Binds `ip` (ephemeral port) and, unless `ip` is 127.0.0.1, 127.0.0.1 on the same port
+    /// too, so that a helper on this host (`ssh -W 127.0.0.1:PORT`) still reaches it. The
+    /// ticket lists only `ip`.
+    pub fn bind_with_loopback(ip: IpAddr) -> Result<Listener, TransportError> {
+        let mut l = Listener::bind(Some(SocketAddr::new(ip, 0)))?;
+        let lo = SocketAddr::from((Ipv4Addr::LOCALHOST, l.local.port()));
+        if ip != lo.ip() {
+            let extra = TcpListener::bind(lo).map_err(|source| TransportError::Bind {
+                addr: lo.to_string(),
+                source,
+            })?;
+            l.loopback = Some(extra);
+        }
+        Ok(l)
     }
 
     /// The ticket: the bound port with this host's usable addresses (for a wildcard bind,
@@ -163,9 +182,12 @@ impl Listener {
             log: Mutex::new(RejectLog::new(Instant::now())),
         });
         // Without non-blocking mode a connection reset between poll and accept could block
-        // the loop until the next connection; poll still gates accept, so carry on.
+        // the loop until the next connection; poll still gates accept, so carry on. The
+        // loopback socket is only an extra: without non-blocking mode an accept on it
+        // could block the main one, so it is dropped instead.
         let _ = self.tcp.set_nonblocking(true);
-        let tcp = self.tcp;
+        let mut tcp = vec![self.tcp];
+        tcp.extend(self.loopback.filter(|l| l.set_nonblocking(true).is_ok()));
         let loop_stop = stop.clone();
         let thread = thread::Builder::new()
             .name("haul-accept".into())
@@ -268,7 +290,7 @@ fn advertised(found: &[sys::IfAddr], v4: bool, v6: bool, port: u16) -> Vec<Socke
         .collect()
 }
 
-fn accept_loop(tcp: &TcpListener, stop: &AtomicBool, shared: &Arc<Shared>) {
+fn accept_loop(tcp: &[TcpListener], stop: &AtomicBool, shared: &Arc<Shared>) {
     while !stop.load(Ordering::Acquire) && !shared.closed.load(Ordering::Acquire) {
         summarise_rejections(shared);
         match sys::wait_acceptable(tcp, TICK) {
@@ -279,17 +301,23 @@ fn accept_loop(tcp: &TcpListener, stop: &AtomicBool, shared: &Arc<Shared>) {
                 continue;
             }
         }
-        // Take everything that is queued before polling again.
-        loop {
-            match tcp.accept() {
-                Ok((sock, peer)) => start_handshake(sock, peer, shared),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                // Aborted connections, or out of file descriptors: wait a tick, try again.
-                Err(_) => {
-                    thread::sleep(TICK);
-                    break;
-                }
+        for t in tcp {
+            accept_queued(t, shared);
+        }
+    }
+}
+
+/// Takes everything that is queued on `tcp` before polling again.
+fn accept_queued(tcp: &TcpListener, shared: &Arc<Shared>) {
+    loop {
+        match tcp.accept() {
+            Ok((sock, peer)) => start_handshake(sock, peer, shared),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            // Aborted connections, or out of file descriptors: wait a tick, try again.
+            Err(_) => {
+                thread::sleep(TICK);
+                break;
             }
         }
     }
