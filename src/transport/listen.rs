@@ -389,11 +389,11 @@ fn start_handshake(sock: TcpStream, peer: SocketAddr, shared: &Arc<Shared>) {
     let admitted = table.admit(Source::of(peer.ip()), Instant::now(), handle);
     drop(table);
     if let Some(old) = admitted.evicted {
-        // Its thread sees end of input, ends, and finds itself gone from the table.
-        let _ = old.shutdown(Shutdown::Both);
         let who = old
             .peer_addr()
             .unwrap_or(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)));
+        // Its thread sees end of input, ends, and finds itself gone from the table.
+        let _ = old.shutdown(Shutdown::Both);
         reject(shared, who, "evicted: too many handshakes from its address");
     }
     shared.threads.fetch_add(1, Ordering::AcqRel);
