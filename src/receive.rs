@@ -35,6 +35,11 @@ const TICK: Duration = Duration::from_millis(200);
 const SETTLE: Duration = Duration::from_secs(3);
 /// Most rounds of "Finish → here is what is still missing" before giving up.
 const MAX_ROUNDS: u32 = 50;
+/// Data connections allowed beyond the `streams` the sender declared: a re-dialed stream
+/// can arrive before the worker of the one it replaces has noticed its connection died.
+/// Each active worker may hold a frame buffer of up to the largest frame, so more are
+/// closed at once.
+const DATA_CONN_SLACK: usize = 4;
 
 /// How the receiver runs.
 #[derive(Clone, Copy, Debug)]
@@ -87,6 +92,10 @@ struct Shared {
     fatal: Mutex<Option<Error>>,
     /// Data workers running now.
     active: AtomicUsize,
+    /// Most data workers at once: the declared streams plus `DATA_CONN_SLACK`.
+    max_active: usize,
+    /// Whether a surplus data connection was reported (once per transfer).
+    surplus_warned: AtomicBool,
     /// Data connections accepted in all.
     data_conns: AtomicUsize,
     /// Control connections accepted in all.
@@ -172,6 +181,8 @@ pub fn receive(
         abort: AtomicBool::new(false),
         fatal: Mutex::new(None),
         active: AtomicUsize::new(0),
+        max_active: usize::from(streams) + DATA_CONN_SLACK,
+        surplus_warned: AtomicBool::new(false),
         data_conns: AtomicUsize::new(0),
         control_conns: AtomicUsize::new(1),
         last_activity: Mutex::new(Instant::now()),
@@ -271,8 +282,18 @@ fn spawn_dispatcher(
 }
 
 fn spawn_data_worker(shared: &Arc<Shared>, conn: Conn) {
+    if shared.active.fetch_add(1, Ordering::AcqRel) >= shared.max_active {
+        shared.active.fetch_sub(1, Ordering::AcqRel);
+        drop(conn);
+        if !shared.surplus_warned.swap(true, Ordering::Relaxed) {
+            crate::progress::warn(&format!(
+                "closed a data connection beyond the {} the sender may have open",
+                shared.max_active
+            ));
+        }
+        return;
+    }
     let n = shared.data_conns.fetch_add(1, Ordering::Relaxed);
-    shared.active.fetch_add(1, Ordering::AcqRel);
     shared.touch();
     let s = Arc::clone(shared);
     let r = std::thread::Builder::new()

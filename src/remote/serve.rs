@@ -160,15 +160,29 @@ fn path_of(bytes: &[u8]) -> PathBuf {
     PathBuf::from(std::ffi::OsStr::from_bytes(bytes))
 }
 
-/// Binds on every address and makes the ticket: the address the ssh client reached us at
-/// first (the one most likely to work from there), or only `advertise` when given.
+/// Listens and makes the ticket. Binds only the address the ssh client reached us at (and
+/// 127.0.0.1, for `ssh -W` tunnels) when it can, so the port is not open on every network
+/// this host is on; otherwise, or with `advertise` (which may be no address of this host),
+/// binds every address. The ticket lists that address first (the one most likely to work
+/// from there), or only `advertise` when given.
 fn listen(advertise: Option<IpAddr>) -> Result<(Listener, Ticket, u16)> {
-    let listener = Listener::bind(None)?;
+    listen_at(advertise, ssh_server_ip())
+}
+
+fn listen_at(advertise: Option<IpAddr>, ssh_ip: Option<IpAddr>) -> Result<(Listener, Ticket, u16)> {
+    let specific = match (advertise, ssh_ip) {
+        (None, Some(ip)) => Listener::bind_with_loopback(ip).ok(),
+        _ => None,
+    };
+    let listener = match specific {
+        Some(l) => l,
+        None => Listener::bind(None)?,
+    };
     let port = listener.local_addr().port();
     let mut ticket = listener.ticket();
     if let Some(ip) = advertise {
         ticket.addrs = vec![SocketAddr::new(ip, port)];
-    } else if let Some(ip) = ssh_server_ip() {
+    } else if let Some(ip) = ssh_ip {
         let a = SocketAddr::new(ip, port);
         ticket.addrs.retain(|x| *x != a);
         ticket.addrs.insert(0, a);
@@ -180,7 +194,8 @@ fn listen(advertise: Option<IpAddr>) -> Result<(Listener, Ticket, u16)> {
 /// This host's address as the ssh client saw it (`SSH_CONNECTION`'s third word).
 fn ssh_server_ip() -> Option<IpAddr> {
     let v = std::env::var("SSH_CONNECTION").ok()?;
-    v.split_whitespace().nth(2)?.parse().ok()
+    let ip: IpAddr = v.split_whitespace().nth(2)?.parse().ok()?;
+    Some(ip.to_canonical())
 }
 
 fn serve_receive(
@@ -332,4 +347,38 @@ pub fn self_hash() -> io::Result<String> {
     let mut h = blake3::Hasher::new();
     io::copy(&mut f, &mut h)?;
     Ok(h.finalize().to_hex().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpStream;
+
+    fn reachable(ip: [u8; 4], port: u16) -> bool {
+        TcpStream::connect(SocketAddr::from((ip, port))).is_ok()
+    }
+
+    #[test]
+    fn listens_only_where_ssh_reached_us_and_on_loopback() {
+        let (_l, ticket, port) = listen_at(None, Some([127, 0, 0, 2].into())).unwrap();
+        assert_eq!(ticket.addrs, vec![SocketAddr::from(([127, 0, 0, 2], port))]);
+        assert!(reachable([127, 0, 0, 2], port));
+        assert!(
+            reachable([127, 0, 0, 1], port),
+            "ssh -W 127.0.0.1:PORT must work"
+        );
+        assert!(!reachable([127, 0, 0, 3], port), "bound to every address");
+    }
+
+    #[test]
+    fn falls_back_to_every_address() {
+        // 203.0.113.254 (TEST-NET-3) is no address of this host: it cannot be bound.
+        let (l, ticket, _) = listen_at(None, Some([203, 0, 113, 254].into())).unwrap();
+        assert!(l.local_addr().ip().is_unspecified());
+        assert_eq!(ticket.addrs[0].ip(), IpAddr::from([203, 0, 113, 254]));
+        let (l, ticket, _) =
+            listen_at(Some([10, 9, 8, 7].into()), Some([127, 0, 0, 2].into())).unwrap();
+        assert!(l.local_addr().ip().is_unspecified());
+        assert_eq!(ticket.addrs.len(), 1);
+    }
 }

@@ -29,8 +29,20 @@ impl<'a> Link<'a> {
         retries: u32,
         counters: &'a Counters,
     ) -> Result<Link<'a>> {
-        let mut conn = dial(Role::Control)?;
-        write_msg(&mut conn, &start)?;
+        let first = || dial(Role::Control).and_then(|mut c| write_msg(&mut c, &start).map(|()| c));
+        let mut conn = first();
+        // A listener under a flood may drop us before the handshake ends (exit 8 or 5 on
+        // the first try); retry those, not a refusal of the ticket or nobody listening.
+        for attempt in 1..=retries {
+            match conn {
+                Err(Error::Transport(TransportError::Handshake(_) | TransportError::Io(_))) => {
+                    std::thread::sleep(backoff(attempt));
+                    conn = first();
+                }
+                _ => break,
+            }
+        }
+        let conn = conn?;
         Ok(Link {
             dial,
             start,

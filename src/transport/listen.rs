@@ -1,42 +1,52 @@
 //! The listening side: bind, print a ticket, accept and authenticate connections.
 //!
-//! One thread polls the listening socket (100 ms ticks, so it notices a stop request
-//! promptly); each incoming connection gets its own short-lived thread that peeks the first
-//! byte (0x16 starts a TLS ClientHello, anything else must be the plain haul hello), runs TLS
-//! if asked and then the secret handshake, all under one deadline. Authenticated connections
-//! go out on a channel; every failure is one line on stderr and touches nothing else.
+//! One thread polls the listening socket (or two, see `bind_with_loopback`; 100 ms ticks, so
+//! it notices a stop request promptly); each incoming connection gets its own short-lived thread that peeks the first
+//! byte (0x16 starts a TLS ClientHello, 'H' the plain haul hello, anything else is refused),
+//! runs TLS if asked and then the secret handshake, all under one deadline; the first byte
+//! must come sooner. How many handshakes run at once, and which one makes room for a
+//! newcomer, is `admit`'s business. Authenticated connections go out on a channel; every
+//! failure touches nothing else and is logged, a few lines per 10 s and then a count.
 //!
 //! Not here: what the connections carry, or deciding whether plain connections are welcome
 //! (each `Accepted` says whether it is encrypted; the caller decides).
 
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use rustls::{ServerConfig, ServerConnection, StreamOwned};
 
+use super::admit::{Admission, RejectLog, Source, LOG_WINDOW, MAX_PENDING};
 use super::auth;
 use super::deadline::{arm_deadline, listener_io, DeadlineTcp};
+use super::handshake::MAGIC;
 use super::ticket::{random32, Secret, Ticket, MAX_TICKET_ADDRS};
 use super::tls::{self, TlsSocket};
 use super::{sys, Conn, Role, TransportError};
 
 /// How long a new connection may take to finish TLS and the secret handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a new connection may stay silent: a dialer sends its hello (or ClientHello)
+/// right after connecting, so this only drops sockets that say nothing.
+const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(3);
 /// How often the accept loop checks whether it should stop.
 const TICK: Duration = Duration::from_millis(100);
-/// Handshakes running at once; more connections are refused at once (port scans, floods).
-const MAX_PENDING: usize = 64;
+/// Handshake threads alive at once, evicted ones that are still ending included; beyond
+/// this a newcomer is refused (a backstop: evicted handshakes end within moments).
+const MAX_THREADS: usize = 2 * MAX_PENDING;
 /// First byte of a TLS record carrying a handshake message (the ClientHello).
 const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 
 /// A bound listening socket with its certificate and secret, ready to accept.
 pub struct Listener {
     tcp: TcpListener,
+    /// A second socket on 127.0.0.1 with the same port (see [`Listener::bind_with_loopback`]).
+    loopback: Option<TcpListener>,
     local: SocketAddr,
     config: Arc<ServerConfig>,
     fingerprint: [u8; 32],
@@ -75,7 +85,11 @@ struct Shared {
     /// Set when the receiver is gone: the loop stops.
     closed: AtomicBool,
     rejected: Arc<AtomicU64>,
-    pending: AtomicUsize,
+    /// The handshakes running now, each with a clone of its socket to evict it by.
+    admission: Mutex<Admission<TcpStream>>,
+    /// Handshake threads alive (evicted ones included until they end).
+    threads: AtomicUsize,
+    log: Mutex<RejectLog>,
 }
 
 impl Listener {
@@ -98,12 +112,29 @@ impl Listener {
         let secret = Secret::try_random().map_err(TransportError::Io)?;
         Ok(Listener {
             tcp,
+            loopback: None,
             local,
             config: identity.config,
             fingerprint: identity.fingerprint,
             secret,
             handshake_timeout: HANDSHAKE_TIMEOUT,
         })
+    }
+
+    /// Binds `ip` (ephemeral port) and, unless `ip` is 127.0.0.1, 127.0.0.1 on the same port
+    /// too, so that a helper on this host (`ssh -W 127.0.0.1:PORT`) still reaches it. The
+    /// ticket lists only `ip`.
+    pub fn bind_with_loopback(ip: IpAddr) -> Result<Listener, TransportError> {
+        let mut l = Listener::bind(Some(SocketAddr::new(ip, 0)))?;
+        let lo = SocketAddr::from((Ipv4Addr::LOCALHOST, l.local.port()));
+        if ip != lo.ip() {
+            let extra = TcpListener::bind(lo).map_err(|source| TransportError::Bind {
+                addr: lo.to_string(),
+                source,
+            })?;
+            l.loopback = Some(extra);
+        }
+        Ok(l)
     }
 
     /// The ticket: the bound port with this host's usable addresses (for a wildcard bind,
@@ -132,7 +163,8 @@ impl Listener {
     }
 
     /// Spawns the accept loop. Authenticated connections arrive on the returned channel;
-    /// each rejected one prints "haul: rejected connection from ADDR: REASON" to stderr. The
+    /// a rejected one prints "haul: rejected connection from ADDR: REASON" to stderr, the
+    /// first few per 10 s, then "haul: N more connections refused in the last 10 s". The
     /// loop stops when the handle is stopped or dropped, or once it finds the receiver gone.
     pub fn spawn_acceptor(self) -> (AcceptorHandle, Receiver<Accepted>) {
         let (tx, rx) = crossbeam_channel::unbounded();
@@ -145,12 +177,17 @@ impl Listener {
             tx,
             closed: AtomicBool::new(false),
             rejected: rejected.clone(),
-            pending: AtomicUsize::new(0),
+            admission: Mutex::new(Admission::new()),
+            threads: AtomicUsize::new(0),
+            log: Mutex::new(RejectLog::new(Instant::now())),
         });
         // Without non-blocking mode a connection reset between poll and accept could block
-        // the loop until the next connection; poll still gates accept, so carry on.
+        // the loop until the next connection; poll still gates accept, so carry on. The
+        // loopback socket is only an extra: without non-blocking mode an accept on it
+        // could block the main one, so it is dropped instead.
         let _ = self.tcp.set_nonblocking(true);
-        let tcp = self.tcp;
+        let mut tcp = vec![self.tcp];
+        tcp.extend(self.loopback.filter(|l| l.set_nonblocking(true).is_ok()));
         let loop_stop = stop.clone();
         let thread = thread::Builder::new()
             .name("haul-accept".into())
@@ -253,8 +290,9 @@ fn advertised(found: &[sys::IfAddr], v4: bool, v6: bool, port: u16) -> Vec<Socke
         .collect()
 }
 
-fn accept_loop(tcp: &TcpListener, stop: &AtomicBool, shared: &Arc<Shared>) {
+fn accept_loop(tcp: &[TcpListener], stop: &AtomicBool, shared: &Arc<Shared>) {
     while !stop.load(Ordering::Acquire) && !shared.closed.load(Ordering::Acquire) {
+        summarise_rejections(shared);
         match sys::wait_acceptable(tcp, TICK) {
             Ok(true) => {}
             Ok(false) => continue,
@@ -263,78 +301,155 @@ fn accept_loop(tcp: &TcpListener, stop: &AtomicBool, shared: &Arc<Shared>) {
                 continue;
             }
         }
-        // Take everything that is queued before polling again.
-        loop {
-            match tcp.accept() {
-                Ok((sock, peer)) => start_handshake(sock, peer, shared),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                // Aborted connections, or out of file descriptors: wait a tick, try again.
-                Err(_) => {
-                    thread::sleep(TICK);
-                    break;
-                }
+        for t in tcp {
+            accept_queued(t, shared);
+        }
+    }
+}
+
+/// Takes everything that is queued on `tcp` before polling again.
+fn accept_queued(tcp: &TcpListener, shared: &Arc<Shared>) {
+    loop {
+        match tcp.accept() {
+            Ok((sock, peer)) => start_handshake(sock, peer, shared),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            // Aborted connections, or out of file descriptors: wait a tick, try again.
+            Err(_) => {
+                thread::sleep(TICK);
+                break;
             }
         }
     }
 }
 
-/// Decrements the pending count when a handshake thread ends, however it ends.
-struct PendingGuard(Arc<Shared>);
+/// Ends a handshake's bookkeeping however its thread ends: leaves the admission table
+/// (`evicted` tells whether it had been pushed out already) and the thread count.
+struct HandshakeGuard {
+    shared: Arc<Shared>,
+    id: u64,
+}
 
-impl Drop for PendingGuard {
+impl HandshakeGuard {
+    /// Leaves the table; `false` when this handshake was evicted (already logged).
+    fn leave(&self) -> bool {
+        self.shared
+            .admission
+            .lock()
+            .map(|mut a| a.remove(self.id))
+            .unwrap_or(true)
+    }
+}
+
+impl Drop for HandshakeGuard {
     fn drop(&mut self) {
-        self.0.pending.fetch_sub(1, Ordering::AcqRel);
+        self.leave();
+        self.shared.threads.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
 fn reject(shared: &Shared, peer: SocketAddr, reason: &str) {
     shared.rejected.fetch_add(1, Ordering::Relaxed);
-    eprintln!("haul: rejected connection from {peer}: {reason}");
+    let show = shared.log.lock().map(|mut l| l.note()).unwrap_or(true);
+    if show {
+        eprintln!("haul: rejected connection from {peer}: {reason}");
+    }
+}
+
+/// Prints how many refusals were not shown once a log window has passed.
+fn summarise_rejections(shared: &Shared) {
+    let hidden = shared
+        .log
+        .lock()
+        .ok()
+        .and_then(|mut l| l.poll_summary(Instant::now()));
+    if let Some(n) = hidden {
+        eprintln!(
+            "haul: {n} more connections refused in the last {} s",
+            LOG_WINDOW.as_secs()
+        );
+    }
 }
 
 fn start_handshake(sock: TcpStream, peer: SocketAddr, shared: &Arc<Shared>) {
     if shared.closed.load(Ordering::Acquire) {
         return;
     }
-    if shared.pending.fetch_add(1, Ordering::AcqRel) >= MAX_PENDING {
-        shared.pending.fetch_sub(1, Ordering::AcqRel);
+    if shared.threads.load(Ordering::Acquire) >= MAX_THREADS {
         reject(shared, peer, "too many handshakes in progress");
         return;
     }
-    let guard = PendingGuard(shared.clone());
+    let handle = match sock.try_clone() {
+        Ok(h) => h,
+        Err(e) => return reject(shared, peer, &format!("socket setup: {e}")),
+    };
+    let Ok(mut table) = shared.admission.lock() else {
+        return;
+    };
+    let admitted = table.admit(Source::of(peer.ip()), Instant::now(), handle);
+    drop(table);
+    if let Some(old) = admitted.evicted {
+        let who = old
+            .peer_addr()
+            .unwrap_or(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)));
+        // Its thread sees end of input, ends, and finds itself gone from the table.
+        let _ = old.shutdown(Shutdown::Both);
+        reject(shared, who, "evicted: too many handshakes from its address");
+    }
+    shared.threads.fetch_add(1, Ordering::AcqRel);
+    let guard = HandshakeGuard {
+        shared: shared.clone(),
+        id: admitted.id,
+    };
     let spawned = thread::Builder::new()
         .name("haul-handshake".into())
         .spawn(move || {
-            let shared = &guard.0;
-            match accept_one(sock, peer, shared) {
+            let shared = &guard.shared;
+            match accept_one(sock, peer, shared, admitted.id) {
                 Ok(accepted) => {
                     if shared.tx.send(accepted).is_err() {
                         shared.closed.store(true, Ordering::Release);
                     }
                 }
-                Err(reason) => reject(shared, peer, &reason),
+                Err(reason) => {
+                    if guard.leave() {
+                        reject(shared, peer, &reason);
+                    }
+                }
             }
         });
     if let Err(e) = spawned {
-        // The closure (and its guard) was dropped, so the count is already back down.
+        // The closure (and its guard) was dropped, so the bookkeeping is already undone.
         reject(shared, peer, &format!("cannot start a thread: {e}"));
     }
 }
 
 /// TLS (when the dialer starts with a ClientHello) and the secret handshake, within the
 /// deadline. The reason to log on failure.
-fn accept_one(sock: TcpStream, peer: SocketAddr, shared: &Shared) -> Result<Accepted, String> {
-    let deadline = Instant::now() + shared.timeout;
+fn accept_one(
+    sock: TcpStream,
+    peer: SocketAddr,
+    shared: &Shared,
+    id: u64,
+) -> Result<Accepted, String> {
+    let now = Instant::now();
+    let deadline = now + shared.timeout;
     let setup = |e: io::Error| format!("socket setup: {e}");
     sock.set_nonblocking(false).map_err(setup)?;
     sock.set_nodelay(true).map_err(setup)?;
-    arm_deadline(&sock, Some(deadline), true).map_err(setup)?;
+    let first_deadline = deadline.min(now + FIRST_BYTE_TIMEOUT);
+    arm_deadline(&sock, Some(first_deadline), true).map_err(setup)?;
     let mut first = [0u8; 1];
     match sock.peek(&mut first) {
         Ok(0) => return Err("closed without sending anything".into()),
         Ok(_) => {}
         Err(e) => return Err(listener_io("waiting for the first byte", e)),
+    }
+    if first[0] != TLS_HANDSHAKE_RECORD && first[0] != MAGIC[0] {
+        return Err("not a haul connection (unexpected first byte)".into());
+    }
+    if let Ok(mut a) = shared.admission.lock() {
+        a.talking(id);
     }
     let nonce_s = random32().map_err(|e| format!("no random nonce: {e}"))?;
     if first[0] != TLS_HANDSHAKE_RECORD {

@@ -9,23 +9,26 @@
 //! **Goals.** Every connection is TLS 1.3 pinned to the ticket's certificate fingerprint (or
 //! plain TCP when the dialer chooses not to encrypt), and on both kinds the dialer must prove
 //! it knows the secret before a single byte reaches the caller (see [`handshake`]). Garbage,
-//! scanners, stale tickets and silent sockets are refused one by one, each with one log line,
-//! without disturbing the transfer. Data streams run at GB/s: bytes pass straight through
-//! rustls with large buffers, TCP_NODELAY on, socket buffers left to kernel autotuning.
+//! scanners, stale tickets and silent sockets are refused one by one without disturbing the
+//! transfer: handshakes are capped per source address, a newcomer evicts the oldest silent
+//! one, and refusals are logged a few lines per 10 s, then counted. Data streams run at
+//! GB/s: bytes pass straight through rustls with large buffers, TCP_NODELAY on, socket
+//! buffers left to kernel autotuning.
 //!
 //! **Non-goals.** Framing, retries and resume live above this module; so does the policy of
 //! whether plain connections are acceptable ([`Accepted::encrypted`] says which it was). No
 //! certificate authorities, names or expiry: the ticket is the only root of trust.
 //!
 //! Layout: `handshake` (sans-IO state machines), `auth` (drives them over a stream),
-//! `deadline` (deadline-bounded handshake I/O and what its errors mean), `ticket`, `tls`
-//! (configs, pinning, socket adapter), `conn`, `listen`, `dial`, `tunnel` (connections
-//! carried by a helper process such as `ssh -W`), `sys` (the only `unsafe`: getifaddrs and
-//! poll).
+//! `admit` (which handshakes may run at once; the refusal log), `deadline`
+//! (deadline-bounded handshake I/O and what its errors mean), `ticket`, `tls` (configs,
+//! pinning, socket adapter), `conn`, `listen`, `dial`, `tunnel` (connections carried by a
+//! helper process such as `ssh -W`), `sys` (the only `unsafe`: getifaddrs and poll).
 
 use std::fmt;
 use std::io;
 
+mod admit;
 mod auth;
 mod conn;
 mod deadline;

@@ -1,5 +1,5 @@
 //! The two system calls the standard library does not offer, behind safe functions:
-//! listing the host's interface addresses (`getifaddrs`) and waiting for a listening socket
+//! listing the host's interface addresses (`getifaddrs`) and waiting for listening sockets
 //! to become readable with a timeout (`poll`).
 //!
 //! All `unsafe` of the transport module is here.
@@ -67,16 +67,22 @@ pub(super) fn interface_addrs() -> io::Result<Vec<IfAddr>> {
     Ok(out)
 }
 
-/// Waits until `listener` has a connection to accept (`true`) or `timeout` passes (`false`).
-pub(super) fn wait_acceptable(listener: &TcpListener, timeout: Duration) -> io::Result<bool> {
-    let mut fds = libc::pollfd {
-        fd: listener.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
+/// Waits until one of `listeners` has a connection to accept (`true`) or `timeout` passes
+/// (`false`).
+pub(super) fn wait_acceptable(listeners: &[TcpListener], timeout: Duration) -> io::Result<bool> {
+    let mut fds: Vec<libc::pollfd> = listeners
+        .iter()
+        .map(|l| libc::pollfd {
+            fd: l.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let nfds = libc::nfds_t::try_from(fds.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "too many sockets to poll"))?;
     let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
-    // SAFETY: `fds` is one initialised pollfd that lives across the call, and nfds is 1.
-    let r = unsafe { libc::poll(&mut fds, 1, ms) };
+    // SAFETY: `fds` holds `nfds` initialised pollfds and lives across the call.
+    let r = unsafe { libc::poll(fds.as_mut_ptr(), nfds, ms) };
     if r < 0 {
         let e = io::Error::last_os_error();
         if e.kind() == io::ErrorKind::Interrupted {
@@ -99,9 +105,12 @@ mod tests {
 
     #[test]
     fn poll_times_out_then_sees_a_connection() {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let l = [
+            TcpListener::bind("127.0.0.1:0").unwrap(),
+            TcpListener::bind("127.0.0.1:0").unwrap(),
+        ];
         assert!(!wait_acceptable(&l, Duration::from_millis(10)).unwrap());
-        let _c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let _c = std::net::TcpStream::connect(l[1].local_addr().unwrap()).unwrap();
         assert!(wait_acceptable(&l, Duration::from_secs(5)).unwrap());
     }
 }
