@@ -135,6 +135,7 @@ fn push(
         dest: dest.path_or_home(),
         single_file: is_single_file(&srcs),
         advertise: ssh.advertise,
+        everywhere: false,
     })?;
     let ready = far.ready("setting up the receiver")?;
     let (ticket, port, rename) = match ready.ticket {
@@ -272,6 +273,7 @@ fn between(
         dest: dest.path_or_home(),
         single_file,
         advertise: ssh.advertise,
+        everywhere: true,
     })?;
     let ready = receiver.ready("setting up the receiver")?;
     let (ticket, rename) = match ready.ticket {

@@ -61,9 +61,10 @@ pub fn run(uploaded: bool) -> i32 {
             dest,
             single_file,
             advertise,
+            everywhere,
         }) => {
             watch_stdin(input, Arc::clone(&finished));
-            serve_receive(&out, &dest, single_file, advertise)
+            serve_receive(&out, &dest, single_file, advertise, everywhere)
         }
         Ok(Request::Send {
             paths,
@@ -164,9 +165,15 @@ fn path_of(bytes: &[u8]) -> PathBuf {
 /// 127.0.0.1, for `ssh -W` tunnels) when it can, so the port is not open on every network
 /// this host is on; otherwise, or with `advertise` (which may be no address of this host),
 /// binds every address. The ticket lists that address first (the one most likely to work
-/// from there), or only `advertise` when given.
-fn listen(advertise: Option<IpAddr>) -> Result<(Listener, Ticket, u16)> {
-    listen_at(advertise, ssh_server_ip())
+/// from there), or only `advertise` when given. `everywhere`: the dialer is another far
+/// host (remote to remote), which may know this host by another address: bind them all.
+fn listen(advertise: Option<IpAddr>, everywhere: bool) -> Result<(Listener, Ticket, u16)> {
+    let ssh_ip = ssh_server_ip();
+    if everywhere {
+        let listener = Listener::bind(None)?;
+        return Ok(ticket_for(listener, advertise, ssh_ip));
+    }
+    listen_at(advertise, ssh_ip)
 }
 
 fn listen_at(advertise: Option<IpAddr>, ssh_ip: Option<IpAddr>) -> Result<(Listener, Ticket, u16)> {
@@ -178,6 +185,16 @@ fn listen_at(advertise: Option<IpAddr>, ssh_ip: Option<IpAddr>) -> Result<(Liste
         Some(l) => l,
         None => Listener::bind(None)?,
     };
+    Ok(ticket_for(listener, advertise, ssh_ip))
+}
+
+/// The ticket of `listener`: only `advertise` when given, else its addresses with the one
+/// ssh reached us at first.
+fn ticket_for(
+    listener: Listener,
+    advertise: Option<IpAddr>,
+    ssh_ip: Option<IpAddr>,
+) -> (Listener, Ticket, u16) {
     let port = listener.local_addr().port();
     let mut ticket = listener.ticket();
     if let Some(ip) = advertise {
@@ -188,7 +205,7 @@ fn listen_at(advertise: Option<IpAddr>, ssh_ip: Option<IpAddr>) -> Result<(Liste
         ticket.addrs.insert(0, a);
         ticket.addrs.truncate(transport::MAX_TICKET_ADDRS);
     }
-    Ok((listener, ticket, port))
+    (listener, ticket, port)
 }
 
 /// This host's address as the ssh client saw it (`SSH_CONNECTION`'s third word).
@@ -203,10 +220,11 @@ fn serve_receive(
     dest: &[u8],
     single_file: bool,
     advertise: Option<IpAddr>,
+    everywhere: bool,
 ) -> Result<(u64, u64)> {
     let (root, rename) = dest_layout(single_file, &path_of(dest));
     let store = Store::open(&root)?;
-    let (listener, ticket, port) = listen(advertise)?;
+    let (listener, ticket, port) = listen(advertise, everywhere)?;
     let key = ticket.secret.block_key();
     out.line(&wire::encode(&Reply::Ready {
         ticket: Some(ticket.encode()),
@@ -246,7 +264,7 @@ fn serve_send(
     walk::check_sources(&sources)?;
     let single_file = is_single_file(&sources);
     let listening = if listen_here {
-        Some(listen(advertise)?)
+        Some(listen(advertise, false)?)
     } else {
         None
     };

@@ -47,6 +47,10 @@ pub enum Request {
         single_file: bool,
         /// Advertise this address in the ticket instead of the host's own ones.
         advertise: Option<IpAddr>,
+        /// Listen on every address: the dialer is another far host (remote to remote),
+        /// which may reach this one by another address than the local side's ssh did.
+        #[serde(default)]
+        everywhere: bool,
     },
     /// Be the sender of `paths`.
     Send {
@@ -193,6 +197,7 @@ mod tests {
                 dest: b"/x\xff y\n".to_vec(),
                 single_file: true,
                 advertise: Some("192.0.2.1".parse().unwrap()),
+                everywhere: true,
             },
             Request::Send {
                 paths: vec![b"a/".to_vec(), b"b".to_vec()],
