@@ -7,8 +7,8 @@ use std::time::Duration;
 use super::dial::{backoff, gave_up};
 use crate::error::{Error, Result};
 use crate::progress::Counters;
-use crate::protocol::{Control, FrameReader};
-use crate::session::{read_msg, write_msg};
+use crate::protocol::Control;
+use crate::session::Channel;
 use crate::transport::{Conn, Role, TransportError};
 
 /// The control connection, re-dialed when it drops: a new one starts with Start and
@@ -16,8 +16,7 @@ use crate::transport::{Conn, Role, TransportError};
 pub(super) struct Link<'a> {
     dial: &'a (dyn Fn(Role) -> Result<Conn> + Sync),
     start: Control,
-    conn: Conn,
-    reader: FrameReader,
+    chan: Channel,
     retries: u32,
     counters: &'a Counters,
 }
@@ -29,13 +28,12 @@ impl<'a> Link<'a> {
         retries: u32,
         counters: &'a Counters,
     ) -> Result<Link<'a>> {
-        let mut conn = dial(Role::Control)?;
-        write_msg(&mut conn, &start)?;
+        let mut chan = Channel::new(dial(Role::Control)?);
+        chan.write(&start)?;
         Ok(Link {
             dial,
             start,
-            conn,
-            reader: FrameReader::new(),
+            chan,
             retries,
             counters,
         })
@@ -46,14 +44,14 @@ impl<'a> Link<'a> {
         let mut last = None;
         for attempt in 0..self.retries {
             std::thread::sleep(backoff(attempt));
-            match (self.dial)(Role::Control)
-                .and_then(|mut c| write_msg(&mut c, &self.start).map(|()| c))
-            {
+            match (self.dial)(Role::Control).and_then(|c| {
+                let mut chan = Channel::new(c);
+                chan.write(&self.start).map(|()| chan)
+            }) {
                 Ok(c) => {
                     crate::progress::warn(&format!("control stream reconnected ({why})"));
                     Counters::add(&self.counters.reconnects, 1);
-                    self.conn = c;
-                    self.reader = FrameReader::new();
+                    self.chan = c;
                     return Ok(());
                 }
                 // Something else answers at the receiver's address now (it was restarted,
@@ -74,8 +72,7 @@ impl<'a> Link<'a> {
     pub(super) fn request(&mut self, msg: &Control) -> Result<Control> {
         let mut attempts = 0;
         loop {
-            let r = write_msg(&mut self.conn, msg)
-                .and_then(|()| read_msg(&mut self.conn, &mut self.reader, None));
+            let r = self.chan.write(msg).and_then(|()| self.chan.read(None));
             match r {
                 Ok(reply) => return Ok(reply),
                 Err(e @ Error::Transport(_)) if attempts < self.retries => {
@@ -91,7 +88,7 @@ impl<'a> Link<'a> {
     pub(super) fn tell(&mut self, msg: &Control) -> Result<()> {
         let mut attempts = 0;
         loop {
-            match write_msg(&mut self.conn, msg) {
+            match self.chan.write(msg) {
                 Ok(()) => return Ok(()),
                 Err(e @ Error::Transport(_)) if attempts < self.retries => {
                     attempts += 1;
@@ -104,11 +101,7 @@ impl<'a> Link<'a> {
 
     /// After a stream failed: did the receiver send an Error explaining why?
     pub(super) fn remote_reason(&mut self) -> Option<Error> {
-        match read_msg(
-            &mut self.conn,
-            &mut self.reader,
-            Some(Duration::from_secs(2)),
-        ) {
+        match self.chan.read(Some(Duration::from_secs(2))) {
             Ok(Control::Error { code, message }) => Some(Error::Remote {
                 side: "receiver",
                 message,
@@ -119,16 +112,13 @@ impl<'a> Link<'a> {
     }
 
     pub(super) fn tell_error(&mut self, e: &Error) {
-        let _ = write_msg(
-            &mut self.conn,
-            &Control::Error {
-                code: e.exit_code(),
-                message: e.to_string(),
-            },
-        );
+        let _ = self.chan.write(&Control::Error {
+            code: e.exit_code(),
+            message: e.to_string(),
+        });
     }
 
     pub(super) fn close(&mut self) {
-        let _ = self.conn.shutdown_write();
+        let _ = self.chan.shutdown_write();
     }
 }
