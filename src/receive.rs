@@ -392,12 +392,14 @@ impl Session<'_> {
         }
     }
 
-    /// Counts `e` when it is a control frame that failed verification.
-    fn forged(&self, e: &Error) -> Result<()> {
-        match is_forged(e) {
-            true => (self.shared.forged).note("control", &self.control.conn().peer_desc(), e),
-            false => Ok(()),
+    /// When `e` is a control frame that failed verification: counts it and drops the
+    /// connection, so a sender waiting for our answer re-dials at once.
+    fn forged(&mut self, e: &Error) -> Result<()> {
+        if !is_forged(e) {
+            return Ok(());
         }
+        self.control.abort();
+        (self.shared.forged).note("control", &self.control.conn().peer_desc(), e)
     }
 
     /// The control connection dropped: waits up to `timeout` for the sender to open a

@@ -93,6 +93,12 @@ impl Channel {
         self.conn.shutdown_write()
     }
 
+    /// Drops the connection at once (both directions), e.g. after a frame failed
+    /// verification: the peer's next read or write fails and it re-dials.
+    pub fn abort(&mut self) {
+        self.conn.abort();
+    }
+
     /// The connection, for messages (its peer).
     pub fn conn(&self) -> &Conn {
         &self.conn

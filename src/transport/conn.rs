@@ -96,6 +96,19 @@ impl Conn {
         }
     }
 
+    /// Shuts down both directions at once, without a clean TLS end: the peer's reads and
+    /// writes fail from now on (used to drop a connection whose bytes failed verification,
+    /// so a peer blocked reading learns at once that it must re-dial).
+    pub fn abort(&mut self) {
+        let _ = match &mut self.io {
+            Io::Plain(s) => s.shutdown(Shutdown::Both),
+            Io::Tls(s) => s.sock.tcp().shutdown(Shutdown::Both),
+            Io::TlsServer(s) => s.sock.tcp().shutdown(Shutdown::Both),
+            Io::Unix(s) => s.shutdown(Shutdown::Both),
+            Io::Tunnel(t) => t.sock.shutdown(Shutdown::Both),
+        };
+    }
+
     /// Sets (`Some`) or clears (`None`) a read timeout on the underlying socket. A timed-out
     /// read fails with `WouldBlock` or `TimedOut`. `Some(Duration::ZERO)` is an error.
     pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
