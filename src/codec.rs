@@ -1,7 +1,8 @@
 //! Per-unit compression on the way out, and decompression plus verification on the way in.
 //!
 //! The only way to obtain a [`VerifiedUnit`] is [`Decoder::decode`], which checks the
-//! keyed BLAKE3 hash of the raw bytes; the store only writes `VerifiedUnit`s, so there is
+//! keyed BLAKE3 hash of the unit's header (codec, lengths, every segment's file, offset,
+//! length and KEEP bit) and raw bytes; the store only writes `VerifiedUnit`s, so there is
 //! no path from the network to the disk that skips verification.
 //!
 //! Not here: choosing a codec automatically from measured link and CPU speed (a later
@@ -54,9 +55,12 @@ impl fmt::Display for Compression {
     }
 }
 
-/// Hashes a unit's raw bytes with the transfer's block key.
-pub fn unit_hash(key: &[u8; 32], raw: &[u8]) -> [u8; 32] {
-    *blake3::keyed_hash(key, raw).as_bytes()
+/// Hashes a unit with the transfer's block key: the header bytes it covers (everything
+/// but the hash, see `protocol::hashed_parts`), then the raw bytes. Both sides compute it.
+pub fn unit_hash(key: &[u8; 32], header: [&[u8]; 2], raw: &[u8]) -> [u8; 32] {
+    let mut h = blake3::Hasher::new_keyed(key);
+    h.update(header[0]).update(header[1]).update(raw);
+    *h.finalize().as_bytes()
 }
 
 /// The hash both sides compute for one piece of a delta: the receiver of its old
@@ -190,7 +194,7 @@ impl Decoder {
         }
     }
 
-    /// Decompresses `h`'s body (if needed) and verifies it against `h.hash`.
+    /// Decompresses `h`'s body (if needed) and verifies header and bytes against `h.hash`.
     pub fn decode<'a>(&'a mut self, h: &DataHeader<'a>) -> Result<VerifiedUnit<'a>, VerifyError> {
         let raw_len = h.raw_len as usize;
         let bytes: &'a [u8] = match h.codec {
@@ -215,7 +219,7 @@ impl Decoder {
                 }
             }
         };
-        if unit_hash(&self.key, bytes) != h.hash {
+        if unit_hash(&self.key, h.hashed(), bytes) != h.hash {
             return Err(VerifyError::HashMismatch);
         }
         Ok(VerifiedUnit { bytes })
@@ -225,7 +229,17 @@ impl Decoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::{decode_frame, encode_data_header, Segment};
+    use crate::protocol::{encode_data_header, hashed_parts, set_hash, Segment};
+
+    /// A data payload for `segs`, hashed with `key` over `raw`, carrying `body`.
+    fn unit(key: &[u8; 32], codec: Codec, raw: &[u8], segs: &[Segment], body: &[u8]) -> Vec<u8> {
+        let mut p = Vec::new();
+        encode_data_header(&mut p, codec, raw.len() as u32, segs);
+        let hash = unit_hash(key, hashed_parts(&p), raw);
+        set_hash(&mut p, &hash);
+        p.extend_from_slice(body);
+        p
+    }
     use proptest::prelude::*;
 
     fn round_trip(mode: Compression, raw: &[u8]) -> (Codec, Vec<u8>) {
@@ -234,24 +248,14 @@ mod tests {
         let mut cbuf = Vec::new();
         let codec = enc.encode(raw, &mut cbuf);
         let body: &[u8] = if codec == Codec::Raw { raw } else { &cbuf };
-        let mut frame = Vec::new();
         let seg = [Segment {
             file: 0,
             offset: 0,
             len: raw.len() as u32,
             keep: false,
         }];
-        encode_data_header(
-            &mut frame,
-            codec,
-            raw.len() as u32,
-            &unit_hash(&key, raw),
-            &seg,
-            body.len(),
-        );
-        frame.extend_from_slice(body);
-        let (f, _) = decode_frame(&frame).unwrap().unwrap();
-        let h = DataHeader::parse(f.payload).unwrap();
+        let p = unit(&key, codec, raw, &seg, body);
+        let h = DataHeader::parse(&p).unwrap();
         let mut dec = Decoder::new(key);
         let out = dec.decode(&h).unwrap().bytes().to_vec();
         (codec, out)
@@ -287,32 +291,29 @@ mod tests {
     fn tampered_body_fails_verification() {
         let key = [1u8; 32];
         let raw = vec![9u8; 1000];
-        let mut frame = Vec::new();
         let seg = [Segment {
             file: 0,
             offset: 0,
             len: 1000,
             keep: false,
         }];
-        encode_data_header(
-            &mut frame,
-            Codec::Raw,
-            1000,
-            &unit_hash(&key, &raw),
-            &seg,
-            1000,
-        );
-        let mut bad = raw.clone();
-        bad[500] ^= 1;
-        frame.extend_from_slice(&bad);
-        let (f, _) = decode_frame(&frame).unwrap().unwrap();
-        let h = DataHeader::parse(f.payload).unwrap();
-        assert_eq!(
-            Decoder::new(key).decode(&h).err(),
-            Some(VerifyError::HashMismatch)
-        );
-        // The right data under another key fails too.
-        assert!(Decoder::new([2u8; 32]).decode(&h).is_err());
+        let good = unit(&key, Codec::Raw, &raw, &seg, &raw);
+        assert!(Decoder::new(key)
+            .decode(&DataHeader::parse(&good).unwrap())
+            .is_ok());
+        // The right data under another key fails.
+        assert!(Decoder::new([2u8; 32])
+            .decode(&DataHeader::parse(&good).unwrap())
+            .is_err());
+        // So does any flipped bit outside the hash itself: bytes, file, offset, KEEP...
+        for bit in 0..good.len() * 8 {
+            let mut bad = good.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            let Ok(h) = DataHeader::parse(&bad) else {
+                continue;
+            };
+            assert!(Decoder::new(key).decode(&h).is_err(), "bit {bit}");
+        }
     }
 
     #[test]
@@ -355,12 +356,11 @@ mod tests {
         fn garbage_bodies_never_panic(body in proptest::collection::vec(any::<u8>(), 0..2000), raw_len in 1u32..5000, codec in 1u8..3) {
             let codec = if codec == 1 { Codec::Lz4 } else { Codec::Zstd };
             if body.len() >= raw_len as usize { return Ok(()); }
-            let mut frame = Vec::new();
+            let mut p = Vec::new();
             let seg = [Segment { file: 0, offset: 0, len: raw_len , keep: false}];
-            encode_data_header(&mut frame, codec, raw_len, &[0u8; 32], &seg, body.len());
-            frame.extend_from_slice(&body);
-            let (f, _) = decode_frame(&frame).unwrap().unwrap();
-            let h = DataHeader::parse(f.payload).unwrap();
+            encode_data_header(&mut p, codec, raw_len, &seg);
+            p.extend_from_slice(&body);
+            let h = DataHeader::parse(&p).unwrap();
             prop_assert!(Decoder::new([0u8; 32]).decode(&h).is_err());
         }
 

@@ -68,6 +68,15 @@ pub enum Error {
         /// The block's byte offset.
         offset: u64,
     },
+    /// Too many frames failed verification in one transfer: someone on the path keeps
+    /// altering the data, or the peer is not an honest haul.
+    #[error("{count} frames failed verification (the last: {last}); the connection is being tampered with or corrupted in transit")]
+    Tampered {
+        /// How many failed.
+        count: u32,
+        /// What the last failure was.
+        last: String,
+    },
     /// The peer reported an error of its own.
     #[error("{side}: {message}")]
     Remote {
@@ -134,7 +143,9 @@ impl Error {
             Error::Usage(_) => exit::USAGE,
             Error::Source { .. } => exit::SOURCE,
             Error::Destination { .. } => exit::DESTINATION,
-            Error::BlockHashMismatch { .. } | Error::Protocol(_) => exit::INTEGRITY,
+            Error::BlockHashMismatch { .. } | Error::Tampered { .. } | Error::Protocol(_) => {
+                exit::INTEGRITY
+            }
             Error::Remote { code, .. } | Error::Host { code, .. } | Error::Reported { code } => {
                 *code
             }

@@ -17,16 +17,18 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
+mod integrity;
+
 use crate::codec::Decoder;
 use crate::error::{Error, Result};
 use crate::progress::{Counters, Progress};
 use crate::protocol::{
-    Control, DataHeader, EntryKind, FrameKind, FrameReader, ProtocolError, ReadError, Summary,
-    SyncOptions, MAX_BLOCK, MAX_STREAMS,
+    Control, DataHeader, EntryKind, FrameKind, ProtocolError, ReadError, Summary,
 };
-use crate::session::{lost, read_msg, write_msg};
+use crate::session::{frame_reader, is_forged, lost, Channel};
 use crate::store::{Store, WriterCache};
 use crate::transport::{Accepted, Conn, Role, TransportError};
+use integrity::{read_start, Forgeries};
 
 /// How often blocked reads wake up to check whether the transfer was aborted.
 const TICK: Duration = Duration::from_millis(200);
@@ -106,6 +108,8 @@ struct Shared {
     units: std::sync::atomic::AtomicU64,
     /// Workers busy writing a unit (a slow disk is not a lost connection).
     busy: AtomicUsize,
+    /// Frames that failed verification, on any connection.
+    forged: Forgeries,
 }
 
 impl Shared {
@@ -160,16 +164,9 @@ pub fn receive(
     opts: ReceiveOptions,
 ) -> Result<ReceiveReport> {
     let mut early_data = Vec::new();
-    let mut control = loop {
-        match incoming.recv() {
-            Ok((c, Role::Control)) => break c,
-            Ok((c, Role::Data)) => early_data.push(c),
-            Err(_) => return Err(lost(io::Error::other("no sender connected"))),
-        }
-    };
+    let (control, (streams, block_size, options), forged) =
+        integrity::first_start(&incoming, opts.timeout, &mut early_data)?;
     let started = Instant::now();
-    let mut reader = FrameReader::new();
-    let (streams, block_size, options) = read_start(&mut control, &mut reader)?;
     store.configure(u64::from(block_size), options, key);
     let store = Arc::new(store);
     store.start();
@@ -188,6 +185,7 @@ pub fn receive(
         last_activity: Mutex::new(Instant::now()),
         units: std::sync::atomic::AtomicU64::new(0),
         busy: AtomicUsize::new(0),
+        forged: Forgeries::starting_at(forged),
     });
     let (control_tx, control_rx) = crossbeam_channel::unbounded();
     for c in early_data {
@@ -198,7 +196,6 @@ pub fn receive(
     let mut session = Session {
         shared: &shared,
         control,
-        reader,
         control_rx,
         timeout: opts.timeout,
         cached: None,
@@ -228,28 +225,6 @@ pub fn receive(
             }
             Err(e)
         }
-    }
-}
-
-fn read_start(control: &mut Conn, reader: &mut FrameReader) -> Result<(u16, u32, SyncOptions)> {
-    match read_msg(control, reader, None)? {
-        Control::Start {
-            streams,
-            block_size,
-            options,
-        } => {
-            if streams == 0
-                || streams > MAX_STREAMS
-                || block_size < 4096
-                || block_size as usize > MAX_BLOCK
-            {
-                return Err(
-                    ProtocolError::Malformed("stream count or block size out of range").into(),
-                );
-            }
-            Ok((streams, block_size, options))
-        }
-        other => Err(ProtocolError::Unexpected(other.name().into()).into()),
     }
 }
 
@@ -317,8 +292,7 @@ fn spawn_data_worker(shared: &Arc<Shared>, conn: Conn) {
 /// The control side of one transfer.
 struct Session<'a> {
     shared: &'a Shared,
-    control: Conn,
-    reader: FrameReader,
+    control: Channel,
     control_rx: Receiver<Conn>,
     timeout: Duration,
     /// The last Entries batch answered (its first id) and the answer, for replays.
@@ -417,7 +391,7 @@ impl Session<'_> {
     /// The next control message; `None` after a timeout tick or a reconnect. Waits for a
     /// replacement when the control connection drops.
     fn next_msg(&mut self) -> Result<Option<Control>> {
-        match read_msg(&mut self.control, &mut self.reader, Some(TICK)) {
+        match self.control.read(Some(TICK)) {
             Ok(m) => Ok(Some(m)),
             Err(ref e) if is_tick(e) => {
                 if self.shared.idle_for() > self.timeout
@@ -430,12 +404,23 @@ impl Session<'_> {
                 }
                 Ok(None)
             }
-            Err(Error::Transport(_)) => {
+            Err(e @ Error::Transport(_)) => {
+                self.forged(&e)?;
                 self.await_control()?;
                 Ok(None)
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// When `e` is a control frame that failed verification: counts it and drops the
+    /// connection, so a sender waiting for our answer re-dials at once.
+    fn forged(&mut self, e: &Error) -> Result<()> {
+        if !is_forged(e) {
+            return Ok(());
+        }
+        self.control.abort();
+        (self.shared.forged).note("control", &self.control.conn().peer_desc(), e)
     }
 
     /// The control connection dropped: waits up to `timeout` for the sender to open a
@@ -447,13 +432,18 @@ impl Session<'_> {
                 return Err(e);
             }
             match self.control_rx.recv_timeout(TICK) {
-                Ok(mut c) => {
-                    let mut reader = FrameReader::new();
-                    if read_start(&mut c, &mut reader).is_ok() {
-                        self.control = c;
-                        self.reader = reader;
-                        crate::progress::warn("the sender reconnected its control stream");
-                        return Ok(());
+                Ok(c) => {
+                    let mut c = Channel::new(c);
+                    match read_start(&mut c) {
+                        Ok(_) => {
+                            self.control = c;
+                            crate::progress::warn("the sender reconnected its control stream");
+                            return Ok(());
+                        }
+                        Err(e) if is_forged(&e) => {
+                            (self.shared.forged).note("control", &c.conn().peer_desc(), &e)?
+                        }
+                        Err(_) => {}
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => {}
@@ -471,7 +461,7 @@ impl Session<'_> {
     /// Answers on the control stream; a failed write waits for a reconnect (the sender
     /// will repeat its request).
     fn reply(&mut self, msg: &Control) -> Result<()> {
-        match write_msg(&mut self.control, msg) {
+        match self.control.write(msg) {
             Ok(()) => Ok(()),
             Err(Error::Transport(_)) => self.await_control(),
             Err(e) => Err(e),
@@ -483,20 +473,19 @@ impl Session<'_> {
     fn say_done(&mut self, summary: &Summary) {
         let done = Control::Done(summary.clone());
         let deadline = Instant::now() + Duration::from_secs(5);
-        let _ = write_msg(&mut self.control, &done);
+        let _ = self.control.write(&done);
         while Instant::now() < deadline {
-            match read_msg(&mut self.control, &mut self.reader, Some(TICK)) {
+            match self.control.read(Some(TICK)) {
                 Ok(Control::Finish { .. }) => {
-                    let _ = write_msg(&mut self.control, &done);
+                    let _ = self.control.write(&done);
                 }
                 Ok(_) => {}
                 Err(ref e) if is_tick(e) => {}
                 Err(_) => match self.control_rx.try_recv() {
-                    Ok(mut c) => {
-                        let mut reader = FrameReader::new();
-                        if read_start(&mut c, &mut reader).is_ok() {
+                    Ok(c) => {
+                        let mut c = Channel::new(c);
+                        if read_start(&mut c).is_ok() {
                             self.control = c;
-                            self.reader = reader;
                         }
                     }
                     Err(_) => break,
@@ -507,17 +496,14 @@ impl Session<'_> {
 
     /// Tells the sender why the transfer failed and lets it read that before closing.
     fn say_error(&mut self, e: &Error) {
-        let _ = write_msg(
-            &mut self.control,
-            &Control::Error {
-                code: e.exit_code(),
-                message: e.to_string(),
-            },
-        );
+        let _ = self.control.write(&Control::Error {
+            code: e.exit_code(),
+            message: e.to_string(),
+        });
         let _ = self.control.shutdown_write();
         let deadline = Instant::now() + Duration::from_secs(2);
         while Instant::now() < deadline {
-            match read_msg(&mut self.control, &mut self.reader, Some(TICK)) {
+            match self.control.read(Some(TICK)) {
                 Ok(_) => {}
                 Err(ref e) if is_tick(e) => {}
                 Err(_) => break,
@@ -533,14 +519,17 @@ fn is_tick(e: &Error) -> bool {
 }
 
 /// One data stream: verified units into the store until the End frame. A connection
-/// that breaks is not an error here (the sender re-dials and re-sends); bad data is.
+/// that breaks is not an error here (the sender re-dials and re-sends), nor is one whose
+/// frames fail verification (up to a bound, see `integrity`); authentic bad data is.
 fn data_worker(mut conn: Conn, shared: &Shared) -> Result<()> {
     let store = &shared.store;
     if conn.set_read_timeout(Some(TICK)).is_err() {
         return Ok(());
     }
-    let mut reader = FrameReader::new();
+    let mut reader = frame_reader(&conn);
     let mut decoder = Decoder::new(shared.key);
+    let peer = conn.peer_desc();
+    let forged = |what: &dyn std::fmt::Display| shared.forged.note("data", &peer, what);
     let mut cache = WriterCache::default();
     loop {
         let frame = match reader.read_frame(&mut conn) {
@@ -552,7 +541,10 @@ fn data_worker(mut conn: Conn, shared: &Shared) -> Result<()> {
                 }
                 continue;
             }
+            // A TLS record that does not authenticate.
+            Err(ReadError::Io(e)) if e.kind() == io::ErrorKind::InvalidData => return forged(&e),
             Err(ReadError::Io(_)) => return Ok(()),
+            Err(ReadError::Protocol(p @ ProtocolError::Forged(_))) => return forged(&p),
             Err(ReadError::Protocol(p)) => return Err(p.into()),
         };
         match frame.kind {
@@ -564,13 +556,18 @@ fn data_worker(mut conn: Conn, shared: &Shared) -> Result<()> {
             }
             FrameKind::Data => {}
         }
-        let h = DataHeader::parse(frame.payload)?;
+        // The payload is not covered by the header's tag: a malformed one may have been
+        // altered on the way like one whose hash does not match.
+        let h = match DataHeader::parse(frame.payload) {
+            Ok(h) => h,
+            Err(e) => return forged(&e),
+        };
         Counters::add(&store.stats.wire_bytes, frame.payload.len() as u64);
         let unit = match decoder.decode(&h) {
             Ok(u) => u,
             Err(_) => {
                 let seg = h.segments().next();
-                return Err(Error::BlockHashMismatch {
+                return forged(&Error::BlockHashMismatch {
                     file: seg.map(|s| store.describe(s.file)).unwrap_or_default(),
                     offset: seg.map(|s| s.offset).unwrap_or(0),
                 });

@@ -11,16 +11,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use haul::protocol::{Control, FrameKind, FrameReader, Summary, Want, WantKind};
-use haul::session::{read_msg, write_msg};
+use haul::protocol::{Control, FrameKind, Summary, Want, WantKind};
+use haul::session::{frame_reader, Channel};
 use haul::transport::{Conn, Listener, Role};
 
 /// How long the sender may take before the test calls it hung.
 const DEADLINE: Duration = Duration::from_secs(40);
 
 struct FakeReceiver {
-    control: Conn,
-    reader: FrameReader,
+    control: Channel,
     /// Every data payload any data stream carried.
     data: Arc<Mutex<Vec<u8>>>,
     stop: Arc<AtomicBool>,
@@ -65,17 +64,16 @@ fn start(path: &Path, extra: &[&str]) -> (Child, FakeReceiver) {
             }
         });
     }
-    let mut control = crx
-        .recv_timeout(Duration::from_secs(20))
-        .expect("the sender opened no control connection");
-    let mut reader = FrameReader::new();
-    let start = read_msg(&mut control, &mut reader, Some(Duration::from_secs(20)));
+    let mut control = Channel::new(
+        crx.recv_timeout(Duration::from_secs(20))
+            .expect("the sender opened no control connection"),
+    );
+    let start = control.read(Some(Duration::from_secs(20)));
     assert!(matches!(start, Ok(Control::Start { .. })), "{start:?}");
     (
         child,
         FakeReceiver {
             control,
-            reader,
             data,
             stop,
         },
@@ -84,7 +82,7 @@ fn start(path: &Path, extra: &[&str]) -> (Child, FakeReceiver) {
 
 /// Keeps every data frame's payload.
 fn drain(mut conn: Conn, data: &Mutex<Vec<u8>>) {
-    let mut reader = FrameReader::new();
+    let mut reader = frame_reader(&conn);
     while let Ok(Some(f)) = reader.read_frame(&mut conn) {
         if f.kind == FrameKind::End {
             return;
@@ -97,12 +95,7 @@ fn drain(mut conn: Conn, data: &Mutex<Vec<u8>>) {
 
 impl FakeReceiver {
     fn next(&mut self) -> Option<Control> {
-        read_msg(
-            &mut self.control,
-            &mut self.reader,
-            Some(Duration::from_secs(20)),
-        )
-        .ok()
+        self.control.read(Some(Duration::from_secs(20))).ok()
     }
 
     /// Answers like a receiver that wants `first` for the first batch, then nothing, and
@@ -114,7 +107,7 @@ impl FakeReceiver {
                 Control::Finish { .. } => Control::Done(Summary::default()),
                 _ => continue,
             };
-            if write_msg(&mut self.control, &reply).is_err() {
+            if self.control.write(&reply).is_err() {
                 return;
             }
         }
@@ -178,7 +171,7 @@ fn delta_with_piece_size_zero_is_refused_not_a_crash_or_hang() {
             hashes: vec![[0u8; 16]; 4],
         },
     };
-    let _ = write_msg(&mut r.control, &Control::Need(vec![want]));
+    let _ = r.control.write(&Control::Need(vec![want]));
     let reader = std::thread::spawn(move || r.serve(None));
     let (code, err) = wait(child);
     assert_ne!(code, 0, "{err}");
@@ -211,7 +204,7 @@ fn source_swapped_for_a_fifo_after_the_walk_does_not_hang_the_sender() {
         id,
         what: WantKind::All,
     };
-    let _ = write_msg(&mut r.control, &Control::Need(vec![want]));
+    let _ = r.control.write(&Control::Need(vec![want]));
     let reader = std::thread::spawn(move || r.serve(None));
     let (_code, err) = wait(child);
     assert!(!err.contains("panicked"), "{err}");
@@ -237,7 +230,7 @@ fn source_swapped_for_a_symlink_after_the_walk_never_sends_the_target() {
         id,
         what: WantKind::All,
     };
-    let _ = write_msg(&mut r.control, &Control::Need(vec![want]));
+    let _ = r.control.write(&Control::Need(vec![want]));
     let data = Arc::clone(&r.data);
     let reader = std::thread::spawn(move || r.serve(None));
     let (_code, err) = wait(child);

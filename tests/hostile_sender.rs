@@ -3,17 +3,18 @@
 //! process and checks that it refuses (non-zero exit, no panic) and that nothing outside
 //! DIR changed.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use haul::codec::unit_hash;
 use haul::protocol::{
-    encode_data_header, encode_frame, Codec, Control, Entry, EntryKind, FrameKind, FrameReader,
+    encode_data_header, hashed_parts, set_hash, Codec, Control, Entry, EntryKind, FrameKind,
     Segment, SyncOptions,
 };
-use haul::transport::{connect, Conn, Role, Ticket};
+use haul::session::{sealer, Channel};
+use haul::transport::{connect, Role, Ticket, TransportError};
 
 struct Recv {
     child: Child,
@@ -60,18 +61,13 @@ fn wait(mut r: Recv) -> (i32, String) {
     }
 }
 
-fn send_msg(c: &mut Conn, m: &Control) {
-    let mut buf = Vec::new();
-    m.encode(&mut buf).expect("encode");
+fn send_msg(c: &mut Channel, m: &Control) {
     // The receiver may already have hung up on us: that is an acceptable refusal.
-    let _ = c.write_all(&buf).and_then(|()| c.flush());
+    let _ = c.write(m);
 }
 
-fn read_msg(c: &mut Conn, r: &mut FrameReader) -> Option<Control> {
-    match r.read_frame(c) {
-        Ok(Some(f)) if f.kind == FrameKind::Control => Control::decode(f.payload).ok(),
-        _ => None,
-    }
+fn read_msg(c: &mut Channel) -> Option<Control> {
+    c.read(None).ok()
 }
 
 fn entry(id: u64, path: &[u8], kind: EntryKind) -> Entry {
@@ -94,12 +90,16 @@ fn file(size: u64) -> EntryKind {
     }
 }
 
-/// Sends one data unit with a correct keyed hash.
-fn send_unit(ticket: &Ticket, file: u64, offset: u64, data: &[u8]) {
-    let Ok(mut d) = connect(ticket, Role::Data, true) else {
-        return;
-    };
-    let key = ticket.secret.block_key();
+/// A data frame (tagged for its connection by `s`) whose unit hash is right for `hashed`,
+/// carrying `data`.
+fn unit_frame(
+    s: &mut haul::protocol::Sealer,
+    key: &[u8; 32],
+    file: u64,
+    offset: u64,
+    hashed: &[u8],
+    data: &[u8],
+) -> Vec<u8> {
     let mut hdr = Vec::new();
     let seg = [Segment {
         file,
@@ -107,19 +107,24 @@ fn send_unit(ticket: &Ticket, file: u64, offset: u64, data: &[u8]) {
         len: data.len() as u32,
         keep: false,
     }];
-    encode_data_header(
-        &mut hdr,
-        Codec::Raw,
-        data.len() as u32,
-        &unit_hash(&key, data),
-        &seg,
-        data.len(),
-    );
-    let _ = d.write_all(&hdr);
-    let _ = d.write_all(data);
-    let mut end = Vec::new();
-    encode_frame(&mut end, FrameKind::End, &[]);
-    let _ = d.write_all(&end);
+    encode_data_header(&mut hdr, Codec::Raw, data.len() as u32, &seg);
+    let hash = unit_hash(key, hashed_parts(&hdr), hashed);
+    set_hash(&mut hdr, &hash);
+    let mut frame = s.header(FrameKind::Data, hdr.len() + data.len()).to_vec();
+    frame.extend_from_slice(&hdr);
+    frame.extend_from_slice(data);
+    frame
+}
+
+/// Sends one data unit with a correct keyed hash.
+fn send_unit(ticket: &Ticket, file: u64, offset: u64, data: &[u8]) {
+    let Ok(mut d) = connect(ticket, Role::Data, true) else {
+        return;
+    };
+    let mut s = sealer(&d);
+    let key = ticket.secret.block_key();
+    let _ = d.write_all(&unit_frame(&mut s, &key, file, offset, data, data));
+    let _ = d.write_all(&s.header(FrameKind::End, 0));
     let _ = d.flush();
 }
 
@@ -127,8 +132,7 @@ fn send_unit(ticket: &Ticket, file: u64, offset: u64, data: &[u8]) {
 /// says are needed, then Finish. Returns recv's exit code and stderr.
 fn hostile(dir: &Path, entries: Vec<Entry>, data: &[(u64, u64, &[u8])]) -> (i32, String) {
     let r = start_recv(dir);
-    let mut c = connect(&r.ticket, Role::Control, true).expect("control connection");
-    let mut reader = FrameReader::new();
+    let mut c = Channel::new(connect(&r.ticket, Role::Control, true).expect("control connection"));
     send_msg(
         &mut c,
         &Control::Start {
@@ -138,7 +142,7 @@ fn hostile(dir: &Path, entries: Vec<Entry>, data: &[(u64, u64, &[u8])]) -> (i32,
         },
     );
     send_msg(&mut c, &Control::Entries(entries));
-    if let Some(Control::Need(_)) = read_msg(&mut c, &mut reader) {
+    if let Some(Control::Need(_)) = read_msg(&mut c) {
         let t = r.ticket.clone();
         let data: Vec<(u64, u64, Vec<u8>)> =
             data.iter().map(|(f, o, d)| (*f, *o, d.to_vec())).collect();
@@ -155,7 +159,7 @@ fn hostile(dir: &Path, entries: Vec<Entry>, data: &[(u64, u64, &[u8])]) -> (i32,
                 units: data.len().max(1) as u64,
             },
         );
-        let _ = read_msg(&mut c, &mut reader);
+        let _ = read_msg(&mut c);
     }
     drop(c);
     wait(r)
@@ -296,12 +300,14 @@ fn data_beyond_file_end_or_for_unknown_file_is_refused() {
     assert!(!b2.dest.join("f").exists());
 }
 
+/// A unit whose bytes do not match its hash costs the sender its data connection; a
+/// sender that keeps doing it is refused with the integrity exit code (8) after
+/// `MAX_FORGED` (16) such failures.
 #[test]
 fn tampered_unit_fails_verification() {
     let b = bed();
     let r = start_recv(&b.dest);
-    let mut c = connect(&r.ticket, Role::Control, false).expect("control");
-    let mut reader = FrameReader::new();
+    let mut c = Channel::new(connect(&r.ticket, Role::Control, false).expect("control"));
     send_msg(
         &mut c,
         &Control::Start {
@@ -311,29 +317,30 @@ fn tampered_unit_fails_verification() {
         },
     );
     send_msg(&mut c, &Control::Entries(vec![entry(0, b"f", file(4))]));
-    assert!(matches!(
-        read_msg(&mut c, &mut reader),
-        Some(Control::Need(_))
-    ));
-    let mut d = connect(&r.ticket, Role::Data, false).expect("data");
-    let mut hdr = Vec::new();
-    let seg = [Segment {
-        file: 0,
-        offset: 0,
-        len: 4,
-        keep: false,
-    }];
+    assert!(matches!(read_msg(&mut c), Some(Control::Need(_))));
     let key = r.ticket.secret.block_key();
-    encode_data_header(&mut hdr, Codec::Raw, 4, &unit_hash(&key, b"good"), &seg, 4);
-    d.write_all(&hdr).unwrap();
-    d.write_all(b"evil").unwrap();
-    d.flush().unwrap();
-    let reply = read_msg(&mut c, &mut reader);
+    let mut sent = 0;
+    let reply = loop {
+        assert!(sent < 40, "the receiver keeps accepting tampered units");
+        if let Ok(mut d) = connect(&r.ticket, Role::Data, false) {
+            let mut s = sealer(&d);
+            let _ = d.write_all(&unit_frame(&mut s, &key, 0, 0, b"good", b"evil"));
+            let _ = d.flush();
+            sent += 1;
+        }
+        match c.read(Some(Duration::from_millis(100))) {
+            Ok(m) => break Some(m),
+            Err(haul::Error::Transport(TransportError::Io(e)))
+                if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => break None,
+        }
+    };
+    assert!(sent >= 16, "refused after only {sent} tampered units");
     assert!(
         matches!(&reply, Some(Control::Error { code: 8, message }) if message.contains("failed verification")),
         "{reply:?}"
     );
-    drop((c, d));
+    drop(c);
     let (code, err) = wait(r);
     assert_eq!(code, 8, "{err}");
     assert!(err.contains("offset 0"), "{err}");

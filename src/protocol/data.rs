@@ -14,18 +14,21 @@
 //! file's completion. A unit may consist of KEEP segments only (`raw_len` 0, empty body).
 //!
 //! One data unit is either one block of one file (one segment) or a pack of whole small
-//! files (many segments); `hash` is keyed BLAKE3 over the concatenated raw bytes.
+//! files (many segments); `hash` is keyed BLAKE3 over the header without the hash (codec,
+//! reserved, nseg, raw_len, then every segment) followed by the concatenated raw bytes, so
+//! neither the bytes nor where they go can be changed unnoticed ([`hashed_parts`]).
 //! A compressed body is only ever sent when it is smaller than the raw bytes, so
 //! `body.len() <= raw_len` always, which bounds every frame.
 //!
 //! Not here: the frame envelope (`frame`), compressing or hashing the body (the drivers do).
 
-use super::frame::{FrameHeader, FrameKind};
 use super::limits::{DATA_FIXED_LEN, MAX_BLOCK, MAX_SEGMENTS, SEGMENT_LEN};
 use super::ProtocolError;
 
 /// Bit in a segment's length word marking a KEEP segment.
 const KEEP_BIT: u32 = 1 << 31;
+/// Where the hash sits in a data payload (after codec, reserved, nseg and raw_len).
+const HASH_AT: usize = 12;
 
 /// How a data unit's body is compressed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,8 +73,9 @@ pub struct DataHeader<'a> {
     pub codec: Codec,
     /// Raw bytes in the unit.
     pub raw_len: u32,
-    /// Keyed BLAKE3 of the raw bytes.
+    /// Keyed BLAKE3 of the header (without the hash) and the raw bytes.
     pub hash: [u8; 32],
+    fixed: &'a [u8],
     segments: &'a [u8],
     /// The (possibly compressed) bytes.
     pub body: &'a [u8],
@@ -113,6 +117,7 @@ impl<'a> DataHeader<'a> {
             codec,
             raw_len,
             hash,
+            fixed: &p[..HASH_AT],
             segments: &p[DATA_FIXED_LEN..seg_end],
             body: &p[seg_end..],
         };
@@ -141,6 +146,11 @@ impl<'a> DataHeader<'a> {
         Ok(h)
     }
 
+    /// The header bytes the unit hash covers, in order (see [`hashed_parts`]).
+    pub fn hashed(&self) -> [&'a [u8]; 2] {
+        [self.fixed, self.segments]
+    }
+
     /// The segments, in the order their bytes appear in the raw unit.
     pub fn segments(&self) -> impl Iterator<Item = Segment> + 'a {
         self.segments.chunks_exact(SEGMENT_LEN).map(|c| {
@@ -155,24 +165,16 @@ impl<'a> DataHeader<'a> {
     }
 }
 
-/// Writes the frame header and the data header (everything but the body) into `out`,
-/// which is cleared first. The caller writes `out` and then the body.
-pub fn encode_data_header(
-    out: &mut Vec<u8>,
-    codec: Codec,
-    raw_len: u32,
-    hash: &[u8; 32],
-    segments: &[Segment],
-    body_len: usize,
-) {
+/// Writes a data payload's header (everything but the body) into `out`, which is cleared
+/// first, with the hash zeroed: the sender computes the unit hash over [`hashed_parts`] and
+/// the raw bytes and stores it with [`set_hash`]. The frame header is `seal`'s.
+pub fn encode_data_header(out: &mut Vec<u8>, codec: Codec, raw_len: u32, segments: &[Segment]) {
     out.clear();
-    let payload = DATA_FIXED_LEN + segments.len() * SEGMENT_LEN + body_len;
-    out.extend_from_slice(&FrameHeader::encode(FrameKind::Data, payload));
     out.push(codec as u8);
     out.extend_from_slice(&[0, 0, 0]);
     out.extend_from_slice(&(segments.len() as u32).to_le_bytes());
     out.extend_from_slice(&raw_len.to_le_bytes());
-    out.extend_from_slice(hash);
+    out.extend_from_slice(&[0u8; 32]);
     for s in segments {
         out.extend_from_slice(&s.file.to_le_bytes());
         out.extend_from_slice(&s.offset.to_le_bytes());
@@ -181,103 +183,76 @@ pub fn encode_data_header(
     }
 }
 
+/// The bytes of an encoded data header that its unit hash covers: everything but the hash.
+pub fn hashed_parts(hdr: &[u8]) -> [&[u8]; 2] {
+    [
+        hdr.get(..HASH_AT).unwrap_or_default(),
+        hdr.get(DATA_FIXED_LEN..).unwrap_or_default(),
+    ]
+}
+
+/// Stores the unit hash in an encoded data header.
+pub fn set_hash(hdr: &mut [u8], hash: &[u8; 32]) {
+    if let Some(slot) = hdr.get_mut(HASH_AT..DATA_FIXED_LEN) {
+        slot.copy_from_slice(hash);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::{decode_frame, FrameReader};
     use proptest::prelude::*;
 
-    fn data_frame(codec: Codec, segs: &[Segment], body: &[u8], raw_len: u32) -> Vec<u8> {
+    /// A data payload (header and body) with the hash set to 7s.
+    fn payload(codec: Codec, segs: &[Segment], body: &[u8], raw_len: u32) -> Vec<u8> {
         let mut out = Vec::new();
-        encode_data_header(&mut out, codec, raw_len, &[7u8; 32], segs, body.len());
+        encode_data_header(&mut out, codec, raw_len, segs);
+        set_hash(&mut out, &[7u8; 32]);
         out.extend_from_slice(body);
         out
     }
 
-    #[test]
-    fn data_round_trip() {
-        let segs = [
-            Segment {
-                file: 1,
-                offset: 0,
-                len: 3,
-                keep: false,
-            },
-            Segment {
-                file: 9,
-                offset: 4096,
-                len: 2,
-                keep: false,
-            },
-        ];
-        let bytes = data_frame(Codec::Raw, &segs, b"abcde", 5);
-        let (f, used) = decode_frame(&bytes).unwrap().unwrap();
-        assert_eq!(used, bytes.len());
-        assert_eq!(f.kind, FrameKind::Data);
-        let h = DataHeader::parse(f.payload).unwrap();
-        assert_eq!(h.body, b"abcde");
-        assert_eq!(h.hash, [7u8; 32]);
-        assert_eq!(h.segments().collect::<Vec<_>>(), segs);
-    }
-
-    #[test]
-    fn incomplete_is_none_not_error() {
-        let bytes = data_frame(
-            Codec::Raw,
-            &[Segment {
-                file: 1,
-                offset: 0,
-                len: 4,
-                keep: false,
-            }],
-            b"abcd",
-            4,
-        );
-        for cut in 0..bytes.len() {
-            assert_eq!(decode_frame(&bytes[..cut]), Ok(None), "cut at {cut}");
+    fn seg(file: u64, offset: u64, len: u32) -> Segment {
+        Segment {
+            file,
+            offset,
+            len,
+            keep: false,
         }
     }
 
     #[test]
+    fn data_round_trip() {
+        let segs = [seg(1, 0, 3), seg(9, 4096, 2)];
+        let bytes = payload(Codec::Raw, &segs, b"abcde", 5);
+        let h = DataHeader::parse(&bytes).unwrap();
+        assert_eq!(h.body, b"abcde");
+        assert_eq!(h.hash, [7u8; 32]);
+        assert_eq!(h.segments().collect::<Vec<_>>(), segs);
+        // Both sides see the same hashed bytes: all of the header but the hash.
+        let hdr = &bytes[..bytes.len() - 5];
+        assert_eq!(h.hashed(), hashed_parts(hdr));
+        assert_eq!(
+            hashed_parts(hdr)[0].len() + 32 + hashed_parts(hdr)[1].len(),
+            hdr.len()
+        );
+    }
+
+    #[test]
     fn rejects_inconsistent_lengths() {
-        let seg = [Segment {
-            file: 1,
-            offset: 0,
-            len: 4,
-            keep: false,
-        }];
+        let s = [seg(1, 0, 4)];
         // Raw body shorter than raw_len.
-        let b = data_frame(Codec::Raw, &seg, b"abc", 4);
-        let (f, _) = decode_frame(&b).unwrap().unwrap();
-        assert!(DataHeader::parse(f.payload).is_err());
+        assert!(DataHeader::parse(&payload(Codec::Raw, &s, b"abc", 4)).is_err());
         // Compressed body not smaller than raw.
-        let b = data_frame(Codec::Zstd, &seg, b"abcd", 4);
-        let (f, _) = decode_frame(&b).unwrap().unwrap();
-        assert!(DataHeader::parse(f.payload).is_err());
+        assert!(DataHeader::parse(&payload(Codec::Zstd, &s, b"abcd", 4)).is_err());
         // Segments do not add up.
-        let b = data_frame(Codec::Raw, &seg, b"abcde", 5);
-        let (f, _) = decode_frame(&b).unwrap().unwrap();
-        assert!(DataHeader::parse(f.payload).is_err());
+        assert!(DataHeader::parse(&payload(Codec::Raw, &s, b"abcde", 5)).is_err());
     }
 
     proptest! {
         #[test]
         fn any_bytes_decode_or_error(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
-            if let Ok(Some((f, used))) = decode_frame(&bytes) {
-                prop_assert!(used <= bytes.len());
-                if f.kind == FrameKind::Data {
-                    let _ = DataHeader::parse(f.payload);
-                }
-            }
             let _ = DataHeader::parse(&bytes);
-            let mut src: &[u8] = &bytes;
-            let mut r = FrameReader::new();
-            for _ in 0..bytes.len() + 1 {
-                match r.read_frame(&mut src) {
-                    Ok(Some(_)) => continue,
-                    _ => break,
-                }
-            }
         }
 
         #[test]
@@ -290,15 +265,12 @@ mod tests {
             let codec = Codec::from_u8(codec).unwrap();
             let codec = if raw == 0 { Codec::Raw } else { codec };
             let body = vec![0xA5u8; if codec == Codec::Raw { raw as usize } else { raw as usize - 1 }];
-            let bytes = data_frame(codec, &segs, &body, raw);
-            let (f, used) = decode_frame(&bytes).unwrap().unwrap();
-            prop_assert_eq!(used, bytes.len());
-            let h = DataHeader::parse(f.payload).unwrap();
+            let bytes = payload(codec, &segs, &body, raw);
+            let h = DataHeader::parse(&bytes).unwrap();
             prop_assert_eq!(h.codec, codec);
             prop_assert_eq!(h.raw_len, raw);
             prop_assert_eq!(h.body, &body[..]);
             prop_assert_eq!(h.segments().collect::<Vec<_>>(), segs);
         }
-
     }
 }

@@ -5,8 +5,12 @@
 //! frame's payload by them and `data` bounds a unit's segments and raw size. Constants only:
 //! no parsing, no encoding.
 
-/// Largest control payload (a manifest batch).
+/// Largest control payload (a manifest batch and its MAC).
 pub const MAX_CONTROL_LEN: usize = 16 << 20;
+/// Bytes of the tag at the end of every frame header.
+pub const FRAME_TAG_LEN: usize = 16;
+/// Bytes of the MAC at the end of every control payload.
+pub const CONTROL_MAC_LEN: usize = 32;
 /// Largest raw size of one data unit.
 pub const MAX_BLOCK: usize = 64 << 20;
 /// Most segments (files) in one data unit.

@@ -8,8 +8,10 @@
 //! a frame or an error, never a panic; integers are little-endian with explicit widths.
 //! Non-goals: I/O, timing, retries (the drivers in `send` and `receive` own those).
 //!
-//! Layout: `limits` (every size bound), `frame` (the envelope and [`FrameReader`]), `data`
-//! (the data-unit header), `msg` (control messages), `path` (safe relative paths).
+//! Layout: `limits` (every size bound), `frame` (the envelope), `reader` ([`FrameReader`]),
+//! `seal`
+//! (every frame's tag and every control message's MAC, per connection), `data` (the
+//! data-unit header), `msg` (control messages), `path` (safe relative paths).
 //!
 //! # Streams and order
 //! One control stream, then N data streams. On the control stream the sender writes
@@ -24,20 +26,24 @@ mod frame;
 mod limits;
 mod msg;
 mod path;
+mod reader;
+mod seal;
 
-pub use data::{encode_data_header, Codec, DataHeader, Segment};
-pub use frame::{
-    decode_frame, encode_frame, Frame, FrameHeader, FrameKind, FrameReader, ReadError,
-    FRAME_HEADER_LEN,
-};
+pub use data::{encode_data_header, hashed_parts, set_hash, Codec, DataHeader, Segment};
+pub use frame::{Frame, FrameHeader, FrameKind, ReadError, FRAME_HEADER_LEN};
 pub use limits::{
-    DATA_FIXED_LEN, DEFAULT_BLOCK_SIZE, MAX_BLOCK, MAX_CONTROL_LEN, MAX_DATA_LEN, MAX_SEGMENTS,
-    MAX_STREAMS,
+    CONTROL_MAC_LEN, DATA_FIXED_LEN, DEFAULT_BLOCK_SIZE, FRAME_TAG_LEN, MAX_BLOCK, MAX_CONTROL_LEN,
+    MAX_DATA_LEN, MAX_SEGMENTS, MAX_STREAMS,
 };
 pub use msg::{Control, Entry, EntryKind, Summary, SyncOptions, Want, WantKind};
 pub use path::{PathError, SafeRelPath};
+pub use reader::FrameReader;
+pub use seal::{Opener, Sealer};
 
-/// Everything the decoder can reject. Each is a reason to drop the connection.
+/// Everything the decoder can reject. Each is a reason to drop the connection; only
+/// [`ProtocolError::Forged`] (and a data payload that fails to parse or verify, which
+/// nobody could tell from one edited on the way) may be damage in transit rather than
+/// the peer's doing.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ProtocolError {
     /// A frame type this version does not know.
@@ -68,6 +74,10 @@ pub enum ProtocolError {
     /// A message arrived where the protocol does not allow it.
     #[error("unexpected message: {0}")]
     Unexpected(String),
+    /// A frame's tag or a control message's MAC is wrong: the bytes were altered, dropped
+    /// or reordered on the way, or do not belong to this connection.
+    #[error("{0} failed verification (altered in transit?)")]
+    Forged(&'static str),
     /// A path in the manifest is not a safe relative path.
     #[error("unsafe path in manifest: {0}")]
     Path(#[from] PathError),

@@ -6,8 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::frame::{encode_frame, FrameKind};
-use super::limits::MAX_CONTROL_LEN;
+use super::limits::{CONTROL_MAC_LEN, MAX_CONTROL_LEN};
+use super::seal::Sealer;
 use super::ProtocolError;
 
 /// One message on the control stream.
@@ -165,18 +165,18 @@ pub enum EntryKind {
 }
 
 impl Control {
-    /// Appends this message as one control frame.
-    pub fn encode(&self, out: &mut Vec<u8>) -> Result<(), ProtocolError> {
+    /// Appends this message as one control frame, sealed by `sealer`.
+    pub fn encode(&self, sealer: &mut Sealer, out: &mut Vec<u8>) -> Result<(), ProtocolError> {
         let payload =
             postcard::to_stdvec(self).map_err(|e| ProtocolError::Control(e.to_string()))?;
-        if payload.len() > MAX_CONTROL_LEN {
+        if payload.len() + CONTROL_MAC_LEN > MAX_CONTROL_LEN {
             return Err(ProtocolError::TooLong {
                 what: "control message",
                 len: payload.len() as u64,
-                max: MAX_CONTROL_LEN as u64,
+                max: (MAX_CONTROL_LEN - CONTROL_MAC_LEN) as u64,
             });
         }
-        encode_frame(out, FrameKind::Control, &payload);
+        sealer.control(&payload, out);
         Ok(())
     }
 
@@ -207,7 +207,7 @@ impl Control {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::decode_frame;
+    use crate::protocol::{FrameReader, Opener};
     use proptest::prelude::*;
 
     #[test]
@@ -259,10 +259,13 @@ mod tests {
                 message: "disk full".into(),
             },
         ];
+        let mut sealer = Sealer::new([9; 32], false);
+        let mut reader = FrameReader::new(Opener::new([9; 32], true));
         for m in msgs {
             let mut out = Vec::new();
-            m.encode(&mut out).unwrap();
-            let (f, _) = decode_frame(&out).unwrap().unwrap();
+            m.encode(&mut sealer, &mut out).unwrap();
+            let mut src: &[u8] = &out;
+            let f = reader.read_frame(&mut src).unwrap().unwrap();
             assert_eq!(Control::decode(f.payload).unwrap(), m);
         }
     }

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::progress::Counters;
-use crate::session::lost;
+use crate::protocol::{FrameKind, Sealer};
+use crate::session::{lost, sealer};
 use crate::transport::{self, Conn, Role, Ticket, TransportError};
 
 /// Dials `ticket`: the first connection finds an address that works; the rest reuse it.
@@ -40,20 +41,48 @@ pub struct Redial<'a> {
     pub stream: usize,
 }
 
+/// A data connection and the tags of the frames we write on it.
+pub(super) type DataConn = (Conn, Sealer);
+
 impl Redial<'_> {
-    /// Writes one frame; when the connection fails, re-dials (with backoff) and writes
-    /// it again on the new one. What the old connection lost is asked for again by the
-    /// receiver after Finish.
+    /// Opens a data connection.
+    pub(super) fn open(&self) -> Result<DataConn> {
+        (self.dial)().map(|c| {
+            let s = sealer(&c);
+            (c, s)
+        })
+    }
+
+    /// Writes one frame of `kind` whose payload is `parts`, tagged for the connection it
+    /// goes on; when the connection fails, re-dials (with backoff) and writes it again on
+    /// the new one. What the old connection lost is asked for again by the receiver after
+    /// Finish.
     pub(super) fn write(
         &self,
-        conn: &mut Option<Conn>,
+        conn: &mut Option<DataConn>,
+        kind: FrameKind,
         parts: &[&[u8]],
         counters: &Counters,
     ) -> Result<()> {
+        let len = parts.iter().map(|p| p.len()).sum();
+        let mut head = Vec::new();
         let mut attempt = 0;
         loop {
             let r = match conn.as_mut() {
-                Some(c) => parts.iter().try_for_each(|p| c.write_all(p)).map_err(lost),
+                Some((c, s)) => {
+                    // The header and the first part in one write: one packet, not two.
+                    head.clear();
+                    head.extend_from_slice(&s.header(kind, len));
+                    let (first, rest): (&[u8], &[&[u8]]) = match parts.split_first() {
+                        Some((f, r)) => (f, r),
+                        None => (&[], &[]),
+                    };
+                    head.extend_from_slice(first);
+                    std::iter::once(&head[..])
+                        .chain(rest.iter().copied())
+                        .try_for_each(|p| c.write_all(p))
+                        .map_err(lost)
+                }
                 None => Err(lost(io::Error::other("data stream not connected"))),
             };
             let err = match r {
@@ -68,7 +97,7 @@ impl Redial<'_> {
                 }
                 std::thread::sleep(backoff(attempt));
                 attempt += 1;
-                match (self.dial)() {
+                match self.open() {
                     Ok(c) => {
                         crate::progress::warn(&format!(
                             "data stream {} reconnected ({err})",

@@ -7,8 +7,8 @@ use std::time::Duration;
 use super::dial::{backoff, gave_up};
 use crate::error::{Error, Result};
 use crate::progress::Counters;
-use crate::protocol::{Control, FrameReader};
-use crate::session::{read_msg, write_msg};
+use crate::protocol::Control;
+use crate::session::Channel;
 use crate::transport::{Conn, Role, TransportError};
 
 /// The control connection, re-dialed when it drops: a new one starts with Start and
@@ -16,8 +16,7 @@ use crate::transport::{Conn, Role, TransportError};
 pub(super) struct Link<'a> {
     dial: &'a (dyn Fn(Role) -> Result<Conn> + Sync),
     start: Control,
-    conn: Conn,
-    reader: FrameReader,
+    chan: Channel,
     retries: u32,
     counters: &'a Counters,
 }
@@ -29,25 +28,29 @@ impl<'a> Link<'a> {
         retries: u32,
         counters: &'a Counters,
     ) -> Result<Link<'a>> {
-        let first = || dial(Role::Control).and_then(|mut c| write_msg(&mut c, &start).map(|()| c));
-        let mut conn = first();
+        let first = || {
+            dial(Role::Control).and_then(|c| {
+                let mut chan = Channel::new(c);
+                chan.write(&start).map(|()| chan)
+            })
+        };
+        let mut chan = first();
         // A listener under a flood may drop us before the handshake ends (exit 8 or 5 on
         // the first try); retry those, not a refusal of the ticket or nobody listening.
         for attempt in 1..=retries {
-            match conn {
+            match chan {
                 Err(Error::Transport(TransportError::Handshake(_) | TransportError::Io(_))) => {
                     std::thread::sleep(backoff(attempt));
-                    conn = first();
+                    chan = first();
                 }
                 _ => break,
             }
         }
-        let conn = conn?;
+        let chan = chan?;
         Ok(Link {
             dial,
             start,
-            conn,
-            reader: FrameReader::new(),
+            chan,
             retries,
             counters,
         })
@@ -58,14 +61,14 @@ impl<'a> Link<'a> {
         let mut last = None;
         for attempt in 0..self.retries {
             std::thread::sleep(backoff(attempt));
-            match (self.dial)(Role::Control)
-                .and_then(|mut c| write_msg(&mut c, &self.start).map(|()| c))
-            {
+            match (self.dial)(Role::Control).and_then(|c| {
+                let mut chan = Channel::new(c);
+                chan.write(&self.start).map(|()| chan)
+            }) {
                 Ok(c) => {
                     crate::progress::warn(&format!("control stream reconnected ({why})"));
                     Counters::add(&self.counters.reconnects, 1);
-                    self.conn = c;
-                    self.reader = FrameReader::new();
+                    self.chan = c;
                     return Ok(());
                 }
                 // Something else answers at the receiver's address now (it was restarted,
@@ -86,8 +89,7 @@ impl<'a> Link<'a> {
     pub(super) fn request(&mut self, msg: &Control) -> Result<Control> {
         let mut attempts = 0;
         loop {
-            let r = write_msg(&mut self.conn, msg)
-                .and_then(|()| read_msg(&mut self.conn, &mut self.reader, None));
+            let r = self.chan.write(msg).and_then(|()| self.chan.read(None));
             match r {
                 Ok(reply) => return Ok(reply),
                 Err(e @ Error::Transport(_)) if attempts < self.retries => {
@@ -103,7 +105,7 @@ impl<'a> Link<'a> {
     pub(super) fn tell(&mut self, msg: &Control) -> Result<()> {
         let mut attempts = 0;
         loop {
-            match write_msg(&mut self.conn, msg) {
+            match self.chan.write(msg) {
                 Ok(()) => return Ok(()),
                 Err(e @ Error::Transport(_)) if attempts < self.retries => {
                     attempts += 1;
@@ -116,11 +118,7 @@ impl<'a> Link<'a> {
 
     /// After a stream failed: did the receiver send an Error explaining why?
     pub(super) fn remote_reason(&mut self) -> Option<Error> {
-        match read_msg(
-            &mut self.conn,
-            &mut self.reader,
-            Some(Duration::from_secs(2)),
-        ) {
+        match self.chan.read(Some(Duration::from_secs(2))) {
             Ok(Control::Error { code, message }) => Some(Error::Remote {
                 side: "receiver",
                 message,
@@ -131,16 +129,13 @@ impl<'a> Link<'a> {
     }
 
     pub(super) fn tell_error(&mut self, e: &Error) {
-        let _ = write_msg(
-            &mut self.conn,
-            &Control::Error {
-                code: e.exit_code(),
-                message: e.to_string(),
-            },
-        );
+        let _ = self.chan.write(&Control::Error {
+            code: e.exit_code(),
+            message: e.to_string(),
+        });
     }
 
     pub(super) fn close(&mut self) {
-        let _ = self.conn.shutdown_write();
+        let _ = self.chan.shutdown_write();
     }
 }

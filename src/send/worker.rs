@@ -11,15 +11,14 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Mutex;
 
-use super::dial::Redial;
+use super::dial::{DataConn, Redial};
 use super::report::{Failures, SendOptions};
 use crate::codec::{piece_hash, unit_hash, Encoder};
 use crate::error::Result;
 use crate::plan::queue::{FileJob, Work, WorkQueue};
 use crate::plan::walk::{open_source, Stamp};
 use crate::progress::Counters;
-use crate::protocol::{encode_data_header, encode_frame, Codec, FrameKind, Segment};
-use crate::transport::Conn;
+use crate::protocol::{encode_data_header, hashed_parts, set_hash, Codec, FrameKind, Segment};
 
 /// What went wrong reading one file.
 enum ReadFail {
@@ -66,7 +65,7 @@ pub(super) fn run(
     // A failed first dial is handled like a dropped connection: the first write re-dials
     // with backoff, and gives up as a lost connection (the control stream already proved
     // the receiver; if it is gone now, that is what happened).
-    let mut conn = (link.dial)().ok();
+    let mut conn = link.open().ok();
     while let Some(work) = queue.next() {
         w.raw.clear();
         w.segs.clear();
@@ -87,10 +86,10 @@ pub(super) fn run(
     }
     // The transfer is confirmed (or failed) on the control stream; End only lets the
     // receiver's worker stop early. Errors here change nothing.
-    if let Some(mut c) = conn {
-        let mut end = Vec::new();
-        encode_frame(&mut end, FrameKind::End, &[]);
-        let _ = c.write_all(&end).and_then(|()| c.flush());
+    if let Some((mut c, mut s)) = conn {
+        let _ = c
+            .write_all(&s.header(FrameKind::End, 0))
+            .and_then(|()| c.flush());
         let _ = c.shutdown_write();
     }
     Ok(())
@@ -98,7 +97,7 @@ pub(super) fn run(
 
 fn send_unit(
     link: &Redial<'_>,
-    conn: &mut Option<Conn>,
+    conn: &mut Option<DataConn>,
     enc: &mut Encoder,
     w: &Worker<'_>,
     cbuf: &mut Vec<u8>,
@@ -106,15 +105,16 @@ fn send_unit(
     counters: &Counters,
 ) -> Result<()> {
     let raw = &w.raw;
-    let hash = unit_hash(&w.key, raw);
     let codec = if raw.is_empty() {
         Codec::Raw
     } else {
         enc.encode(raw, cbuf)
     };
     let body: &[u8] = if codec == Codec::Raw { raw } else { cbuf };
-    encode_data_header(hdr, codec, raw.len() as u32, &hash, &w.segs, body.len());
-    link.write(conn, &[hdr, body], counters)?;
+    encode_data_header(hdr, codec, raw.len() as u32, &w.segs);
+    let hash = unit_hash(&w.key, hashed_parts(hdr), raw);
+    set_hash(hdr, &hash);
+    link.write(conn, FrameKind::Data, &[hdr, body], counters)?;
     Counters::add(&counters.units, 1);
     Counters::add(&counters.done_bytes, raw.len() as u64);
     Counters::add(&counters.read_bytes, w.read);

@@ -21,13 +21,13 @@ use super::{Role, TransportError, PROTOCOL_VERSION};
 /// our reply before the dialer reads it).
 const DRAIN_LIMIT: usize = 64 * 1024;
 
-/// Runs the dialer side; `Ok` once the listener accepted us.
+/// Runs the dialer side; the connection's link key once the listener accepted us.
 pub(super) fn dial<S: Read + Write>(
     io: &mut S,
     key: [u8; 32],
     role: Role,
     nonce_c: [u8; 32],
-) -> Result<(), TransportError> {
+) -> Result<[u8; 32], TransportError> {
     let (state, hello) = handshake::Dialer::start(PROTOCOL_VERSION, key, role, nonce_c);
     send(io, &hello).map_err(handshake_error)?;
     let mut prefix = [0u8; SERVER_PREFIX_LEN];
@@ -49,13 +49,13 @@ pub(super) fn dial<S: Read + Write>(
     state.handle_verdict(verdict[0]).map_err(dialer_error)
 }
 
-/// Runs the listener side; the dialer's role when it proved the secret, otherwise the
-/// reason to log.
+/// Runs the listener side; the dialer's role and the connection's link key when it proved
+/// the secret, otherwise the reason to log.
 pub(super) fn listen<S: Read + Write>(
     io: &mut S,
     key: [u8; 32],
     nonce_s: [u8; 32],
-) -> Result<Role, String> {
+) -> Result<(Role, [u8; 32]), String> {
     let mut prefix = [0u8; CLIENT_PREFIX_LEN];
     io.read_exact(&mut prefix)
         .map_err(|e| listener_io("waiting for the hello", e))?;
@@ -91,7 +91,7 @@ pub(super) fn listen<S: Read + Write>(
     let sent = send(io, &[verdict.reply]);
     let role = verdict.outcome.map_err(listener_reason)?;
     sent.map_err(|e| listener_io("sending the verdict", e))?;
-    Ok(role)
+    Ok((role, verdict.link))
 }
 
 fn send<S: Write>(io: &mut S, bytes: &[u8]) -> io::Result<()> {
@@ -139,10 +139,12 @@ mod tests {
     use std::os::unix::net::UnixStream;
     use std::thread;
 
+    type Listened = Result<(Role, [u8; 32]), String>;
+
     fn pair_run(
         dial_key: [u8; 32],
         listen_key: [u8; 32],
-    ) -> (Result<(), TransportError>, Result<Role, String>) {
+    ) -> (Result<[u8; 32], TransportError>, Listened) {
         let (mut a, mut b) = UnixStream::pair().unwrap();
         let l = thread::spawn(move || listen(&mut b, listen_key, [5; 32]));
         let d = dial(&mut a, dial_key, Role::Control, [6; 32]);
@@ -153,8 +155,9 @@ mod tests {
     #[test]
     fn drives_both_sides_over_a_pipe() {
         let (d, l) = pair_run([1; 32], [1; 32]);
-        assert!(d.is_ok());
-        assert_eq!(l, Ok(Role::Control));
+        let (role, link) = l.unwrap();
+        assert_eq!(role, Role::Control);
+        assert_eq!(d.unwrap(), link);
     }
 
     #[test]
@@ -177,7 +180,10 @@ mod tests {
         a.write_all(&hello).unwrap();
         let mut reply = [0u8; SERVER_PREFIX_LEN];
         a.read_exact(&mut reply).unwrap();
-        assert_eq!(&reply, b"HAUL\x01\x00\x01");
+        assert_eq!(
+            &reply[..],
+            &[b"HAUL" as &[u8], &PROTOCOL_VERSION.to_le_bytes(), &[1]].concat()
+        );
         drop(a);
         assert!(l.join().unwrap().unwrap_err().contains("version 9"));
 
@@ -185,13 +191,16 @@ mod tests {
         let fake = thread::spawn(move || {
             let mut hello = [0u8; 39];
             b.read_exact(&mut hello).unwrap();
-            b.write_all(b"HAUL\x02\x00\x01").unwrap();
+            b.write_all(b"HAUL\x09\x00\x01").unwrap();
         });
         let d = dial(&mut a, [1; 32], Role::Data, [6; 32]);
         fake.join().unwrap();
         assert!(matches!(
             d,
-            Err(TransportError::PeerIncompatible { ours: 1, theirs: 2 })
+            Err(TransportError::PeerIncompatible {
+                ours: PROTOCOL_VERSION,
+                theirs: 9
+            })
         ));
     }
 

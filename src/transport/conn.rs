@@ -19,8 +19,16 @@ use rustls::{ClientConnection, ServerConnection, StreamOwned};
 use super::tls::TlsSocket;
 use super::tunnel::Tunnel;
 
-/// A connected, authenticated byte stream. `Read + Write + Send`.
-pub enum Conn {
+/// A connected, authenticated byte stream, and the link key its handshake established.
+/// `Read + Write + Send`.
+pub struct Conn {
+    io: Io,
+    link: [u8; 32],
+    dialer: bool,
+}
+
+/// What carries a [`Conn`]'s bytes.
+pub(super) enum Io {
     /// Unencrypted TCP (`--no-encrypt`), authenticated by the secret handshake.
     Plain(TcpStream),
     /// TLS 1.3, the dialing side.
@@ -34,71 +42,111 @@ pub enum Conn {
 }
 
 impl Conn {
-    /// An in-process connected pair (socketpair), no TLS, no authentication: used for local
-    /// disk-to-disk copy.
+    /// A connection over `io` whose handshake established `link`; `dialer` says which end
+    /// we are.
+    pub(super) fn new(io: Io, link: [u8; 32], dialer: bool) -> Conn {
+        Conn { io, link, dialer }
+    }
+
+    /// An in-process connected pair (socketpair), no TLS, no handshake: used for local
+    /// disk-to-disk copy. Both ends share a random link key.
     pub fn pair() -> io::Result<(Conn, Conn)> {
         let (a, b) = UnixStream::pair()?;
-        Ok((Conn::Unix(a), Conn::Unix(b)))
+        let link = super::ticket::random32()?;
+        Ok((
+            Conn::new(Io::Unix(a), link, true),
+            Conn::new(Io::Unix(b), link, false),
+        ))
+    }
+
+    /// The key of every frame tag and control MAC on this connection, fresh for it and
+    /// known only to its two ends (see `handshake`).
+    pub fn link_key(&self) -> [u8; 32] {
+        self.link
+    }
+
+    /// What carries the bytes (for tests that look inside).
+    #[cfg(test)]
+    pub(super) fn io(&self) -> &Io {
+        &self.io
+    }
+
+    /// Whether we dialed this connection (so which direction our frames go in).
+    pub fn is_dialer(&self) -> bool {
+        self.dialer
     }
 
     /// Shuts down the write side; the peer reads end-of-stream after everything written so
     /// far. TLS sends close_notify first, so the peer can tell a clean end from a cut.
     pub fn shutdown_write(&mut self) -> io::Result<()> {
-        match self {
-            Conn::Plain(s) => s.shutdown(Shutdown::Write),
-            Conn::Tls(s) => {
+        match &mut self.io {
+            Io::Plain(s) => s.shutdown(Shutdown::Write),
+            Io::Tls(s) => {
                 s.conn.send_close_notify();
                 s.flush()?;
                 s.sock.tcp().shutdown(Shutdown::Write)
             }
-            Conn::TlsServer(s) => {
+            Io::TlsServer(s) => {
                 s.conn.send_close_notify();
                 s.flush()?;
                 s.sock.tcp().shutdown(Shutdown::Write)
             }
-            Conn::Unix(s) => s.shutdown(Shutdown::Write),
-            Conn::Tunnel(t) => t.sock.shutdown(Shutdown::Write),
+            Io::Unix(s) => s.shutdown(Shutdown::Write),
+            Io::Tunnel(t) => t.sock.shutdown(Shutdown::Write),
         }
+    }
+
+    /// Shuts down both directions at once, without a clean TLS end: the peer's reads and
+    /// writes fail from now on (used to drop a connection whose bytes failed verification,
+    /// so a peer blocked reading learns at once that it must re-dial).
+    pub fn abort(&mut self) {
+        let _ = match &mut self.io {
+            Io::Plain(s) => s.shutdown(Shutdown::Both),
+            Io::Tls(s) => s.sock.tcp().shutdown(Shutdown::Both),
+            Io::TlsServer(s) => s.sock.tcp().shutdown(Shutdown::Both),
+            Io::Unix(s) => s.shutdown(Shutdown::Both),
+            Io::Tunnel(t) => t.sock.shutdown(Shutdown::Both),
+        };
     }
 
     /// Sets (`Some`) or clears (`None`) a read timeout on the underlying socket. A timed-out
     /// read fails with `WouldBlock` or `TimedOut`. `Some(Duration::ZERO)` is an error.
     pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        match self {
-            Conn::Plain(s) => s.set_read_timeout(t),
-            Conn::Tls(s) => s.sock.tcp().set_read_timeout(t),
-            Conn::TlsServer(s) => s.sock.tcp().set_read_timeout(t),
-            Conn::Unix(s) => s.set_read_timeout(t),
-            Conn::Tunnel(x) => x.sock.set_read_timeout(t),
+        match &self.io {
+            Io::Plain(s) => s.set_read_timeout(t),
+            Io::Tls(s) => s.sock.tcp().set_read_timeout(t),
+            Io::TlsServer(s) => s.sock.tcp().set_read_timeout(t),
+            Io::Unix(s) => s.set_read_timeout(t),
+            Io::Tunnel(x) => x.sock.set_read_timeout(t),
         }
     }
 
     /// Sets (`Some`) or clears (`None`) a write timeout on the underlying socket.
     pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        match self {
-            Conn::Plain(s) => s.set_write_timeout(t),
-            Conn::Tls(s) => s.sock.tcp().set_write_timeout(t),
-            Conn::TlsServer(s) => s.sock.tcp().set_write_timeout(t),
-            Conn::Unix(s) => s.set_write_timeout(t),
-            Conn::Tunnel(x) => x.sock.set_write_timeout(t),
+        match &self.io {
+            Io::Plain(s) => s.set_write_timeout(t),
+            Io::Tls(s) => s.sock.tcp().set_write_timeout(t),
+            Io::TlsServer(s) => s.sock.tcp().set_write_timeout(t),
+            Io::Unix(s) => s.set_write_timeout(t),
+            Io::Tunnel(x) => x.sock.set_write_timeout(t),
         }
     }
 
     /// The peer's TCP address; `None` for a local socketpair.
     pub fn peer_addr(&self) -> Option<SocketAddr> {
-        match self {
-            Conn::Plain(s) => s.peer_addr().ok(),
-            Conn::Tls(s) => s.sock.tcp().peer_addr().ok(),
-            Conn::TlsServer(s) => s.sock.tcp().peer_addr().ok(),
-            Conn::Unix(_) | Conn::Tunnel(_) => None,
+        match &self.io {
+            Io::Plain(s) => s.peer_addr().ok(),
+            Io::Tls(s) => s.sock.tcp().peer_addr().ok(),
+            Io::TlsServer(s) => s.sock.tcp().peer_addr().ok(),
+            Io::Unix(_) | Io::Tunnel(_) => None,
         }
     }
 
     /// The peer for messages: "198.18.0.1:40000", "[2001:db8::1]:40000" or "local".
     pub fn peer_desc(&self) -> String {
-        match self {
-            Conn::Unix(_) => "local".to_string(),
-            Conn::Tunnel(t) => t.desc().to_string(),
+        match &self.io {
+            Io::Unix(_) => "local".to_string(),
+            Io::Tunnel(t) => t.desc().to_string(),
             _ => match self.peer_addr() {
                 Some(a) => a.to_string(),
                 None => "unknown peer".to_string(),
@@ -108,18 +156,18 @@ impl Conn {
 
     /// Whether bytes on this stream are encrypted.
     pub fn is_encrypted(&self) -> bool {
-        matches!(self, Conn::Tls(_) | Conn::TlsServer(_))
+        matches!(self.io, Io::Tls(_) | Io::TlsServer(_))
     }
 }
 
 impl Read for Conn {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Conn::Plain(s) => s.read(buf),
-            Conn::Tls(s) => s.read(buf),
-            Conn::TlsServer(s) => s.read(buf),
-            Conn::Unix(s) => s.read(buf),
-            Conn::Tunnel(t) => t.sock.read(buf),
+        match &mut self.io {
+            Io::Plain(s) => s.read(buf),
+            Io::Tls(s) => s.read(buf),
+            Io::TlsServer(s) => s.read(buf),
+            Io::Unix(s) => s.read(buf),
+            Io::Tunnel(t) => t.sock.read(buf),
         }
     }
 }
@@ -131,12 +179,12 @@ impl Write for Conn {
         if buf.is_empty() {
             return Ok(0);
         }
-        match self {
-            Conn::Plain(s) => s.write(buf),
-            Conn::Tls(s) => s.write(buf),
-            Conn::TlsServer(s) => s.write(buf),
-            Conn::Unix(s) => s.write(buf),
-            Conn::Tunnel(t) => t.sock.write(buf),
+        match &mut self.io {
+            Io::Plain(s) => s.write(buf),
+            Io::Tls(s) => s.write(buf),
+            Io::TlsServer(s) => s.write(buf),
+            Io::Unix(s) => s.write(buf),
+            Io::Tunnel(t) => t.sock.write(buf),
         }
     }
 
@@ -144,34 +192,34 @@ impl Write for Conn {
         if bufs.iter().all(|b| b.is_empty()) {
             return Ok(0);
         }
-        match self {
-            Conn::Plain(s) => s.write_vectored(bufs),
-            Conn::Tls(s) => s.write_vectored(bufs),
-            Conn::TlsServer(s) => s.write_vectored(bufs),
-            Conn::Unix(s) => s.write_vectored(bufs),
-            Conn::Tunnel(t) => t.sock.write_vectored(bufs),
+        match &mut self.io {
+            Io::Plain(s) => s.write_vectored(bufs),
+            Io::Tls(s) => s.write_vectored(bufs),
+            Io::TlsServer(s) => s.write_vectored(bufs),
+            Io::Unix(s) => s.write_vectored(bufs),
+            Io::Tunnel(t) => t.sock.write_vectored(bufs),
         }
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Conn::Plain(s) => s.flush(),
-            Conn::Tls(s) => s.flush(),
-            Conn::TlsServer(s) => s.flush(),
-            Conn::Unix(s) => s.flush(),
-            Conn::Tunnel(t) => t.sock.flush(),
+        match &mut self.io {
+            Io::Plain(s) => s.flush(),
+            Io::Tls(s) => s.flush(),
+            Io::TlsServer(s) => s.flush(),
+            Io::Unix(s) => s.flush(),
+            Io::Tunnel(t) => t.sock.flush(),
         }
     }
 }
 
 impl fmt::Debug for Conn {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kind = match self {
-            Conn::Plain(_) => "Plain",
-            Conn::Tls(_) => "Tls",
-            Conn::TlsServer(_) => "TlsServer",
-            Conn::Unix(_) => "Unix",
-            Conn::Tunnel(_) => "Tunnel",
+        let kind = match &self.io {
+            Io::Plain(_) => "Plain",
+            Io::Tls(_) => "Tls",
+            Io::TlsServer(_) => "TlsServer",
+            Io::Unix(_) => "Unix",
+            Io::Tunnel(_) => "Tunnel",
         };
         write!(f, "Conn::{kind}({})", self.peer_desc())
     }

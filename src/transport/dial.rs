@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use rustls::{ClientConnection, StreamOwned};
 
 use super::auth;
+use super::conn::Io;
 use super::deadline::{handshake_error, DeadlineTcp};
 use super::ticket::{random32, Ticket};
 use super::tls::{self, TlsSocket};
@@ -89,8 +90,8 @@ pub fn connect_tunnel(
     ticket: &Ticket,
     role: Role,
 ) -> Result<Conn, TransportError> {
-    let tunnel = tunnel::open(sock, child, desc, ticket, role)?;
-    Ok(Conn::Tunnel(Box::new(tunnel)))
+    let (tunnel, link) = tunnel::open(sock, child, desc, ticket, role)?;
+    Ok(Conn::new(Io::Tunnel(Box::new(tunnel)), link, true))
 }
 
 fn establish(
@@ -108,10 +109,10 @@ fn establish(
             sock: &sock,
             deadline,
         };
-        auth::dial(&mut io, key, role, nonce_c)?;
+        let link = auth::dial(&mut io, key, role, nonce_c)?;
         sock.set_read_timeout(None).map_err(TransportError::Io)?;
         sock.set_write_timeout(None).map_err(TransportError::Io)?;
-        return Ok(Conn::Plain(sock));
+        return Ok(Conn::new(Io::Plain(sock), link, true));
     }
     let config = tls::client_config(ticket.fingerprint)?;
     let mut conn = ClientConnection::new(config, tls::server_name()?)
@@ -129,7 +130,7 @@ fn establish(
             ));
         }
     }
-    auth::dial(&mut stream, key, role, nonce_c)?;
+    let link = auth::dial(&mut stream, key, role, nonce_c)?;
     stream.sock.clear_deadline().map_err(TransportError::Io)?;
-    Ok(Conn::Tls(Box::new(stream)))
+    Ok(Conn::new(Io::Tls(Box::new(stream)), link, true))
 }

@@ -18,6 +18,11 @@
 //! this layout, so two different versions can always tell each other apart. A listener that
 //! sees another version answers status 1 with its own version and stops there.
 //!
+//! After it, both sides hold a *link key* for this connection alone,
+//! `derive_key("haul 2026 link key", K | nonce_c | nonce_s | role)`, which keys the tags and
+//! MACs of every frame that follows (`protocol::seal`): the handshake authenticates only the
+//! start of the stream, the link key everything after it.
+//!
 //! The dialer checks `proof_s` before it reveals `proof_c`, so a listener that does not know
 //! `K` learns nothing it could replay. The two labels have equal length and every field is
 //! fixed-size, so one side's proof can never be mistaken for the other's.
@@ -130,6 +135,17 @@ fn client_proof(
     h.finalize()
 }
 
+/// The key of everything after the handshake on this connection: fresh (both nonces), bound
+/// to the secret and to the role.
+fn link_key(key: &[u8; 32], nonce_c: &[u8; 32], nonce_s: &[u8; 32], role: Role) -> [u8; 32] {
+    let mut material = [0u8; 32 * 3 + 1];
+    material[..32].copy_from_slice(key);
+    material[32..64].copy_from_slice(nonce_c);
+    material[64..96].copy_from_slice(nonce_s);
+    material[96] = role_byte(role);
+    blake3::derive_key("haul 2026 link key", &material)
+}
+
 /// Compares a received proof with the expected one in constant time
 /// (`blake3::Hash`'s equality is constant-time).
 fn proof_matches(expected: blake3::Hash, received: &[u8; 32]) -> bool {
@@ -220,18 +236,21 @@ impl DialerAwaitRest {
             return Err(HandshakeError::BadServerProof);
         }
         let proof_c = client_proof(&s.key, &nonce_s, &s.nonce_c, s.role);
-        Ok((DialerAwaitVerdict, *proof_c.as_bytes()))
+        let link = link_key(&s.key, &s.nonce_c, &nonce_s, s.role);
+        Ok((DialerAwaitVerdict { link }, *proof_c.as_bytes()))
     }
 }
 
 /// Dialer side, waiting for the one-byte verdict.
-pub struct DialerAwaitVerdict;
+pub struct DialerAwaitVerdict {
+    link: [u8; 32],
+}
 
 impl DialerAwaitVerdict {
-    /// `Ok(())` when the listener accepted us.
-    pub fn handle_verdict(self, verdict: u8) -> Result<(), HandshakeError> {
+    /// The connection's link key when the listener accepted us.
+    pub fn handle_verdict(self, verdict: u8) -> Result<[u8; 32], HandshakeError> {
         match verdict {
-            VERDICT_ACCEPTED => Ok(()),
+            VERDICT_ACCEPTED => Ok(self.link),
             VERDICT_REJECTED => Err(HandshakeError::Rejected),
             other => Err(HandshakeError::UnknownVerdict(other)),
         }
@@ -315,7 +334,15 @@ impl ListenerAwaitRest {
         reply[7..39].copy_from_slice(&s.nonce_s);
         reply[39..].copy_from_slice(proof_s.as_bytes());
         let expected = client_proof(&s.key, &s.nonce_s, &nonce_c, role);
-        Ok((ListenerAwaitProof { role, expected }, reply))
+        let link = link_key(&s.key, &nonce_c, &s.nonce_s, role);
+        Ok((
+            ListenerAwaitProof {
+                role,
+                expected,
+                link,
+            },
+            reply,
+        ))
     }
 }
 
@@ -323,6 +350,7 @@ impl ListenerAwaitRest {
 pub struct ListenerAwaitProof {
     role: Role,
     expected: blake3::Hash,
+    link: [u8; 32],
 }
 
 /// The listener's decision on `proof_c`.
@@ -331,6 +359,8 @@ pub struct Verdict {
     pub reply: u8,
     /// The dialer's role when accepted; why not otherwise.
     pub outcome: Result<Role, HandshakeError>,
+    /// The connection's link key (all zeros when rejected).
+    pub link: [u8; 32],
 }
 
 impl ListenerAwaitProof {
@@ -340,11 +370,13 @@ impl ListenerAwaitProof {
             Verdict {
                 reply: VERDICT_ACCEPTED,
                 outcome: Ok(self.role),
+                link: self.link,
             }
         } else {
             Verdict {
                 reply: VERDICT_REJECTED,
                 outcome: Err(HandshakeError::BadClientProof),
+                link: [0; 32],
             }
         }
     }
@@ -366,16 +398,15 @@ mod tests {
         }
     }
 
+    type DialerOutcome = Result<[u8; 32], HandshakeError>;
+
     /// Runs both sides in memory; returns the listener's outcome (`None` when the dialer
     /// gave up before sending its proof) and the dialer's.
     fn run(
         dialer_key: [u8; 32],
         listener_key: [u8; 32],
         role: Role,
-    ) -> (
-        Option<Result<Role, HandshakeError>>,
-        Result<(), HandshakeError>,
-    ) {
+    ) -> (Option<Result<Role, HandshakeError>>, DialerOutcome) {
         let (d, hello) = Dialer::start(V, dialer_key, role, NC);
         let l = Listener::new(V, listener_key, NS);
         let prefix: [u8; CLIENT_PREFIX_LEN] = hello[..6].try_into().unwrap();
@@ -390,13 +421,26 @@ mod tests {
             Err(e) => return (None, Err(e)),
         };
         let verdict = l.handle_client_proof(&proof_c);
-        (Some(verdict.outcome), d.handle_verdict(verdict.reply))
+        let dialer = d.handle_verdict(verdict.reply);
+        if let Ok(link) = dialer {
+            assert_eq!(link, verdict.link, "both sides derive the same link key");
+        }
+        (Some(verdict.outcome), dialer)
     }
 
     #[test]
     fn same_key_accepts_with_role() {
-        assert_eq!(run(K, K, Role::Data), (Some(Ok(Role::Data)), Ok(())));
-        assert_eq!(run(K, K, Role::Control), (Some(Ok(Role::Control)), Ok(())));
+        let data = link_key(&K, &NC, &NS, Role::Data);
+        let control = link_key(&K, &NC, &NS, Role::Control);
+        assert_eq!(run(K, K, Role::Data), (Some(Ok(Role::Data)), Ok(data)));
+        assert_eq!(
+            run(K, K, Role::Control),
+            (Some(Ok(Role::Control)), Ok(control))
+        );
+        // Fresh per connection and per role, and never the secret itself.
+        assert_ne!(data, control);
+        assert_ne!(data, link_key(&K, &NC, &[3; 32], Role::Data));
+        assert_ne!(data, K);
     }
 
     #[test]
@@ -420,7 +464,7 @@ mod tests {
         assert_eq!(v.reply, VERDICT_REJECTED);
         assert_eq!(v.outcome, Err(HandshakeError::BadClientProof));
         assert_eq!(
-            DialerAwaitVerdict.handle_verdict(v.reply),
+            DialerAwaitVerdict { link: [0; 32] }.handle_verdict(v.reply),
             Err(HandshakeError::Rejected)
         );
     }
@@ -494,7 +538,7 @@ mod tests {
             Some(HandshakeError::UnknownStatus(7))
         );
         assert_eq!(
-            DialerAwaitVerdict.handle_verdict(200),
+            DialerAwaitVerdict { link: [0; 32] }.handle_verdict(200),
             Err(HandshakeError::UnknownVerdict(200))
         );
     }

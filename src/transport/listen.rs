@@ -23,6 +23,7 @@ use rustls::{ServerConfig, ServerConnection, StreamOwned};
 
 use super::admit::{Admission, RejectLog, Source, LOG_WINDOW, MAX_PENDING};
 use super::auth;
+use super::conn::Io;
 use super::deadline::{arm_deadline, listener_io, DeadlineTcp};
 use super::handshake::MAGIC;
 use super::ticket::{random32, Secret, Ticket, MAX_TICKET_ADDRS};
@@ -457,11 +458,11 @@ fn accept_one(
             sock: &sock,
             deadline,
         };
-        let role = auth::listen(&mut io, shared.key, nonce_s)?;
+        let (role, link) = auth::listen(&mut io, shared.key, nonce_s)?;
         sock.set_read_timeout(None).map_err(setup)?;
         sock.set_write_timeout(None).map_err(setup)?;
         return Ok(Accepted {
-            conn: Conn::Plain(sock),
+            conn: Conn::new(Io::Plain(sock), link, false),
             role,
             peer,
             encrypted: false,
@@ -479,10 +480,10 @@ fn accept_one(
             Err(e) => return Err(listener_io("in the TLS handshake", e)),
         }
     }
-    let role = auth::listen(&mut stream, shared.key, nonce_s)?;
+    let (role, link) = auth::listen(&mut stream, shared.key, nonce_s)?;
     stream.sock.clear_deadline().map_err(setup)?;
     Ok(Accepted {
-        conn: Conn::TlsServer(Box::new(stream)),
+        conn: Conn::new(Io::TlsServer(Box::new(stream)), link, false),
         role,
         peer,
         encrypted: true,

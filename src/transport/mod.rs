@@ -48,8 +48,9 @@ pub use tls::TlsSocket;
 pub use tunnel::Tunnel;
 
 /// The version in every connection's hello; peers with another version are refused with
-/// [`TransportError::PeerIncompatible`].
-pub const PROTOCOL_VERSION: u16 = 1;
+/// [`TransportError::PeerIncompatible`]. 2: every frame tagged with the link key, control
+/// messages MACed, unit hashes over the segment table.
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// Which kind of connection this is within one transfer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -49,10 +49,12 @@ fn round_trip(encrypt: bool) {
     assert_eq!(acc.role, Role::Data);
     assert_eq!(acc.encrypted, encrypt);
     assert_eq!(dialer.is_encrypted(), encrypt);
-    if let Conn::Tls(s) = &dialer {
+    if let super::conn::Io::Tls(s) = dialer.io() {
         let suite = s.conn.negotiated_cipher_suite().map(|s| s.suite());
         assert_eq!(suite, Some(rustls::CipherSuite::TLS13_AES_128_GCM_SHA256));
     }
+    assert_eq!(dialer.link_key(), acc.conn.link_key());
+    assert!(dialer.is_dialer() && !acc.conn.is_dialer());
     let mut listener_side = acc.conn;
     assert_eq!(listener_side.peer_addr(), Some(acc.peer));
     assert_eq!(listener_side.is_encrypted(), encrypt);
@@ -126,12 +128,12 @@ fn forged_client_proof_gets_rejected_verdict() {
     let (ticket, h, _rx) = start();
     let mut s = TcpStream::connect(ticket.addrs[0]).unwrap();
     s.set_read_timeout(Some(WAIT)).unwrap();
-    let mut hello = b"HAUL\x01\x00\x01".to_vec();
+    let mut hello = b"HAUL\x02\x00\x01".to_vec();
     hello.extend_from_slice(&[3; 32]);
     s.write_all(&hello).unwrap();
     let mut reply = [0u8; 71];
     s.read_exact(&mut reply).unwrap();
-    assert_eq!(&reply[..7], b"HAUL\x01\x00\x00");
+    assert_eq!(&reply[..7], b"HAUL\x02\x00\x00");
     s.write_all(&[0u8; 32]).unwrap();
     let mut verdict = Vec::new();
     s.read_to_end(&mut verdict).unwrap();
@@ -193,14 +195,14 @@ fn silent_connection_is_dropped_after_the_deadline_without_blocking_others() {
 
 #[test]
 fn version_mismatch_is_peer_incompatible() {
-    // Our dialer against a listener of version 2.
+    // Our dialer against a listener of version 9.
     let fake = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = fake.local_addr().unwrap();
     let server = thread::spawn(move || {
         let (mut s, _) = fake.accept().unwrap();
         let mut hello = [0u8; 39];
         s.read_exact(&mut hello).unwrap();
-        s.write_all(b"HAUL\x02\x00\x01").unwrap();
+        s.write_all(b"HAUL\x09\x00\x01").unwrap();
         let _ = s.read(&mut [0u8; 1]);
     });
     let ticket = Ticket {
@@ -211,7 +213,7 @@ fn version_mismatch_is_peer_incompatible() {
     let err = connect(&ticket, Role::Data, false).unwrap_err();
     assert!(matches!(
         err,
-        TransportError::PeerIncompatible { ours: 1, theirs: 2 }
+        TransportError::PeerIncompatible { ours: 2, theirs: 9 }
     ));
     assert_eq!(err.exit_code(), 7);
     server.join().unwrap();
@@ -223,7 +225,7 @@ fn version_mismatch_is_peer_incompatible() {
     s.write_all(b"HAUL\x09\x00\x00").unwrap();
     let mut reply = [0u8; 7];
     s.read_exact(&mut reply).unwrap();
-    assert_eq!(&reply, b"HAUL\x01\x00\x01");
+    assert_eq!(&reply, b"HAUL\x02\x00\x01");
     drop(s);
     wait_until("the rejection", || h.rejected() == 1);
 }

@@ -72,14 +72,15 @@ impl Drop for Tunnel {
 /// Runs the secret handshake as the dialer of `role` through `child` (which holds the
 /// other end of `sock` as its stdin and stdout) to the listener of `ticket`; `desc` names
 /// the route in messages. The helper is reaped when the tunnel is dropped, and killed at
-/// once if the handshake fails. `dial::connect_tunnel` wraps the result in a `Conn`.
+/// once if the handshake fails. `dial::connect_tunnel` wraps the result (and the link key)
+/// in a `Conn`.
 pub(super) fn open(
     sock: UnixStream,
     child: Child,
     desc: String,
     ticket: &Ticket,
     role: Role,
-) -> Result<Tunnel, TransportError> {
+) -> Result<(Tunnel, [u8; 32]), TransportError> {
     let mut tunnel = Tunnel {
         sock,
         child: Some(child),
@@ -92,11 +93,11 @@ pub(super) fn open(
             let _ = c.wait();
         }
     }
-    r?;
-    Ok(tunnel)
+    let link = r?;
+    Ok((tunnel, link))
 }
 
-fn handshake(t: &mut Tunnel, ticket: &Ticket, role: Role) -> Result<(), TransportError> {
+fn handshake(t: &mut Tunnel, ticket: &Ticket, role: Role) -> Result<[u8; 32], TransportError> {
     let setup = |e: io::Error| TransportError::Io(e);
     t.sock
         .set_read_timeout(Some(TUNNEL_HANDSHAKE_TIMEOUT))
@@ -105,8 +106,8 @@ fn handshake(t: &mut Tunnel, ticket: &Ticket, role: Role) -> Result<(), Transpor
         .set_write_timeout(Some(TUNNEL_HANDSHAKE_TIMEOUT))
         .map_err(setup)?;
     let nonce_c = random32().map_err(setup)?;
-    match auth::dial(&mut t.sock, *ticket.secret.as_bytes(), role, nonce_c) {
-        Ok(()) => {}
+    let link = match auth::dial(&mut t.sock, *ticket.secret.as_bytes(), role, nonce_c) {
+        Ok(link) => link,
         // The helper closed at once: it could not reach the listener.
         Err(TransportError::Handshake(m)) | Err(TransportError::Tls(m)) => {
             return Err(TransportError::Handshake(format!(
@@ -115,10 +116,10 @@ fn handshake(t: &mut Tunnel, ticket: &Ticket, role: Role) -> Result<(), Transpor
             )))
         }
         Err(e) => return Err(e),
-    }
+    };
     t.sock.set_read_timeout(None).map_err(setup)?;
     t.sock.set_write_timeout(None).map_err(setup)?;
-    Ok(())
+    Ok(link)
 }
 
 #[cfg(test)]

@@ -1,0 +1,281 @@
+//! [`FrameReader`], the one adapter that turns a byte stream into checked frames: it checks
+//! each header's tag (`seal`) before it waits for the payload, and a control payload's MAC
+//! before it hands the message on.
+//!
+//! Not here: the envelope's layout (`frame`), what a payload means (`data`, `msg`).
+
+use std::io::{self, Read};
+
+use super::frame::{Frame, FrameHeader, FrameKind, ReadError, FRAME_HEADER_LEN};
+use super::seal::Opener;
+
+/// Turns a byte stream into checked frames. It keeps partial frames across read timeouts,
+/// so a caller may poll a stream with a timeout without losing bytes.
+pub struct FrameReader {
+    opener: Opener,
+    /// The header of the frame being read, already checked, and its sequence number.
+    pending: Option<(FrameHeader, u64)>,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    consumed: usize,
+}
+
+const READ_CHUNK: usize = 256 << 10;
+
+impl FrameReader {
+    /// A reader checking frames with `opener` (see `seal`).
+    pub fn new(opener: Opener) -> FrameReader {
+        FrameReader {
+            opener,
+            pending: None,
+            buf: Vec::new(),
+            start: 0,
+            end: 0,
+            consumed: 0,
+        }
+    }
+
+    /// Reads until one whole frame is buffered and checked, and returns it; `Ok(None)` on
+    /// a clean end of stream between frames. A control frame's payload is the message,
+    /// its MAC checked and removed. The frame borrows the reader until the next call.
+    pub fn read_frame<R: Read>(&mut self, r: &mut R) -> Result<Option<Frame<'_>>, ReadError> {
+        self.start += std::mem::take(&mut self.consumed);
+        loop {
+            let avail = self.end - self.start;
+            if self.pending.is_none() && avail >= FRAME_HEADER_LEN {
+                let h = self.header()?;
+                self.pending = Some(self.opener.open_header(&h)?);
+            }
+            let need = match self.pending {
+                Some((h, seq)) if avail >= FRAME_HEADER_LEN + h.len => {
+                    self.pending = None;
+                    self.consumed = FRAME_HEADER_LEN + h.len;
+                    let head = self.header()?;
+                    let body = self.start + FRAME_HEADER_LEN;
+                    let payload = &self.buf[body..body + h.len];
+                    let payload = match h.kind {
+                        FrameKind::Control => self.opener.open_control(seq, &head, payload)?,
+                        _ => payload,
+                    };
+                    return Ok(Some(Frame {
+                        kind: h.kind,
+                        payload,
+                    }));
+                }
+                Some((h, _)) => FRAME_HEADER_LEN + h.len,
+                None => FRAME_HEADER_LEN,
+            };
+            self.make_room(need);
+            let n = loop {
+                match r.read(&mut self.buf[self.end..]) {
+                    Ok(n) => break n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            };
+            if n == 0 {
+                return if self.start == self.end {
+                    Ok(None)
+                } else {
+                    Err(ReadError::Truncated)
+                };
+            }
+            self.end += n;
+        }
+    }
+
+    /// The buffered header at `start` (the caller made sure it is there).
+    fn header(&self) -> Result<[u8; FRAME_HEADER_LEN], ReadError> {
+        self.buf[self.start..self.end]
+            .first_chunk::<FRAME_HEADER_LEN>()
+            .copied()
+            .ok_or(ReadError::Truncated)
+    }
+
+    /// Ensures the buffer can hold `need` bytes from `start`, with read-ahead room.
+    fn make_room(&mut self, need: usize) {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+        let want = need.max(READ_CHUNK);
+        if self.buf.len() - self.start < want {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.buf.len() < want {
+            self.buf.resize(want, 0);
+        }
+        if self.end == self.buf.len() {
+            // A full frame is buffered is impossible here (decode said incomplete), so
+            // `need > end`; the resize above made room.
+            self.buf.resize(self.buf.len() + READ_CHUNK, 0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{ProtocolError, Sealer, MAX_CONTROL_LEN};
+    use proptest::prelude::*;
+
+    const K: [u8; 32] = [4; 32];
+
+    fn reader() -> FrameReader {
+        FrameReader::new(Opener::new(K, false))
+    }
+
+    /// One frame of `kind` as the dialer's `n`th frame would be sealed.
+    fn frame(s: &mut Sealer, out: &mut Vec<u8>, kind: FrameKind, payload: &[u8]) {
+        match kind {
+            FrameKind::Control => s.control(payload, out),
+            _ => {
+                out.extend_from_slice(&s.header(kind, payload.len()));
+                out.extend_from_slice(payload);
+            }
+        }
+    }
+
+    #[test]
+    fn oversized_header_rejected_before_allocation() {
+        let h = Sealer::new(K, true).header(FrameKind::Control, MAX_CONTROL_LEN + 1);
+        let mut src: &[u8] = &h;
+        assert!(matches!(
+            reader().read_frame(&mut src),
+            Err(ReadError::Protocol(ProtocolError::TooLong { .. }))
+        ));
+    }
+
+    /// A reader that hands out bytes a few at a time and times out in between.
+    struct Trickle {
+        data: Vec<u8>,
+        pos: usize,
+        step: usize,
+        tick: bool,
+    }
+
+    impl Read for Trickle {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.tick = !self.tick;
+            if self.tick {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            let n = self.step.min(buf.len()).min(self.data.len() - self.pos);
+            buf[..n].copy_from_slice(&self.data[self.pos..self.pos + n]);
+            self.pos += n;
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn reader_survives_timeouts_mid_frame() {
+        let mut stream = Vec::new();
+        let mut s = Sealer::new(K, true);
+        for i in 0..50u8 {
+            frame(
+                &mut s,
+                &mut stream,
+                FrameKind::Control,
+                &vec![i; i as usize * 100],
+            );
+        }
+        frame(&mut s, &mut stream, FrameKind::End, &[]);
+        let mut t = Trickle {
+            data: stream,
+            pos: 0,
+            step: 37,
+            tick: false,
+        };
+        let mut r = reader();
+        let mut got = Vec::new();
+        loop {
+            match r.read_frame(&mut t) {
+                Ok(Some(f)) => got.push((f.kind, f.payload.to_vec())),
+                Ok(None) => break,
+                Err(e) if e.is_timeout() => continue,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(got.len(), 51);
+        for (i, (kind, p)) in got.iter().take(50).enumerate() {
+            assert_eq!(*kind, FrameKind::Control);
+            assert_eq!(p, &vec![i as u8; i * 100]);
+        }
+        assert_eq!(got[50].0, FrameKind::End);
+    }
+
+    #[test]
+    fn truncated_stream_is_an_error() {
+        let mut stream = Vec::new();
+        frame(
+            &mut Sealer::new(K, true),
+            &mut stream,
+            FrameKind::Control,
+            b"hello",
+        );
+        stream.pop();
+        let mut src: &[u8] = &stream;
+        assert!(matches!(
+            reader().read_frame(&mut src),
+            Err(ReadError::Truncated)
+        ));
+    }
+
+    #[test]
+    fn any_flipped_bit_is_caught() {
+        let mut stream = Vec::new();
+        let mut s = Sealer::new(K, true);
+        frame(&mut s, &mut stream, FrameKind::Control, b"start");
+        frame(&mut s, &mut stream, FrameKind::End, &[]);
+        for bit in 0..stream.len() * 8 {
+            let mut bad = stream.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            let mut src: &[u8] = &bad;
+            let mut r = reader();
+            let first = r
+                .read_frame(&mut src)
+                .map(|f| f.map(|f| f.payload.to_vec()));
+            let ok = matches!(&first, Ok(Some(p)) if p == b"start")
+                && matches!(r.read_frame(&mut src), Ok(Some(f)) if f.kind == FrameKind::End);
+            assert!(!ok, "bit {bit} went unnoticed");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn control_frames_split_anywhere(payloads in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..300), 1..10), step in 1usize..64) {
+            let mut stream = Vec::new();
+            let mut s = Sealer::new(K, true);
+            for p in &payloads {
+                frame(&mut s, &mut stream, FrameKind::Control, p);
+            }
+            let mut t = Trickle { data: stream, pos: 0, step, tick: false };
+            let mut r = reader();
+            let mut got = Vec::new();
+            loop {
+                match r.read_frame(&mut t) {
+                    Ok(Some(f)) => got.push(f.payload.to_vec()),
+                    Ok(None) => break,
+                    Err(e) if e.is_timeout() => continue,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            prop_assert_eq!(got, payloads);
+        }
+
+        #[test]
+        fn any_bytes_read_or_error(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let mut src: &[u8] = &bytes;
+            let mut r = reader();
+            for _ in 0..bytes.len() + 1 {
+                match r.read_frame(&mut src) {
+                    Ok(Some(_)) => continue,
+                    _ => break,
+                }
+            }
+        }
+    }
+}
