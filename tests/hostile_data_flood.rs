@@ -12,7 +12,8 @@ use std::io::{self, Read, Write};
 use std::thread;
 use std::time::Duration;
 
-use haul::protocol::{Control, FrameKind, FrameReader, SyncOptions};
+use haul::protocol::{Control, SyncOptions};
+use haul::session::Channel;
 use haul::transport::{connect, Conn, Role, Ticket};
 use support::*;
 
@@ -23,10 +24,8 @@ const SURPLUS: usize = 30;
 /// How many surplus connections the receiver may keep (its documented slack is smaller).
 const TOLERATED: usize = 8;
 
-fn send_msg(c: &mut Conn, m: &Control) {
-    let mut buf = Vec::new();
-    m.encode(&mut buf).expect("encode");
-    c.write_all(&buf).and_then(|()| c.flush()).expect("send");
+fn send_msg(c: &mut Channel, m: &Control) {
+    c.write(m).expect("send");
 }
 
 /// Whether the receiver has closed `c`: end of input, or an error other than our read
@@ -52,7 +51,8 @@ fn data_connections_beyond_the_declared_streams_are_closed_at_once() {
     let recv = recv(&dest, &["-q"]);
     let ticket = Ticket::parse(&recv.ticket).expect("recv printed a bad ticket");
 
-    let mut control = connect(&ticket, Role::Control, true).expect("control connection");
+    let mut control =
+        Channel::new(connect(&ticket, Role::Control, true).expect("control connection"));
     send_msg(
         &mut control,
         &Control::Start {
@@ -63,12 +63,8 @@ fn data_connections_beyond_the_declared_streams_are_closed_at_once() {
     );
     // An answer to an empty batch means Start was taken: the transfer runs.
     send_msg(&mut control, &Control::Entries(Vec::new()));
-    let mut reader = FrameReader::new();
-    let reply = reader.read_frame(&mut control);
-    assert!(
-        matches!(&reply, Ok(Some(f)) if f.kind == FrameKind::Control),
-        "no answer to Entries"
-    );
+    let reply = control.read(Some(Duration::from_secs(20)));
+    assert!(matches!(reply, Ok(Control::Need(_))), "no answer to Entries");
 
     let open = |what: &str| connect(&ticket, Role::Data, true).expect(what);
     let mut declared: Vec<Conn> = (0..DECLARED).map(|_| open("declared stream")).collect();
