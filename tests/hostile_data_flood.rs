@@ -8,7 +8,7 @@
 
 mod support;
 
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::thread;
 use std::time::Duration;
 
@@ -64,7 +64,10 @@ fn data_connections_beyond_the_declared_streams_are_closed_at_once() {
     // An answer to an empty batch means Start was taken: the transfer runs.
     send_msg(&mut control, &Control::Entries(Vec::new()));
     let reply = control.read(Some(Duration::from_secs(20)));
-    assert!(matches!(reply, Ok(Control::Need(_))), "no answer to Entries");
+    assert!(
+        matches!(reply, Ok(Control::Need(_))),
+        "no answer to Entries"
+    );
 
     let open = |what: &str| connect(&ticket, Role::Data, true).expect(what);
     let mut declared: Vec<Conn> = (0..DECLARED).map(|_| open("declared stream")).collect();
