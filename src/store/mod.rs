@@ -21,7 +21,8 @@
 //! - `resume`: what to ask for per regular file (quick check, resume, delta), on `partial`;
 //! - `other`: directories, symlinks, FIFOs, devices and hardlinks;
 //! - `mirror`: `--delete`;
-//! - `fsops` and `journal`: file-system calls beneath the root, and the resume journal.
+//! - `fsops` and `journal`: file-system calls beneath the root, and the resume journal;
+//! - `tests`: unit tests against a local user who swaps and plants files in the destination.
 
 mod fsops;
 mod journal;
@@ -30,6 +31,8 @@ mod other;
 mod partial;
 mod resume;
 mod state;
+#[cfg(test)]
+mod tests;
 
 pub use fsops::PARTIAL_PREFIX;
 pub use state::{Store, WriterCache};

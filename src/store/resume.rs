@@ -58,15 +58,23 @@ impl Store {
         let existing = rustix::fs::statat(&pfd, name.as_slice(), AtFlags::SYMLINK_NOFOLLOW)
             .ok()
             .filter(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile);
+        fsops::race_point("quick-check");
+        // From here on the file is used only through a descriptor checked to be the file
+        // just stat'ed: a swapped name (a symlink, say) counts as no older version.
+        let existing = existing.and_then(|st| {
+            fsops::open_same_file(&pfd, &name, OFlags::RDONLY, &st)
+                .ok()
+                .map(|f| (st, f))
+        });
         let opts = self.options();
 
         // Quick check: same size and mtime means up to date (rsync's rule).
-        if let Some(st) = &existing {
+        if let Some((st, f)) = &existing {
             let same = st.st_size as u64 == size
                 && st.st_mtime == e.mtime_sec
                 && st.st_mtime_nsec as u32 == e.mtime_nsec;
             if same && !opts.checksum {
-                fsops::apply_meta_at(&pfd, &name, &e, self.as_root, false).map_err(err)?;
+                fsops::apply_meta_fd(f, &e, self.as_root).map_err(err)?;
                 self.unchanged_files.fetch_add(1, Ordering::Relaxed);
                 self.unchanged_bytes
                     .fetch_add(data_bytes, Ordering::Relaxed);
@@ -98,17 +106,15 @@ impl Store {
                 received = have;
                 journal = Some(j);
                 file = Some(f);
-            } else if let (Some(st), true) = (&existing, dense) {
-                // Delta against the older version under the final name.
+            } else if let (Some((st, old)), true) = (existing, dense) {
+                // Delta against the older version under the final name, read through the
+                // descriptor already checked; written only --inplace.
                 let old_len = st.st_size as u64;
-                let old = fsops::open_beneath(
-                    &self.root,
-                    &fsops::join(&parent, &name),
-                    OFlags::RDWR | OFlags::NOFOLLOW,
-                    Mode::empty(),
-                )
-                .map(File::from)
-                .map_err(err)?;
+                let old = if opts.inplace {
+                    fsops::open_same_file(&pfd, &name, OFlags::RDWR, &st).map_err(err)?
+                } else {
+                    old
+                };
                 if let Some((chunk, hashes)) =
                     self.hash_pieces(&old, old_len, block).map_err(err)?
                 {
