@@ -219,6 +219,40 @@ pub fn open_same_file(
     Ok(File::from(fd))
 }
 
+/// Opens `name` in `dir` with `flags` only if it is a regular file of this process's user
+/// with one link — a leftover of our own earlier run, not something another user planted
+/// — never following a symlink and never blocking on a FIFO.
+pub fn open_own_file(dir: &OwnedFd, name: &[u8], flags: OFlags) -> io::Result<File> {
+    let fd = rfs::openat(
+        dir,
+        name,
+        flags | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let st = rfs::fstat(&fd)?;
+    if rfs::FileType::from_raw_mode(st.st_mode) != rfs::FileType::RegularFile
+        || st.st_uid != rustix::process::geteuid().as_raw()
+        || st.st_nlink != 1
+    {
+        return Err(io::Error::other("not a file haul left behind"));
+    }
+    Ok(File::from(fd))
+}
+
+/// Creates `name` in `dir` afresh, mode 0600, opened with `flags`: whatever had the name
+/// is removed first (`unlinkat` follows nothing) and the file is created `O_EXCL`, so what
+/// is opened is a new file of ours and nothing planted.
+pub fn create_new(dir: &OwnedFd, name: &[u8], flags: OFlags) -> io::Result<File> {
+    remove_if_present(dir, name)?;
+    let fd = rfs::openat(
+        dir,
+        name,
+        flags | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )?;
+    Ok(File::from(fd))
+}
+
 /// The error for a name that no longer refers to what was checked or made.
 pub fn replaced() -> io::Error {
     io::Error::other("replaced by someone else while haul was using it")

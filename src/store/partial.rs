@@ -11,7 +11,7 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -31,7 +31,8 @@ const JOURNAL_BYTES: u64 = 64 << 20;
 const JOURNAL_EVERY: Duration = Duration::from_secs(1);
 
 impl Store {
-    /// Creates (truncating) the partial file at its full size.
+    /// Creates the partial file afresh (`O_EXCL`, after removing whatever had its name) at
+    /// its full size.
     pub(super) fn create_work_file(
         &self,
         pfd: &std::os::fd::OwnedFd,
@@ -39,13 +40,7 @@ impl Store {
         size: u64,
         preallocate: bool,
     ) -> io::Result<File> {
-        let fd = rustix::fs::openat(
-            pfd,
-            name,
-            OFlags::RDWR | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        )?;
-        let f = File::from(fd);
+        let f = fsops::create_new(pfd, name, OFlags::RDWR)?;
         f.set_len(size)?;
         if preallocate && size > 0 {
             match rustix::fs::fallocate(&f, FallocateFlags::empty(), 0, size) {
@@ -211,14 +206,25 @@ impl Store {
                 Err(x) => return Err(err(x)),
             }
         }
-        let path = fsops::join(&parent, &work);
-        let mut flags = OFlags::WRONLY | OFlags::NOFOLLOW;
         if !state.precreated {
-            flags |= OFlags::CREATE | OFlags::TRUNC;
+            let pfd = fsops::open_dir(&self.root, &parent).map_err(err)?;
+            return fsops::create_new(&pfd, &work, OFlags::WRONLY).map_err(err);
         }
-        fsops::open_beneath(&self.root, &path, flags, Mode::from_raw_mode(0o600))
+        // Made at manifest time and opened again by name: it must still be that file (and,
+        // unless it is the old version written in place, still ours alone: an inode number
+        // can be reused by a file someone else made).
+        let path = fsops::join(&parent, &work);
+        let flags = OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK;
+        let f = fsops::open_beneath(&self.root, &path, flags, Mode::empty())
             .map(File::from)
-            .map_err(err)
+            .map_err(err)?;
+        let m = f.metadata().map_err(err)?;
+        let ours =
+            state.inplace || (m.uid() == rustix::process::geteuid().as_raw() && m.nlink() == 1);
+        if state.work_id != Some((m.dev(), m.ino())) || !ours {
+            return Err(err(fsops::replaced()));
+        }
+        Ok(f)
     }
 
     /// Names a finished anonymous file `name` in `pfd`, replacing what has that name.
@@ -259,12 +265,7 @@ impl Store {
         }
         // Neither way links here: copy into a named partial file and rename that.
         let tmp = fsops::partial_name(name);
-        let named = File::from(rustix::fs::openat(
-            pfd,
-            tmp.as_slice(),
-            OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        )?);
+        let named = fsops::create_new(pfd, &tmp, OFlags::WRONLY)?;
         copy_range(file, &named, file.metadata()?.len())?;
         fsops::apply_meta_fd(&named, entry, self.as_root)?;
         named.sync_all()?;

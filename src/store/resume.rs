@@ -8,14 +8,16 @@
 
 use std::fs::File;
 use std::io::{self, Read};
+use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::fs::{AtFlags, FileType, OFlags};
 
 use super::fsops;
 use super::journal::{self, Identity};
+use super::key::{self, Key};
 use super::partial::copy_range;
 use super::state::{FileState, JournalState, Store};
 use crate::codec::piece_hash;
@@ -96,8 +98,15 @@ impl Store {
         if precreated && data_bytes > 0 {
             let partial = fsops::partial_name(&name);
             let jname = fsops::journal_name(&name);
-            // Resume: an earlier run's partial file and journal for this same source.
-            if let Some((f, j, have)) = self.open_resumable(&pfd, &partial, &jname, &ident, size) {
+            let key = self.journal_key();
+            let jnew =
+                |f: &File| new_journal(&pfd, &jname, key.as_ref(), path.as_bytes(), &ident, f);
+            // Resume: an earlier run's partial file and journal for this same source, file
+            // and key.
+            let resumed = key.as_ref().and_then(|k| {
+                self.open_resumable(&pfd, &partial, &jname, k, path.as_bytes(), &ident, size)
+            });
+            if let Some((f, j, have)) = resumed {
                 let have_bytes: u64 = have.iter().map(|(a, b)| b - a).sum();
                 remaining = data_bytes.saturating_sub(have_bytes);
                 self.unchanged_bytes
@@ -128,21 +137,28 @@ impl Store {
                             .create_work_file(&pfd, &partial, size, false)
                             .map_err(err)?;
                         copy_range(&old, &f, old_len.min(size)).map_err(err)?;
-                        journal = Some(new_journal(&pfd, &jname, &ident).map_err(err)?);
+                        journal = jnew(&f).map_err(err)?;
                         file = Some(f);
                     }
                 }
             }
             if file.is_none() {
-                file = Some(
-                    self.create_work_file(&pfd, &partial, size, dense)
-                        .map_err(err)?,
-                );
+                let f = self
+                    .create_work_file(&pfd, &partial, size, dense)
+                    .map_err(err)?;
                 if size > block {
-                    journal = Some(new_journal(&pfd, &jname, &ident).map_err(err)?);
+                    journal = jnew(&f).map_err(err)?;
                 }
+                file = Some(f);
             }
         }
+        let work_id = match &file {
+            Some(f) => f
+                .metadata()
+                .map(|m| Some((m.dev(), m.ino())))
+                .map_err(err)?,
+            None => None,
+        };
         let state = Arc::new(FileState {
             entry: e,
             path,
@@ -160,6 +176,7 @@ impl Store {
                 })
             }),
             anonymous: AtomicBool::new(false),
+            work_id,
         });
         if remaining == 0 {
             // Nothing will arrive (empty, all holes, or fully resumed): complete now.
@@ -183,23 +200,46 @@ impl Store {
         Ok(Some(Want { id, what: want }))
     }
 
-    /// An earlier run's partial file and journal, if they belong to this source version.
+    /// The receiver's journal key, loaded on first need; `None` (nothing resumed or
+    /// journaled this run, said once) when it cannot be made or read safely.
+    fn journal_key(&self) -> Option<Key> {
+        *self.journal_key.get_or_init(|| match key::load() {
+            Ok(k) => Some(k),
+            Err(e) => {
+                crate::progress::warn(&format!(
+                    "partial files will not be resumable (journal key: {e})"
+                ));
+                None
+            }
+        })
+    }
+
+    /// An earlier run's partial file and journal, if both are files this user left (never
+    /// followed, never a FIFO, one link) and the journal, authenticated with our key,
+    /// belongs to this source version, this path and this partial file.
+    #[allow(clippy::too_many_arguments)]
     fn open_resumable(
         &self,
         pfd: &std::os::fd::OwnedFd,
         partial: &[u8],
         jname: &[u8],
+        key: &Key,
+        path: &[u8],
         ident: &Identity,
         size: u64,
     ) -> Option<(File, File, journal::Ranges)> {
-        let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let jfd = rustix::fs::openat(pfd, jname, flags, Mode::empty()).ok()?;
-        let mut j = File::from(jfd);
-        let (have, good) = journal::read(&mut j, ident).ok()??;
-        let f = File::from(rustix::fs::openat(pfd, partial, flags, Mode::empty()).ok()?);
-        if f.metadata().ok()?.len() != size {
+        let f = fsops::open_own_file(pfd, partial, OFlags::RDWR).ok()?;
+        let st = f.metadata().ok()?;
+        if st.len() != size {
             return None;
         }
+        let mut j = fsops::open_own_file(pfd, jname, OFlags::RDWR).ok()?;
+        let bind = journal::Binding {
+            key,
+            path,
+            inode: st.ino(),
+        };
+        let (have, good) = journal::read(&mut j, &bind, ident).ok()??;
         // Drop a torn tail so new records follow the last intact one.
         j.set_len(good).ok()?;
         std::io::Seek::seek(&mut j, std::io::SeekFrom::Start(good)).ok()?;
@@ -240,20 +280,26 @@ impl Store {
     }
 }
 
-/// Creates (truncating) the journal for a new partial file and writes its header.
-fn new_journal(pfd: &std::os::fd::OwnedFd, name: &[u8], ident: &Identity) -> io::Result<File> {
-    let fd = rustix::fs::openat(
-        pfd,
-        name,
-        OFlags::WRONLY
-            | OFlags::CREATE
-            | OFlags::TRUNC
-            | OFlags::NOFOLLOW
-            | OFlags::CLOEXEC
-            | OFlags::APPEND,
-        Mode::from_raw_mode(0o600),
-    )?;
-    let mut f = File::from(fd);
-    std::io::Write::write_all(&mut f, &journal::header(ident))?;
-    Ok(f)
+/// Creates afresh the journal of new partial file `partial` and writes its header; without
+/// a key, removes any journal under that name and makes none.
+fn new_journal(
+    pfd: &std::os::fd::OwnedFd,
+    name: &[u8],
+    key: Option<&Key>,
+    path: &[u8],
+    ident: &Identity,
+    partial: &File,
+) -> io::Result<Option<File>> {
+    let Some(key) = key else {
+        fsops::remove_if_present(pfd, name)?;
+        return Ok(None);
+    };
+    let bind = journal::Binding {
+        key,
+        path,
+        inode: partial.metadata()?.ino(),
+    };
+    let mut f = fsops::create_new(pfd, name, OFlags::WRONLY | OFlags::APPEND)?;
+    std::io::Write::write_all(&mut f, &journal::header(&bind, ident))?;
+    Ok(Some(f))
 }

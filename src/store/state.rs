@@ -13,7 +13,7 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -55,6 +55,9 @@ pub struct Store {
     /// [`fsops::Linker::EmptyPath`] (0) or [`fsops::Linker::ProcFd`] (1), or named
     /// partial files renamed into place (2) where neither works.
     pub(super) linker: AtomicU8,
+    /// The receiver's private journal key, loaded when first needed; `None` when it cannot
+    /// be made or read safely (then nothing is resumed or journaled this run).
+    pub(super) journal_key: OnceLock<Option<[u8; 32]>>,
     /// Progress counters.
     pub stats: Arc<Counters>,
 }
@@ -83,6 +86,9 @@ pub(super) struct FileState {
     pub(super) journal: Option<Mutex<JournalState>>,
     /// Written to an anonymous file (`O_TMPFILE`) that is linked in when finished.
     pub(super) anonymous: AtomicBool,
+    /// Device and inode of the named file written to, when made at manifest time: it is
+    /// opened again by name for each stream, and must still be that file.
+    pub(super) work_id: Option<(u64, u64)>,
 }
 
 /// An open resume journal and the records not yet appended to it (they wait until the

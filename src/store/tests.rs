@@ -5,11 +5,17 @@
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::fsops;
-use super::state::Store;
-use crate::protocol::{Entry, EntryKind, SyncOptions, Want, WantKind};
+use super::state::{Store, WriterCache};
+use crate::codec::{unit_hash, Decoder};
+use crate::error::Result;
+use crate::protocol::{
+    decode_frame, encode_data_header, Codec, DataHeader, Entry, EntryKind, Segment, SyncOptions,
+    Want, WantKind,
+};
 
 const NOBODY: u32 = 65534;
 const MIB: u64 = 1 << 20;
@@ -35,11 +41,17 @@ fn file(size: u64) -> EntryKind {
     }
 }
 
-/// A store on `dir` with a 1 MiB block size and default options.
-fn store(dir: &Path) -> Store {
+/// A store on `dir` with a 1 MiB block size, default options and journal key `key`
+/// (never the real state directory's).
+fn store_with(dir: &Path, key: [u8; 32]) -> Store {
     let s = Store::open(dir).unwrap();
     s.configure(MIB, SyncOptions::default(), [9u8; 32]);
+    s.journal_key.set(Some(key)).unwrap();
     s
+}
+
+fn store(dir: &Path) -> Store {
+    store_with(dir, [1u8; 32])
 }
 
 /// Runs `f` at race point `point` (once), on this thread.
@@ -72,6 +84,27 @@ fn set_mtime(p: &Path) {
         .unwrap()
         .set_modified(t)
         .unwrap();
+}
+
+/// Writes `raw` as one verified unit with segments `segs`.
+fn write(store: &Store, segs: &[Segment], raw: &[u8]) -> Result<()> {
+    let key = [3u8; 32];
+    let mut frame = Vec::new();
+    let hash = unit_hash(&key, raw);
+    encode_data_header(
+        &mut frame,
+        Codec::Raw,
+        raw.len() as u32,
+        &hash,
+        segs,
+        raw.len(),
+    );
+    frame.extend_from_slice(raw);
+    let (f, _) = decode_frame(&frame).unwrap().unwrap();
+    let h = DataHeader::parse(f.payload).unwrap();
+    let mut dec = Decoder::new(key);
+    let unit = dec.decode(&h).unwrap();
+    store.write_unit(&unit, h.segments(), &mut WriterCache::default())
 }
 
 #[test]
@@ -164,6 +197,161 @@ fn special_files_get_their_metadata() {
     assert_eq!(fs::read_link(root.join("l")).unwrap(), Path::new("nowhere"));
 }
 
+/// Plants what a local user can make: a partial file of her own and a journal whose
+/// header she computed (BLAKE3 of the source's size and mtime) claiming all of it.
+fn plant_resume_files(root: &Path, name: &[u8], size: u64, journal_is_fifo: bool) {
+    let part = root.join(std::str::from_utf8(&fsops::partial_name(name)).unwrap());
+    let jpath = root.join(std::str::from_utf8(&fsops::journal_name(name)).unwrap());
+    fs::write(&part, vec![b'E'; size as usize]).unwrap();
+    std::os::unix::fs::chown(&part, Some(NOBODY), Some(NOBODY)).unwrap();
+    if journal_is_fifo {
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &jpath,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o666),
+            0,
+        )
+        .unwrap();
+        return;
+    }
+    let mut h = Vec::new();
+    h.extend_from_slice(b"HAULJNL1");
+    h.extend_from_slice(&size.to_le_bytes());
+    h.extend_from_slice(&MTIME.to_le_bytes());
+    h.extend_from_slice(&7u32.to_le_bytes());
+    h.extend_from_slice(&0u32.to_le_bytes());
+    h.extend_from_slice(&size.to_le_bytes());
+    let check = blake3::hash(&h);
+    h.extend_from_slice(&check.as_bytes()[..8]);
+    super::journal::encode_records(&[(0, size as u32)], &mut h);
+    fs::write(&jpath, h).unwrap();
+    std::os::unix::fs::chown(&jpath, Some(NOBODY), Some(NOBODY)).unwrap();
+}
+
+#[test]
+fn planted_partial_and_journal_are_not_trusted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("d");
+    fs::create_dir(&root).unwrap();
+    plant_resume_files(&root, b"big", 2 * MIB, false);
+    let s = store(&root);
+    let need = s
+        .apply_entries(vec![entry(1, "big", file(2 * MIB), 0o4755)])
+        .unwrap();
+    assert_eq!(
+        need,
+        [Want {
+            id: 1,
+            what: WantKind::All
+        }]
+    );
+}
+
+#[test]
+fn fifo_named_as_the_journal_does_not_hang() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("d");
+    fs::create_dir(&root).unwrap();
+    plant_resume_files(&root, b"big", 2 * MIB, true);
+    let s = Arc::new(store(&root));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let s2 = Arc::clone(&s);
+    std::thread::spawn(move || {
+        let r = s2.apply_entries(vec![entry(1, "big", file(2 * MIB), 0o644)]);
+        let _ = tx.send(r.map_err(|e| e.to_string()));
+    });
+    let need = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the receiver hung on a FIFO")
+        .unwrap();
+    assert_eq!(
+        need,
+        [Want {
+            id: 1,
+            what: WantKind::All
+        }]
+    );
+}
+
+/// Starts a 2 MiB file in a store with key `[1; 32]` and makes its first MiB durable.
+fn leave_half_done(root: &Path) {
+    let s = store(root);
+    s.apply_entries(vec![entry(1, "big", file(2 * MIB), 0o644)])
+        .unwrap();
+    let seg = Segment {
+        file: 1,
+        offset: 0,
+        len: MIB as u32,
+        keep: false,
+    };
+    write(&s, &[seg], &vec![1u8; MIB as usize]).unwrap();
+    s.save_progress();
+}
+
+/// What a store with key `key` asks for of the 2 MiB file.
+fn asked(root: &Path, key: [u8; 32]) -> WantKind {
+    let s = store_with(root, key);
+    let mut need = s
+        .apply_entries(vec![entry(1, "big", file(2 * MIB), 0o644)])
+        .unwrap();
+    need.pop().unwrap().what
+}
+
+#[test]
+fn leftovers_are_resumed_only_when_ours_with_one_link_and_our_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("d");
+    fs::create_dir(&root).unwrap();
+    let part = root.join(std::str::from_utf8(&fsops::partial_name(b"big")).unwrap());
+    let jpath = root.join(std::str::from_utf8(&fsops::journal_name(b"big")).unwrap());
+
+    leave_half_done(&root);
+    assert_eq!(
+        asked(&root, [1u8; 32]),
+        WantKind::Ranges(vec![(MIB, 2 * MIB)])
+    );
+    leave_half_done(&root);
+    assert_eq!(asked(&root, [2u8; 32]), WantKind::All, "another key");
+    if fsops::is_root() {
+        leave_half_done(&root);
+        std::os::unix::fs::chown(&jpath, Some(NOBODY), None).unwrap();
+        assert_eq!(asked(&root, [1u8; 32]), WantKind::All, "another owner");
+    }
+    leave_half_done(&root);
+    fs::hard_link(&part, tmp.path().join("extra")).unwrap();
+    assert_eq!(asked(&root, [1u8; 32]), WantKind::All, "a second link");
+    // The planted files were replaced, not reused: the extra link kept the old inode.
+    assert_ne!(
+        fs::metadata(&part).unwrap().ino(),
+        fs::metadata(tmp.path().join("extra")).unwrap().ino()
+    );
+}
+
+#[test]
+fn partial_file_swapped_after_creation_is_not_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("d");
+    fs::create_dir(&root).unwrap();
+    let s = store(&root);
+    s.apply_entries(vec![entry(1, "big", file(2 * MIB), 0o644)])
+        .unwrap();
+    let part = root.join(std::str::from_utf8(&fsops::partial_name(b"big")).unwrap());
+    fs::remove_file(&part).unwrap();
+    fs::write(&part, b"mine").unwrap();
+    if fsops::is_root() {
+        std::os::unix::fs::chown(&part, Some(NOBODY), Some(NOBODY)).unwrap();
+    }
+    let seg = Segment {
+        file: 1,
+        offset: 0,
+        len: 4096,
+        keep: false,
+    };
+    assert!(write(&s, &[seg], &[1u8; 4096]).is_err());
+    assert_eq!(fs::read(&part).unwrap(), b"mine");
+}
+
 #[test]
 fn delta_reads_an_old_version_that_cannot_be_written() {
     let tmp = tempfile::tempdir().unwrap();
@@ -174,7 +362,7 @@ fn delta_reads_an_old_version_that_cannot_be_written() {
     fs::copy("/bin/sleep", &old).unwrap();
     fs::set_permissions(&old, fs::Permissions::from_mode(0o755)).unwrap();
     let mut running = std::process::Command::new(&old).arg("30").spawn().unwrap();
-    let s = Store::open(&root).unwrap();
+    let s = store(&root);
     s.configure(16 << 10, SyncOptions::default(), [9u8; 32]);
     let size = fs::metadata(&old).unwrap().len() + 100_000;
     let r = s.apply_entries(vec![entry(1, "tool", file(size), 0o755)]);
