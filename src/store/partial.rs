@@ -4,6 +4,11 @@
 //! are durable, and finishing it (fsync, metadata, rename or link into place) — or
 //! discarding it.
 //!
+//! A dense partial file is created sparse when its manifest entry arrives and reserved
+//! (`fallocate`) only when its first data arrives: a manifest alone costs an inode per
+//! file, never disk space, so a sender cannot fill the disk with promises. A sender can
+//! still have a file's whole size reserved by sending one unit of it.
+//!
 //! It deliberately does not decide what to ask the sender for (quick check, resume,
 //! delta: that is `resume`, which builds on the helpers here, never the other way round)
 //! and does not touch anything but regular files.
@@ -32,22 +37,15 @@ const JOURNAL_EVERY: Duration = Duration::from_secs(1);
 
 impl Store {
     /// Creates the partial file afresh (`O_EXCL`, after removing whatever had its name) at
-    /// its full size.
+    /// its full size, sparse: it takes no disk space until data arrives.
     pub(super) fn create_work_file(
         &self,
         pfd: &std::os::fd::OwnedFd,
         name: &[u8],
         size: u64,
-        preallocate: bool,
     ) -> io::Result<File> {
         let f = fsops::create_new(pfd, name, OFlags::RDWR)?;
         f.set_len(size)?;
-        if preallocate && size > 0 {
-            match rustix::fs::fallocate(&f, FallocateFlags::empty(), 0, size) {
-                Ok(()) | Err(rustix::io::Errno::OPNOTSUPP) => {}
-                Err(x) => return Err(x.into()),
-            }
-        }
         Ok(f)
     }
 
@@ -105,6 +103,9 @@ impl Store {
                     f
                 }
             };
+            if state.preallocate.swap(false, Ordering::AcqRel) {
+                preallocate(&file, state.size).map_err(|x| self.dest_err(&state.path, x))?;
+            }
             if !seg.keep {
                 file.write_all_at(data, seg.offset)
                     .map_err(|x| self.dest_err(&state.path, x))?;
@@ -376,6 +377,15 @@ fn add_range(ranges: &mut Vec<(u64, u64)>, a: u64, b: u64) -> u64 {
         *ranges = merged;
     }
     fresh
+}
+
+/// Reserves a dense file's whole size at once (one contiguous allocation where the file
+/// system can, and a full disk is found at the first unit rather than the last).
+fn preallocate(file: &File, size: u64) -> io::Result<()> {
+    match rustix::fs::fallocate(file, FallocateFlags::empty(), 0, size) {
+        Ok(()) | Err(rustix::io::Errno::OPNOTSUPP) => Ok(()),
+        Err(x) => Err(x.into()),
+    }
 }
 
 /// Makes the data written so far durable, then appends the pending records to the journal

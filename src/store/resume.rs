@@ -94,6 +94,7 @@ impl Store {
         let mut journal = None;
         let mut inplace = false;
         let mut file = None;
+        let mut preallocate = false;
 
         if precreated && data_bytes > 0 {
             let partial = fsops::partial_name(&name);
@@ -133,9 +134,7 @@ impl Store {
                         old.set_len(size).map_err(err)?;
                         file = Some(old);
                     } else {
-                        let f = self
-                            .create_work_file(&pfd, &partial, size, false)
-                            .map_err(err)?;
+                        let f = self.create_work_file(&pfd, &partial, size).map_err(err)?;
                         copy_range(&old, &f, old_len.min(size)).map_err(err)?;
                         journal = jnew(&f).map_err(err)?;
                         file = Some(f);
@@ -143,9 +142,8 @@ impl Store {
                 }
             }
             if file.is_none() {
-                let f = self
-                    .create_work_file(&pfd, &partial, size, dense)
-                    .map_err(err)?;
+                let f = self.create_work_file(&pfd, &partial, size).map_err(err)?;
+                preallocate = dense;
                 if size > block {
                     journal = jnew(&f).map_err(err)?;
                 }
@@ -176,6 +174,7 @@ impl Store {
                 })
             }),
             anonymous: AtomicBool::new(false),
+            preallocate: AtomicBool::new(preallocate),
             work_id,
         });
         if remaining == 0 {
@@ -183,7 +182,7 @@ impl Store {
             let f = match file {
                 Some(f) => f,
                 None => self
-                    .create_work_file(&pfd, &fsops::partial_name(&name), size, false)
+                    .create_work_file(&pfd, &fsops::partial_name(&name), size)
                     .map_err(err)?,
             };
             self.queue_finish(state, f)?;

@@ -86,6 +86,9 @@ pub(super) struct FileState {
     pub(super) journal: Option<Mutex<JournalState>>,
     /// Written to an anonymous file (`O_TMPFILE`) that is linked in when finished.
     pub(super) anonymous: AtomicBool,
+    /// Dense and new: `fallocate`d when its first data arrives (never at manifest time,
+    /// so a manifest alone takes no disk space).
+    pub(super) preallocate: AtomicBool,
     /// Device and inode of the named file written to, when made at manifest time: it is
     /// opened again by name for each stream, and must still be that file.
     pub(super) work_id: Option<(u64, u64)>,

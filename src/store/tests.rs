@@ -353,6 +353,35 @@ fn partial_file_swapped_after_creation_is_not_written() {
 }
 
 #[test]
+fn large_file_is_preallocated_only_when_its_data_arrives() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("d");
+    fs::create_dir(&root).unwrap();
+    let s = store(&root);
+    s.apply_entries(vec![entry(1, "big", file(8 * MIB), 0o644)])
+        .unwrap();
+    let part = root.join(std::str::from_utf8(&fsops::partial_name(b"big")).unwrap());
+    assert_eq!(
+        fs::metadata(&part).unwrap().blocks(),
+        0,
+        "disk space taken before any data arrived"
+    );
+    let seg = Segment {
+        file: 1,
+        offset: 0,
+        len: 4096,
+        keep: false,
+    };
+    write(&s, &[seg], &[1u8; 4096]).unwrap();
+    let m = fs::metadata(&part).unwrap();
+    assert!(
+        m.blocks() * 512 >= 8 * MIB,
+        "not preallocated: {}",
+        m.blocks()
+    );
+}
+
+#[test]
 fn delta_reads_an_old_version_that_cannot_be_written() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("d");
