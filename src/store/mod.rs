@@ -98,6 +98,7 @@ impl Store {
             options: Mutex::new((SyncOptions::default(), [0u8; 32])),
             linker: AtomicU8::new(0),
             journal_key: OnceLock::new(),
+            ranges: AtomicU64::new(0),
             stats: Arc::new(Counters::default()),
         })
     }

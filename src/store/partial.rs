@@ -25,7 +25,7 @@ use rustix::fs::{FallocateFlags, Mode, OFlags};
 
 use super::fsops;
 use super::journal;
-use super::state::{FileState, JournalState, Store, WriterCache};
+use super::state::{add_range, FileState, JournalState, Store, WriterCache};
 use crate::codec::VerifiedUnit;
 use crate::error::{Error, Result};
 use crate::protocol::{Entry, ProtocolError, Segment, Want, WantKind};
@@ -34,6 +34,13 @@ use crate::protocol::{Entry, ProtocolError, Segment, Want, WantKind};
 const JOURNAL_BYTES: u64 = 64 << 20;
 /// ...or this long, whichever comes first (each costs one fdatasync of the partial file).
 const JOURNAL_EVERY: Duration = Duration::from_secs(1);
+/// Most disjoint received ranges one file may have. A real file's segments merge as they
+/// arrive (one range per data extent of a sparse file, plus units in flight); a sender
+/// scattering single bytes with gaps would otherwise grow the table without bound.
+const MAX_RANGES: usize = 1 << 20;
+/// Most disjoint received ranges all files in progress may have together (each costs
+/// some 40 bytes).
+const MAX_TOTAL_RANGES: u64 = 1 << 21;
 
 impl Store {
     /// Creates the partial file afresh (`O_EXCL`, after removing whatever had its name) at
@@ -88,7 +95,22 @@ impl Store {
                 return Err(ProtocolError::Malformed("small file split across units").into());
             }
             let fresh = match state.received.lock() {
-                Ok(mut r) => add_range(&mut r, seg.offset, end),
+                Ok(mut r) => {
+                    let before = r.len() as u64;
+                    let fresh = add_range(&mut r, seg.offset, end);
+                    let after = r.len() as u64;
+                    let total = if after >= before {
+                        self.ranges.fetch_add(after - before, Ordering::Relaxed) + after - before
+                    } else {
+                        self.ranges.fetch_sub(before - after, Ordering::Relaxed) - (before - after)
+                    };
+                    if r.len() > MAX_RANGES || total > MAX_TOTAL_RANGES {
+                        return Err(
+                            ProtocolError::Malformed("data scattered in too many pieces").into(),
+                        );
+                    }
+                    fresh
+                }
                 Err(_) => return Err(Error::io("range table", io::Error::other("poisoned"))),
             };
             if fresh == 0 {
@@ -140,6 +162,7 @@ impl Store {
                 if let Ok(mut m) = self.files.lock() {
                     m.remove(&seg.file);
                 }
+                self.forget_ranges(&state);
                 cache.open = None;
                 let file = Arc::try_unwrap(file)
                     .or_else(|shared| shared.try_clone())
@@ -305,6 +328,7 @@ impl Store {
             }
             let state = self.files.lock().ok().and_then(|mut m| m.remove(id));
             let Some(state) = state else { continue };
+            self.forget_ranges(&state);
             if state.inplace {
                 continue;
             }
@@ -328,13 +352,23 @@ impl Store {
             .unwrap_or_default();
         let mut out = Vec::new();
         for s in states {
-            let have = s.received.lock().map(|r| r.clone()).unwrap_or_default();
+            let have: Vec<(u64, u64)> = s
+                .received
+                .lock()
+                .map(|r| r.iter().map(|(&a, &b)| (a, b)).collect())
+                .unwrap_or_default();
             out.push(Want {
                 id: s.entry.id,
                 what: WantKind::Ranges(journal::missing(s.size, &have)),
             });
         }
         out
+    }
+
+    /// Takes a file that left the table out of the count of ranges held.
+    fn forget_ranges(&self, state: &FileState) {
+        let n = state.received.lock().map(|r| r.len() as u64).unwrap_or(0);
+        self.ranges.fetch_sub(n, Ordering::Relaxed);
     }
 
     /// Hands a complete file to the finisher threads.
@@ -358,25 +392,6 @@ fn unsupported(e: &io::Error) -> bool {
         e.raw_os_error(),
         Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL)
     )
-}
-
-/// Adds `[a, b)` to sorted, merged `ranges`; returns how many of its bytes were new.
-fn add_range(ranges: &mut Vec<(u64, u64)>, a: u64, b: u64) -> u64 {
-    let mut covered = 0;
-    for &(x, y) in ranges.iter() {
-        let lo = x.max(a);
-        let hi = y.min(b);
-        if lo < hi {
-            covered += hi - lo;
-        }
-    }
-    let fresh = (b - a) - covered;
-    if fresh > 0 {
-        ranges.push((a, b));
-        let merged = journal::merge(std::mem::take(ranges));
-        *ranges = merged;
-    }
-    fresh
 }
 
 /// Reserves a dense file's whole size at once (one contiguous allocation where the file
@@ -444,17 +459,6 @@ fn start_writeback(file: &File, offset: u64, len: usize) {
 mod tests {
     use super::*;
     use crate::protocol::SafeRelPath;
-
-    #[test]
-    fn add_range_counts_only_new_bytes() {
-        let mut r = Vec::new();
-        assert_eq!(add_range(&mut r, 0, 10), 10);
-        assert_eq!(add_range(&mut r, 20, 30), 10);
-        assert_eq!(add_range(&mut r, 5, 25), 10);
-        assert_eq!(r, [(0, 30)]);
-        assert_eq!(add_range(&mut r, 0, 30), 0);
-        assert_eq!(journal::missing(40, &r), [(30, 40)]);
-    }
 
     fn entry() -> Entry {
         Entry {

@@ -19,7 +19,7 @@ use super::fsops;
 use super::journal::{self, Identity};
 use super::key::{self, Key};
 use super::partial::copy_range;
-use super::state::{FileState, JournalState, Store};
+use super::state::{FileState, JournalState, Received, Store};
 use crate::codec::piece_hash;
 use crate::error::{Error, Result};
 use crate::protocol::{Entry, ProtocolError, SafeRelPath, Want, WantKind};
@@ -90,7 +90,7 @@ impl Store {
         let ident = identity(&e, size, data_bytes);
         let mut want = WantKind::All;
         let mut remaining = data_bytes;
-        let mut received = Vec::new();
+        let mut received = Received::new();
         let mut journal = None;
         let mut inplace = false;
         let mut file = None;
@@ -113,7 +113,7 @@ impl Store {
                 self.unchanged_bytes
                     .fetch_add(have_bytes, Ordering::Relaxed);
                 want = WantKind::Ranges(journal::missing(size, &have));
-                received = have;
+                received = have.into_iter().collect();
                 journal = Some(j);
                 file = Some(f);
             } else if let (Some((st, old)), true) = (existing, dense) {

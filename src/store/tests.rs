@@ -409,3 +409,37 @@ fn delta_reads_an_old_version_that_cannot_be_written() {
         "{need:?}"
     );
 }
+
+#[test]
+fn single_bytes_with_gaps_end_the_transfer_at_a_bound() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("d");
+    fs::create_dir(&root).unwrap();
+    let s = store(&root);
+    let size = 4 * MIB;
+    s.apply_entries(vec![entry(1, "big", file(size), 0o644)])
+        .unwrap();
+    let raw = [7u8; 4096];
+    let mut offset = 0u64;
+    let started = std::time::Instant::now();
+    let failed = loop {
+        let segs: Vec<Segment> = (0..4096)
+            .map(|i| Segment {
+                file: 1,
+                offset: offset + 2 * i,
+                len: 1,
+                keep: false,
+            })
+            .collect();
+        offset += 2 * 4096;
+        if write(&s, &segs, &raw).is_err() {
+            break true;
+        }
+        if offset >= size {
+            break false;
+        }
+    };
+    assert!(failed, "2M disjoint ranges were accepted");
+    assert!(offset <= 2 * ((1 << 20) + 4096), "bound passed: {offset}");
+    assert!(started.elapsed() < Duration::from_secs(120));
+}
