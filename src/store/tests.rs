@@ -443,3 +443,55 @@ fn single_bytes_with_gaps_end_the_transfer_at_a_bound() {
     assert!(offset <= 2 * ((1 << 20) + 4096), "bound passed: {offset}");
     assert!(started.elapsed() < Duration::from_secs(120));
 }
+
+#[test]
+fn devices_and_foreign_owners_get_their_metadata_as_root() {
+    if !fsops::is_root() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("d");
+    fs::create_dir(&root).unwrap();
+    let s = store(&root);
+    let mut fifo = entry(1, "p", EntryKind::Fifo, 0o2640);
+    (fifo.uid, fifo.gid) = (NOBODY, NOBODY);
+    let mut link = entry(
+        2,
+        "l",
+        EntryKind::Symlink {
+            target: b"p".to_vec(),
+        },
+        0o777,
+    );
+    (link.uid, link.gid) = (NOBODY, NOBODY);
+    let null = EntryKind::Device {
+        block: false,
+        rdev: rustix::fs::makedev(1, 3),
+    };
+    let mut entries = vec![fifo, link];
+    // Containers may forbid mknod of devices even to root.
+    let devices = rustix::fs::mknodat(
+        rustix::fs::CWD,
+        tmp.path().join("probe"),
+        rustix::fs::FileType::CharacterDevice,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        rustix::fs::makedev(1, 3),
+    )
+    .is_ok();
+    if devices {
+        entries.push(entry(3, "null", null, 0o620));
+    }
+    s.apply_entries(entries).unwrap();
+    let p = fs::symlink_metadata(root.join("p")).unwrap();
+    assert_eq!((p.uid(), p.mode() & 0o7777), (NOBODY, 0o2640));
+    let l = fs::symlink_metadata(root.join("l")).unwrap();
+    assert_eq!((l.uid(), l.mtime()), (NOBODY, MTIME));
+    assert!(l.file_type().is_symlink());
+    if devices {
+        let d = fs::symlink_metadata(root.join("null")).unwrap();
+        assert_eq!(
+            (d.mode() & 0o7777, d.rdev(), d.mtime()),
+            (0o620, rustix::fs::makedev(1, 3), MTIME)
+        );
+    }
+}
