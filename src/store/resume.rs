@@ -3,6 +3,11 @@
 //! run's partial file and journal belong to this same source version (resume), piece
 //! hashes of the older version under the final name (delta), or everything.
 //!
+//! Nothing found in the destination is trusted by name: the older version is used through
+//! a descriptor checked to be the file stat'ed, and leftovers of an earlier run only if
+//! they are this user's files with one link and the journal carries this receiver's key
+//! (see `key`); anything else is replaced and the file sent whole.
+//!
 //! It sets up the file's state and work file and then hands over to `partial`: it
 //! deliberately writes no unit data and finishes no file itself.
 
