@@ -116,6 +116,19 @@ pub fn rename_in(dir: &OwnedFd, from: &[u8], to: &[u8]) -> io::Result<()> {
     rfs::renameat(dir, from, dir, to).map_err(io::Error::from)
 }
 
+/// Renames `from` to `to` in `dir` only if `from` still names the open `file`: a file
+/// someone swapped in under the name meanwhile is refused. (A swap between this check and
+/// the rename can still put under `to` a file its owner could have put there anyway —
+/// never one haul gave an owner or mode to, which is only ever done on `file`.)
+pub fn rename_file_in(dir: &OwnedFd, from: &[u8], to: &[u8], file: &File) -> io::Result<()> {
+    let named = rfs::statat(dir, from, rfs::AtFlags::SYMLINK_NOFOLLOW)?;
+    let open = rfs::fstat(file)?;
+    if (named.st_dev, named.st_ino) != (open.st_dev, open.st_ino) {
+        return Err(replaced());
+    }
+    rename_in(dir, from, to)
+}
+
 /// Opens a new anonymous file (`O_TMPFILE`) in directory `dir` beneath `root`: it has no
 /// name until [`link_anonymous`] gives it one, so a crash leaves nothing behind, and
 /// creating it does not lock the directory (which `O_CREAT` and `rename` do, and which

@@ -273,7 +273,7 @@ impl Store {
                     let tmp = fsops::partial_name(name);
                     fsops::remove_if_present(pfd, &tmp)?;
                     fsops::link_anonymous(file, pfd, &tmp, how)?;
-                    return fsops::rename_in(pfd, &tmp, name);
+                    return fsops::rename_file_in(pfd, &tmp, name, file);
                 }
                 // Not allowed (no CAP_DAC_READ_SEARCH) or no /proc: try the next way.
                 Err(x) if matches!(x.raw_os_error(), Some(libc::ENOENT | libc::EPERM)) => {
@@ -293,7 +293,7 @@ impl Store {
         copy_range(file, &named, file.metadata()?.len())?;
         fsops::apply_meta_fd(&named, entry, self.as_root)?;
         named.sync_all()?;
-        fsops::rename_in(pfd, &tmp, name)
+        fsops::rename_file_in(pfd, &tmp, name, &named)
     }
 
     /// fsync, metadata and rename of one complete file (runs on a finisher thread).
@@ -310,7 +310,7 @@ impl Store {
             self.link_into_place(&file, &pfd, name, &state.entry)
                 .map_err(err)?;
         } else if !state.inplace {
-            fsops::rename_in(&pfd, &fsops::partial_name(name), name).map_err(err)?;
+            fsops::rename_file_in(&pfd, &fsops::partial_name(name), name, &file).map_err(err)?;
         }
         if state.journal.is_some() {
             fsops::remove_if_present(&pfd, &fsops::journal_name(name)).map_err(err)?;

@@ -495,3 +495,32 @@ fn devices_and_foreign_owners_get_their_metadata_as_root() {
         );
     }
 }
+
+#[test]
+fn partial_file_swapped_before_its_rename_is_not_published() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("d");
+    fs::create_dir(&root).unwrap();
+    let s = Arc::new(store(&root));
+    s.apply_entries(vec![entry(1, "big", file(2 * MIB), 0o4755)])
+        .unwrap();
+    for i in 0..2 {
+        let seg = Segment {
+            file: 1,
+            offset: i * MIB,
+            len: MIB as u32,
+            keep: false,
+        };
+        write(&s, &[seg], &vec![1u8; MIB as usize]).unwrap();
+    }
+    // Complete and queued; no finisher has run yet.
+    let part = root.join(std::str::from_utf8(&fsops::partial_name(b"big")).unwrap());
+    fs::remove_file(&part).unwrap();
+    fs::write(&part, b"mine").unwrap();
+    s.start();
+    assert!(s.finish().is_err());
+    assert!(
+        fs::read(root.join("big")).map_or(true, |b| b != b"mine"),
+        "a planted file was published"
+    );
+}
