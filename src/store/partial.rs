@@ -99,11 +99,7 @@ impl Store {
                     let before = r.len() as u64;
                     let fresh = add_range(&mut r, seg.offset, end);
                     let after = r.len() as u64;
-                    let total = if after >= before {
-                        self.ranges.fetch_add(after - before, Ordering::Relaxed) + after - before
-                    } else {
-                        self.ranges.fetch_sub(before - after, Ordering::Relaxed) - (before - after)
-                    };
+                    let total = self.count_ranges(before, after);
                     if r.len() > MAX_RANGES || total > MAX_TOTAL_RANGES {
                         return Err(
                             ProtocolError::Malformed("data scattered in too many pieces").into(),
@@ -365,10 +361,22 @@ impl Store {
         out
     }
 
+    /// Moves the count of ranges held from `before` to `after` (for one file's change)
+    /// and returns the new total.
+    pub(super) fn count_ranges(&self, before: u64, after: u64) -> u64 {
+        let update = self
+            .ranges
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some((v + after).saturating_sub(before))
+            });
+        let old = update.unwrap_or_else(|v| v);
+        (old + after).saturating_sub(before)
+    }
+
     /// Takes a file that left the table out of the count of ranges held.
     fn forget_ranges(&self, state: &FileState) {
         let n = state.received.lock().map(|r| r.len() as u64).unwrap_or(0);
-        self.ranges.fetch_sub(n, Ordering::Relaxed);
+        self.count_ranges(n, 0);
     }
 
     /// Hands a complete file to the finisher threads.

@@ -193,6 +193,9 @@ impl Store {
             self.queue_finish(state, f)?;
             return Ok(None);
         }
+        // Resumed ranges count towards the bound on ranges held, like received ones.
+        let held = state.received.lock().map(|r| r.len() as u64).unwrap_or(0);
+        self.count_ranges(0, held);
         match self.files.lock() {
             Ok(mut m) => {
                 if m.insert(id, state).is_some() {

@@ -524,3 +524,38 @@ fn partial_file_swapped_before_its_rename_is_not_published() {
         "a planted file was published"
     );
 }
+
+#[test]
+fn resumed_ranges_merge_with_new_data() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("d");
+    fs::create_dir(&root).unwrap();
+    let unit = |offset: u64| Segment {
+        file: 1,
+        offset,
+        len: MIB as u32,
+        keep: false,
+    };
+    let data = vec![1u8; MIB as usize];
+    let s = store(&root);
+    s.apply_entries(vec![entry(1, "big", file(4 * MIB), 0o644)])
+        .unwrap();
+    write(&s, &[unit(0)], &data).unwrap();
+    write(&s, &[unit(2 * MIB)], &data).unwrap();
+    s.save_progress();
+    drop(s);
+    let s = Arc::new(store(&root));
+    let need = s
+        .apply_entries(vec![entry(1, "big", file(4 * MIB), 0o644)])
+        .unwrap();
+    let want = vec![(MIB, 2 * MIB), (3 * MIB, 4 * MIB)];
+    assert_eq!(need[0].what, WantKind::Ranges(want));
+    write(&s, &[unit(MIB)], &data).unwrap();
+    write(&s, &[unit(3 * MIB)], &data).unwrap();
+    s.start();
+    s.finish().unwrap();
+    assert_eq!(
+        fs::read(root.join("big")).unwrap(),
+        vec![1u8; 4 * MIB as usize]
+    );
+}
