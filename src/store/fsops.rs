@@ -1,7 +1,8 @@
 //! File-system operations beneath a root directory that never follow a symlink and never
 //! leave the root: every path is resolved with `openat2(RESOLVE_BENEATH |
 //! RESOLVE_NO_SYMLINKS)` from the root's descriptor, and entries are created and renamed
-//! relative to their parent's descriptor.
+//! relative to their parent's descriptor. Metadata is applied through a descriptor
+//! checked to be what was stat'ed or made, never through a name that could be swapped.
 
 use std::fs::File;
 use std::io;
@@ -96,7 +97,7 @@ pub fn make_dir(parent: &OwnedFd, name: &[u8]) -> io::Result<()> {
                     OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
                     Mode::empty(),
                 )?;
-                let mode = st.st_mode & 0o7777;
+                let mode = rfs::fstat(&fd)?.st_mode & 0o7777;
                 if mode & 0o700 != 0o700 {
                     rfs::fchmod(&fd, Mode::from_raw_mode(mode | 0o700))?;
                 }
@@ -113,6 +114,19 @@ pub fn make_dir(parent: &OwnedFd, name: &[u8]) -> io::Result<()> {
 /// Renames `from` to `to` within one directory, replacing `to` (unless it is a directory).
 pub fn rename_in(dir: &OwnedFd, from: &[u8], to: &[u8]) -> io::Result<()> {
     rfs::renameat(dir, from, dir, to).map_err(io::Error::from)
+}
+
+/// Renames `from` to `to` in `dir` only if `from` still names the open `file`: a file
+/// someone swapped in under the name meanwhile is refused. (A swap between this check and
+/// the rename can still put under `to` a file its owner could have put there anyway —
+/// never one haul gave an owner or mode to, which is only ever done on `file`.)
+pub fn rename_file_in(dir: &OwnedFd, from: &[u8], to: &[u8], file: &File) -> io::Result<()> {
+    let named = rfs::statat(dir, from, rfs::AtFlags::SYMLINK_NOFOLLOW)?;
+    let open = rfs::fstat(file)?;
+    if (named.st_dev, named.st_ino) != (open.st_dev, open.st_ino) {
+        return Err(replaced());
+    }
+    rename_in(dir, from, to)
 }
 
 /// Opens a new anonymous file (`O_TMPFILE`) in directory `dir` beneath `root`: it has no
@@ -194,38 +208,157 @@ pub fn apply_meta_fd(fd: impl AsFd, e: &Entry, as_root: bool) -> io::Result<()> 
     Ok(())
 }
 
-/// Applies owner (when root) and mtime to a symlink, and mode too for anything else,
-/// without following it.
-pub fn apply_meta_at(
+/// Opens the regular file `name` in `dir` with `flags` — never following a symlink, never
+/// blocking on a FIFO — and checks on the descriptor that it is the file `expected`
+/// describes (same device and inode): what was checked by name is what gets used.
+pub fn open_same_file(
+    dir: &OwnedFd,
+    name: &[u8],
+    flags: OFlags,
+    expected: &rfs::Stat,
+) -> io::Result<File> {
+    let fd = rfs::openat(
+        dir,
+        name,
+        flags | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let st = rfs::fstat(&fd)?;
+    if rfs::FileType::from_raw_mode(st.st_mode) != rfs::FileType::RegularFile
+        || (st.st_dev, st.st_ino) != (expected.st_dev, expected.st_ino)
+    {
+        return Err(replaced());
+    }
+    Ok(File::from(fd))
+}
+
+/// Opens `name` in `dir` with `flags` only if it is a regular file of this process's user
+/// with one link — a leftover of our own earlier run, not something another user planted
+/// — never following a symlink and never blocking on a FIFO.
+pub fn open_own_file(dir: &OwnedFd, name: &[u8], flags: OFlags) -> io::Result<File> {
+    let fd = rfs::openat(
+        dir,
+        name,
+        flags | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let st = rfs::fstat(&fd)?;
+    if rfs::FileType::from_raw_mode(st.st_mode) != rfs::FileType::RegularFile
+        || st.st_uid != rustix::process::geteuid().as_raw()
+        || st.st_nlink != 1
+    {
+        return Err(io::Error::other("not a file haul left behind"));
+    }
+    Ok(File::from(fd))
+}
+
+/// Creates `name` in `dir` afresh, mode 0600, opened with `flags`: whatever had the name
+/// is removed first (`unlinkat` follows nothing) and the file is created `O_EXCL`, so what
+/// is opened is a new file of ours and nothing planted.
+pub fn create_new(dir: &OwnedFd, name: &[u8], flags: OFlags) -> io::Result<File> {
+    remove_if_present(dir, name)?;
+    let fd = rfs::openat(
+        dir,
+        name,
+        flags | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )?;
+    Ok(File::from(fd))
+}
+
+/// The error for a name that no longer refers to what was checked or made.
+pub fn replaced() -> io::Error {
+    io::Error::other("replaced by someone else while haul was using it")
+}
+
+/// Applies owner (when root), mode (not to a symlink) and mtime to the symlink, FIFO or
+/// device node `name` in `dir` that this process has just made as `kind`, through a
+/// descriptor and never through the name: the name is opened `O_PATH | O_NOFOLLOW` (which
+/// follows nothing and opens nothing for I/O, so a device has no side effects) and must be
+/// of `kind`, ours, with one link; otherwise someone swapped it and nothing is applied.
+///
+/// An `O_PATH` descriptor takes no `fchmod` (and `fchmodat2` is Linux 6.6+), so the mode
+/// goes through `/proc/self/fd/N`, which names exactly the inode checked and that nobody
+/// else can repoint. Creating the node with its final mode instead would not do: the
+/// umask is process-wide, and `chown` as root clears the set-id bits afterwards.
+pub fn apply_meta_made(
     dir: &OwnedFd,
     name: &[u8],
     e: &Entry,
     as_root: bool,
-    is_link: bool,
+    kind: rfs::FileType,
 ) -> io::Result<()> {
+    let fd = rfs::openat(
+        dir,
+        name,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let st = rfs::fstat(&fd)?;
+    if rfs::FileType::from_raw_mode(st.st_mode) != kind
+        || st.st_uid != rustix::process::geteuid().as_raw()
+        || st.st_nlink != 1
+    {
+        return Err(replaced());
+    }
     if as_root {
+        // chown first: it clears set-id bits, which chmod then restores.
         rfs::chownat(
-            dir,
-            name,
+            &fd,
+            c"",
             Some(rustix::process::Uid::from_raw(e.uid)),
             Some(rustix::process::Gid::from_raw(e.gid)),
-            rfs::AtFlags::SYMLINK_NOFOLLOW,
+            rfs::AtFlags::EMPTY_PATH,
         )?;
     }
-    if !is_link {
+    let proc = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    if kind != rfs::FileType::Symlink {
         rfs::chmodat(
-            dir,
-            name,
+            rfs::CWD,
+            proc.as_str(),
             Mode::from_raw_mode(e.mode & 0o7777),
             rfs::AtFlags::empty(),
         )?;
     }
-    rfs::utimensat(dir, name, &mtime(e), rfs::AtFlags::SYMLINK_NOFOLLOW)?;
-    Ok(())
+    match rfs::utimensat(&fd, c"", &mtime(e), rfs::AtFlags::EMPTY_PATH) {
+        // Kernels before 5.8 take no AT_EMPTY_PATH here.
+        Err(rustix::io::Errno::INVAL) => {
+            rfs::utimensat(rfs::CWD, proc.as_str(), &mtime(e), rfs::AtFlags::empty())
+        }
+        other => other,
+    }
+    .map_err(io::Error::from)
 }
 
 /// Durably flushes a directory (entries created or renamed in it).
 pub fn sync_dir(root: &OwnedFd, dir: &SafeRelPath) -> io::Result<()> {
     let fd = open_dir(root, dir)?;
     rfs::fsync(&fd).map_err(io::Error::from)
+}
+
+/// A named point in the middle of a check-then-act sequence where a unit test may change
+/// the file system (to make a race deterministic). Outside unit tests it does nothing and
+/// compiles to nothing.
+#[cfg(test)]
+pub fn race_point(point: &str) {
+    RACE.with(|r| {
+        if let Some(f) = r.borrow_mut().as_mut() {
+            f(point)
+        }
+    })
+}
+
+/// See the test build's `race_point`.
+#[cfg(not(test))]
+#[inline(always)]
+pub fn race_point(_point: &str) {}
+
+/// What a unit test does at a race point.
+#[cfg(test)]
+pub type RaceHook = Box<dyn FnMut(&str)>;
+
+#[cfg(test)]
+thread_local! {
+    /// What a unit test does at each [`race_point`] on its own thread.
+    pub static RACE: std::cell::RefCell<Option<RaceHook>> = const { std::cell::RefCell::new(None) };
 }

@@ -63,8 +63,11 @@ fn remove_tree(parent: &OwnedFd, name: &[u8]) -> io::Result<u64> {
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
     )?;
-    // A read-only directory cannot be emptied until it is writable.
-    let _ = rustix::fs::fchmod(&fd, Mode::from_raw_mode((st.st_mode & 0o7777) | 0o700));
+    // A read-only directory cannot be emptied until it is writable (its mode read from
+    // the descriptor: the name may have been swapped since the stat).
+    if let Ok(st) = rustix::fs::fstat(&fd) {
+        let _ = rustix::fs::fchmod(&fd, Mode::from_raw_mode((st.st_mode & 0o7777) | 0o700));
+    }
     let mut n = 0;
     for child in list(&fd)? {
         n += remove_tree(&fd, &child)?;

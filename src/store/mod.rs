@@ -21,15 +21,20 @@
 //! - `resume`: what to ask for per regular file (quick check, resume, delta), on `partial`;
 //! - `other`: directories, symlinks, FIFOs, devices and hardlinks;
 //! - `mirror`: `--delete`;
-//! - `fsops` and `journal`: file-system calls beneath the root, and the resume journal.
+//! - `fsops`, `journal` and `key`: file-system calls beneath the root, the resume journal,
+//!   and the receiver's private key that authenticates journals;
+//! - `tests`: unit tests against a local user who swaps and plants files in the destination.
 
 mod fsops;
 mod journal;
+mod key;
 mod mirror;
 mod other;
 mod partial;
 mod resume;
 mod state;
+#[cfg(test)]
+mod tests;
 
 pub use fsops::PARTIAL_PREFIX;
 pub use state::{Store, WriterCache};
@@ -38,7 +43,7 @@ use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crossbeam_channel::Receiver;
 use rustix::fs::{Mode, OFlags};
@@ -92,6 +97,8 @@ impl Store {
             seen: Mutex::new(HashSet::new()),
             options: Mutex::new((SyncOptions::default(), [0u8; 32])),
             linker: AtomicU8::new(0),
+            journal_key: OnceLock::new(),
+            ranges: AtomicU64::new(0),
             stats: Arc::new(Counters::default()),
         })
     }

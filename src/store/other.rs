@@ -8,7 +8,7 @@
 
 use std::sync::atomic::Ordering;
 
-use rustix::fs::Mode;
+use rustix::fs::{FileType, Mode};
 
 use super::fsops;
 use super::state::Store;
@@ -56,7 +56,7 @@ impl Store {
             EntryKind::Fifo => rustix::fs::mknodat(
                 &pfd,
                 tmp.as_slice(),
-                rustix::fs::FileType::Fifo,
+                FileType::Fifo,
                 Mode::from_raw_mode(mode),
                 0,
             ),
@@ -64,9 +64,9 @@ impl Store {
                 &pfd,
                 tmp.as_slice(),
                 if *block {
-                    rustix::fs::FileType::BlockDevice
+                    FileType::BlockDevice
                 } else {
-                    rustix::fs::FileType::CharacterDevice
+                    FileType::CharacterDevice
                 },
                 Mode::from_raw_mode(mode),
                 *rdev,
@@ -74,8 +74,14 @@ impl Store {
             _ => return Ok(()),
         };
         made.map_err(|x| self.dest_err(path, x.into()))?;
-        let is_link = matches!(e.kind, EntryKind::Symlink { .. });
-        fsops::apply_meta_at(&pfd, &tmp, e, self.as_root, is_link)
+        fsops::race_point("special-made");
+        let kind = match &e.kind {
+            EntryKind::Symlink { .. } => FileType::Symlink,
+            EntryKind::Fifo => FileType::Fifo,
+            EntryKind::Device { block: true, .. } => FileType::BlockDevice,
+            _ => FileType::CharacterDevice,
+        };
+        fsops::apply_meta_made(&pfd, &tmp, e, self.as_root, kind)
             .and_then(|()| fsops::rename_in(&pfd, &tmp, name))
             .map_err(|x| self.dest_err(path, x))?;
         self.other.fetch_add(1, Ordering::Relaxed);

@@ -4,6 +4,11 @@
 //! are durable, and finishing it (fsync, metadata, rename or link into place) — or
 //! discarding it.
 //!
+//! A dense partial file is created sparse when its manifest entry arrives and reserved
+//! (`fallocate`) only when its first data arrives: a manifest alone costs an inode per
+//! file, never disk space, so a sender cannot fill the disk with promises. A sender can
+//! still have a file's whole size reserved by sending one unit of it.
+//!
 //! It deliberately does not decide what to ask the sender for (quick check, resume,
 //! delta: that is `resume`, which builds on the helpers here, never the other way round)
 //! and does not touch anything but regular files.
@@ -11,7 +16,7 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -20,7 +25,7 @@ use rustix::fs::{FallocateFlags, Mode, OFlags};
 
 use super::fsops;
 use super::journal;
-use super::state::{FileState, JournalState, Store, WriterCache};
+use super::state::{add_range, FileState, JournalState, Store, WriterCache};
 use crate::codec::VerifiedUnit;
 use crate::error::{Error, Result};
 use crate::protocol::{Entry, ProtocolError, Segment, Want, WantKind};
@@ -29,30 +34,25 @@ use crate::protocol::{Entry, ProtocolError, Segment, Want, WantKind};
 const JOURNAL_BYTES: u64 = 64 << 20;
 /// ...or this long, whichever comes first (each costs one fdatasync of the partial file).
 const JOURNAL_EVERY: Duration = Duration::from_secs(1);
+/// Most disjoint received ranges one file may have. A real file's segments merge as they
+/// arrive (one range per data extent of a sparse file, plus units in flight); a sender
+/// scattering single bytes with gaps would otherwise grow the table without bound.
+const MAX_RANGES: usize = 1 << 20;
+/// Most disjoint received ranges all files in progress may have together (each costs
+/// some 40 bytes).
+const MAX_TOTAL_RANGES: u64 = 1 << 21;
 
 impl Store {
-    /// Creates (truncating) the partial file at its full size.
+    /// Creates the partial file afresh (`O_EXCL`, after removing whatever had its name) at
+    /// its full size, sparse: it takes no disk space until data arrives.
     pub(super) fn create_work_file(
         &self,
         pfd: &std::os::fd::OwnedFd,
         name: &[u8],
         size: u64,
-        preallocate: bool,
     ) -> io::Result<File> {
-        let fd = rustix::fs::openat(
-            pfd,
-            name,
-            OFlags::RDWR | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        )?;
-        let f = File::from(fd);
+        let f = fsops::create_new(pfd, name, OFlags::RDWR)?;
         f.set_len(size)?;
-        if preallocate && size > 0 {
-            match rustix::fs::fallocate(&f, FallocateFlags::empty(), 0, size) {
-                Ok(()) | Err(rustix::io::Errno::OPNOTSUPP) => {}
-                Err(x) => return Err(x.into()),
-            }
-        }
         Ok(f)
     }
 
@@ -95,7 +95,18 @@ impl Store {
                 return Err(ProtocolError::Malformed("small file split across units").into());
             }
             let fresh = match state.received.lock() {
-                Ok(mut r) => add_range(&mut r, seg.offset, end),
+                Ok(mut r) => {
+                    let before = r.len() as u64;
+                    let fresh = add_range(&mut r, seg.offset, end);
+                    let after = r.len() as u64;
+                    let total = self.count_ranges(before, after);
+                    if r.len() > MAX_RANGES || total > MAX_TOTAL_RANGES {
+                        return Err(
+                            ProtocolError::Malformed("data scattered in too many pieces").into(),
+                        );
+                    }
+                    fresh
+                }
                 Err(_) => return Err(Error::io("range table", io::Error::other("poisoned"))),
             };
             if fresh == 0 {
@@ -110,6 +121,9 @@ impl Store {
                     f
                 }
             };
+            if state.preallocate.swap(false, Ordering::AcqRel) {
+                preallocate(&file, state.size).map_err(|x| self.dest_err(&state.path, x))?;
+            }
             if !seg.keep {
                 file.write_all_at(data, seg.offset)
                     .map_err(|x| self.dest_err(&state.path, x))?;
@@ -144,6 +158,7 @@ impl Store {
                 if let Ok(mut m) = self.files.lock() {
                     m.remove(&seg.file);
                 }
+                self.forget_ranges(&state);
                 cache.open = None;
                 let file = Arc::try_unwrap(file)
                     .or_else(|shared| shared.try_clone())
@@ -211,14 +226,25 @@ impl Store {
                 Err(x) => return Err(err(x)),
             }
         }
-        let path = fsops::join(&parent, &work);
-        let mut flags = OFlags::WRONLY | OFlags::NOFOLLOW;
         if !state.precreated {
-            flags |= OFlags::CREATE | OFlags::TRUNC;
+            let pfd = fsops::open_dir(&self.root, &parent).map_err(err)?;
+            return fsops::create_new(&pfd, &work, OFlags::WRONLY).map_err(err);
         }
-        fsops::open_beneath(&self.root, &path, flags, Mode::from_raw_mode(0o600))
+        // Made at manifest time and opened again by name: it must still be that file (and,
+        // unless it is the old version written in place, still ours alone: an inode number
+        // can be reused by a file someone else made).
+        let path = fsops::join(&parent, &work);
+        let flags = OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK;
+        let f = fsops::open_beneath(&self.root, &path, flags, Mode::empty())
             .map(File::from)
-            .map_err(err)
+            .map_err(err)?;
+        let m = f.metadata().map_err(err)?;
+        let ours =
+            state.inplace || (m.uid() == rustix::process::geteuid().as_raw() && m.nlink() == 1);
+        if state.work_id != Some((m.dev(), m.ino())) || !ours {
+            return Err(err(fsops::replaced()));
+        }
+        Ok(f)
     }
 
     /// Names a finished anonymous file `name` in `pfd`, replacing what has that name.
@@ -243,7 +269,7 @@ impl Store {
                     let tmp = fsops::partial_name(name);
                     fsops::remove_if_present(pfd, &tmp)?;
                     fsops::link_anonymous(file, pfd, &tmp, how)?;
-                    return fsops::rename_in(pfd, &tmp, name);
+                    return fsops::rename_file_in(pfd, &tmp, name, file);
                 }
                 // Not allowed (no CAP_DAC_READ_SEARCH) or no /proc: try the next way.
                 Err(x) if matches!(x.raw_os_error(), Some(libc::ENOENT | libc::EPERM)) => {
@@ -259,16 +285,11 @@ impl Store {
         }
         // Neither way links here: copy into a named partial file and rename that.
         let tmp = fsops::partial_name(name);
-        let named = File::from(rustix::fs::openat(
-            pfd,
-            tmp.as_slice(),
-            OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        )?);
+        let named = fsops::create_new(pfd, &tmp, OFlags::WRONLY)?;
         copy_range(file, &named, file.metadata()?.len())?;
         fsops::apply_meta_fd(&named, entry, self.as_root)?;
         named.sync_all()?;
-        fsops::rename_in(pfd, &tmp, name)
+        fsops::rename_file_in(pfd, &tmp, name, &named)
     }
 
     /// fsync, metadata and rename of one complete file (runs on a finisher thread).
@@ -285,7 +306,7 @@ impl Store {
             self.link_into_place(&file, &pfd, name, &state.entry)
                 .map_err(err)?;
         } else if !state.inplace {
-            fsops::rename_in(&pfd, &fsops::partial_name(name), name).map_err(err)?;
+            fsops::rename_file_in(&pfd, &fsops::partial_name(name), name, &file).map_err(err)?;
         }
         if state.journal.is_some() {
             fsops::remove_if_present(&pfd, &fsops::journal_name(name)).map_err(err)?;
@@ -303,6 +324,7 @@ impl Store {
             }
             let state = self.files.lock().ok().and_then(|mut m| m.remove(id));
             let Some(state) = state else { continue };
+            self.forget_ranges(&state);
             if state.inplace {
                 continue;
             }
@@ -326,13 +348,35 @@ impl Store {
             .unwrap_or_default();
         let mut out = Vec::new();
         for s in states {
-            let have = s.received.lock().map(|r| r.clone()).unwrap_or_default();
+            let have: Vec<(u64, u64)> = s
+                .received
+                .lock()
+                .map(|r| r.iter().map(|(&a, &b)| (a, b)).collect())
+                .unwrap_or_default();
             out.push(Want {
                 id: s.entry.id,
                 what: WantKind::Ranges(journal::missing(s.size, &have)),
             });
         }
         out
+    }
+
+    /// Moves the count of ranges held from `before` to `after` (for one file's change)
+    /// and returns the new total.
+    pub(super) fn count_ranges(&self, before: u64, after: u64) -> u64 {
+        let update = self
+            .ranges
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some((v + after).saturating_sub(before))
+            });
+        let old = update.unwrap_or_else(|v| v);
+        (old + after).saturating_sub(before)
+    }
+
+    /// Takes a file that left the table out of the count of ranges held.
+    fn forget_ranges(&self, state: &FileState) {
+        let n = state.received.lock().map(|r| r.len() as u64).unwrap_or(0);
+        self.count_ranges(n, 0);
     }
 
     /// Hands a complete file to the finisher threads.
@@ -358,23 +402,13 @@ fn unsupported(e: &io::Error) -> bool {
     )
 }
 
-/// Adds `[a, b)` to sorted, merged `ranges`; returns how many of its bytes were new.
-fn add_range(ranges: &mut Vec<(u64, u64)>, a: u64, b: u64) -> u64 {
-    let mut covered = 0;
-    for &(x, y) in ranges.iter() {
-        let lo = x.max(a);
-        let hi = y.min(b);
-        if lo < hi {
-            covered += hi - lo;
-        }
+/// Reserves a dense file's whole size at once (one contiguous allocation where the file
+/// system can, and a full disk is found at the first unit rather than the last).
+fn preallocate(file: &File, size: u64) -> io::Result<()> {
+    match rustix::fs::fallocate(file, FallocateFlags::empty(), 0, size) {
+        Ok(()) | Err(rustix::io::Errno::OPNOTSUPP) => Ok(()),
+        Err(x) => Err(x.into()),
     }
-    let fresh = (b - a) - covered;
-    if fresh > 0 {
-        ranges.push((a, b));
-        let merged = journal::merge(std::mem::take(ranges));
-        *ranges = merged;
-    }
-    fresh
 }
 
 /// Makes the data written so far durable, then appends the pending records to the journal
@@ -433,17 +467,6 @@ fn start_writeback(file: &File, offset: u64, len: usize) {
 mod tests {
     use super::*;
     use crate::protocol::SafeRelPath;
-
-    #[test]
-    fn add_range_counts_only_new_bytes() {
-        let mut r = Vec::new();
-        assert_eq!(add_range(&mut r, 0, 10), 10);
-        assert_eq!(add_range(&mut r, 20, 30), 10);
-        assert_eq!(add_range(&mut r, 5, 25), 10);
-        assert_eq!(r, [(0, 30)]);
-        assert_eq!(add_range(&mut r, 0, 30), 0);
-        assert_eq!(journal::missing(40, &r), [(30, 40)]);
-    }
 
     fn entry() -> Entry {
         Entry {

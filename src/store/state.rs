@@ -1,19 +1,20 @@
 //! What every part of the store shares: the [`Store`] struct and its fields, the state of
 //! a regular file in progress ([`FileState`], [`JournalState`]), a data stream's
 //! [`WriterCache`], and the small helpers all parts use (options, error recording, the
-//! file table's simple queries).
+//! file table's simple queries, the received-range table).
 //!
 //! It deliberately holds no behaviour of its own: nothing here creates, writes or removes
 //! files in the destination (that is `partial`, `resume`, `other`, `mirror` and the facade
 //! in `mod.rs`), and it uses nothing else in the store but `fsops`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::io;
+use std::ops::Bound;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -55,6 +56,11 @@ pub struct Store {
     /// [`fsops::Linker::EmptyPath`] (0) or [`fsops::Linker::ProcFd`] (1), or named
     /// partial files renamed into place (2) where neither works.
     pub(super) linker: AtomicU8,
+    /// The receiver's private journal key, loaded when first needed; `None` when it cannot
+    /// be made or read safely (then nothing is resumed or journaled this run).
+    pub(super) journal_key: OnceLock<Option<[u8; 32]>>,
+    /// Disjoint received ranges held for all files in progress (bounded).
+    pub(super) ranges: AtomicU64,
     /// Progress counters.
     pub stats: Arc<Counters>,
 }
@@ -65,6 +71,9 @@ pub struct WriterCache {
     pub(super) open: Option<(u64, Arc<File>)>,
 }
 
+/// Disjoint, merged byte ranges, `start -> end`.
+pub(super) type Received = BTreeMap<u64, u64>;
+
 /// A regular file in progress.
 pub(super) struct FileState {
     pub(super) entry: Entry,
@@ -74,7 +83,7 @@ pub(super) struct FileState {
     pub(super) remaining: AtomicU64,
     /// Ranges received so far (sorted, merged): duplicates after a reconnect are
     /// recognised, and what is missing can be asked for again.
-    pub(super) received: Mutex<Vec<(u64, u64)>>,
+    pub(super) received: Mutex<Received>,
     /// Created at manifest time (large or sparse); otherwise its single unit creates it.
     pub(super) precreated: bool,
     /// Written in place under its final name (`--inplace` delta): no rename at the end.
@@ -83,6 +92,12 @@ pub(super) struct FileState {
     pub(super) journal: Option<Mutex<JournalState>>,
     /// Written to an anonymous file (`O_TMPFILE`) that is linked in when finished.
     pub(super) anonymous: AtomicBool,
+    /// Dense and new: `fallocate`d when its first data arrives (never at manifest time,
+    /// so a manifest alone takes no disk space).
+    pub(super) preallocate: AtomicBool,
+    /// Device and inode of the named file written to, when made at manifest time: it is
+    /// opened again by name for each stream, and must still be that file.
+    pub(super) work_id: Option<(u64, u64)>,
 }
 
 /// An open resume journal and the records not yet appended to it (they wait until the
@@ -158,5 +173,96 @@ impl Store {
     /// How many files still wait for data.
     pub fn incomplete(&self) -> usize {
         self.files.lock().map(|m| m.len()).unwrap_or(0)
+    }
+}
+
+/// Adds `[a, b)` to `ranges` (disjoint, merged), merging it with the ranges it overlaps or
+/// touches; returns how many of its bytes were new. O(log n) plus the ranges merged.
+pub(super) fn add_range(ranges: &mut Received, a: u64, b: u64) -> u64 {
+    if a >= b {
+        return 0;
+    }
+    let (mut lo, mut hi, mut covered) = (a, b, 0);
+    if let Some((&s, &e)) = ranges.range(..=a).next_back() {
+        if e >= a {
+            covered += e.min(b) - a;
+            (lo, hi) = (s, hi.max(e));
+            ranges.remove(&s);
+        }
+    }
+    let after: Vec<(u64, u64)> = ranges
+        .range((Bound::Excluded(a), Bound::Included(b)))
+        .map(|(&s, &e)| (s, e))
+        .collect();
+    for (s, e) in after {
+        covered += e.min(b) - s;
+        hi = hi.max(e);
+        ranges.remove(&s);
+    }
+    ranges.insert(lo, hi);
+    (b - a) - covered
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn add_range_counts_only_new_bytes() {
+        let mut r = Received::new();
+        assert_eq!(add_range(&mut r, 0, 10), 10);
+        assert_eq!(add_range(&mut r, 20, 30), 10);
+        assert_eq!(add_range(&mut r, 5, 25), 10);
+        assert_eq!(
+            r.iter().map(|(&a, &b)| (a, b)).collect::<Vec<_>>(),
+            [(0, 30)]
+        );
+        assert_eq!(add_range(&mut r, 0, 30), 0);
+        let v: Vec<(u64, u64)> = r.iter().map(|(&a, &b)| (a, b)).collect();
+        assert_eq!(super::super::journal::missing(40, &v), [(30, 40)]);
+        assert_eq!(add_range(&mut r, 30, 30), 0);
+        assert_eq!(add_range(&mut r, 30, 40), 10);
+        assert_eq!(add_range(&mut r, 50, 60), 10);
+        assert_eq!(add_range(&mut r, 45, 65), 10);
+        assert_eq!(
+            r.iter().map(|(&a, &b)| (a, b)).collect::<Vec<_>>(),
+            [(0, 40), (45, 65)]
+        );
+    }
+
+    /// Checks `add_range` against a byte map on many small overlapping ranges.
+    #[test]
+    fn add_range_agrees_with_a_byte_map() {
+        let mut r = Received::new();
+        let mut bytes = vec![false; 4096];
+        let mut x = 12345u64;
+        for _ in 0..20_000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let a = (x >> 33) % 4000;
+            let b = a + (x >> 13) % 60;
+            let fresh = bytes[a as usize..b as usize]
+                .iter()
+                .filter(|v| !**v)
+                .count() as u64;
+            bytes[a as usize..b as usize]
+                .iter_mut()
+                .for_each(|v| *v = true);
+            assert_eq!(add_range(&mut r, a, b), fresh);
+        }
+        let mut runs = Vec::new();
+        let mut i = 0;
+        while i < bytes.len() {
+            if bytes[i] {
+                let s = i;
+                while i < bytes.len() && bytes[i] {
+                    i += 1;
+                }
+                runs.push((s as u64, i as u64));
+            }
+            i += 1;
+        }
+        assert_eq!(r.iter().map(|(&a, &b)| (a, b)).collect::<Vec<_>>(), runs);
     }
 }
