@@ -13,8 +13,8 @@ use super::state::{Store, WriterCache};
 use crate::codec::{unit_hash, Decoder};
 use crate::error::Result;
 use crate::protocol::{
-    decode_frame, encode_data_header, Codec, DataHeader, Entry, EntryKind, Segment, SyncOptions,
-    Want, WantKind,
+    encode_data_header, hashed_parts, set_hash, Codec, DataHeader, Entry, EntryKind, Segment,
+    SyncOptions, Want, WantKind,
 };
 
 const NOBODY: u32 = 65534;
@@ -89,19 +89,12 @@ fn set_mtime(p: &Path) {
 /// Writes `raw` as one verified unit with segments `segs`.
 fn write(store: &Store, segs: &[Segment], raw: &[u8]) -> Result<()> {
     let key = [3u8; 32];
-    let mut frame = Vec::new();
-    let hash = unit_hash(&key, raw);
-    encode_data_header(
-        &mut frame,
-        Codec::Raw,
-        raw.len() as u32,
-        &hash,
-        segs,
-        raw.len(),
-    );
-    frame.extend_from_slice(raw);
-    let (f, _) = decode_frame(&frame).unwrap().unwrap();
-    let h = DataHeader::parse(f.payload).unwrap();
+    let mut payload = Vec::new();
+    encode_data_header(&mut payload, Codec::Raw, raw.len() as u32, segs);
+    let hash = unit_hash(&key, hashed_parts(&payload), raw);
+    set_hash(&mut payload, &hash);
+    payload.extend_from_slice(raw);
+    let h = DataHeader::parse(&payload).unwrap();
     let mut dec = Decoder::new(key);
     let unit = dec.decode(&h).unwrap();
     store.write_unit(&unit, h.segments(), &mut WriterCache::default())
