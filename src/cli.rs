@@ -40,6 +40,8 @@ pub enum CommandArgs {
         /// Accepted for symmetry with send and ignored: the sender chooses.
         #[arg(long, value_name = "N", hide = true)]
         streams: Option<usize>,
+        #[command(flatten)]
+        accept: AcceptArgs,
     },
     /// Send files and directories to a waiting `haul recv`.
     Send {
@@ -76,6 +78,8 @@ pub enum CommandArgs {
         #[command(flatten)]
         transfer: TransferArgs,
         #[command(flatten)]
+        accept: AcceptArgs,
+        #[command(flatten)]
         remote: RemoteArgs,
     },
     /// The far end of a remote copy, started over ssh: reads its instructions on stdin.
@@ -88,6 +92,24 @@ pub enum CommandArgs {
         #[arg(long)]
         uploaded: bool,
     },
+}
+
+/// What the receiving side keeps of the sender's metadata (rsync's names). For a pull from
+/// a host you do not fully trust.
+#[derive(Debug, Args)]
+pub struct AcceptArgs {
+    /// Files belong to the receiving user, not the sender's owner; set-id bits are dropped.
+    #[arg(long)]
+    pub no_owner: bool,
+    /// Files get the receiving user's group, not the sender's; set-gid bits are dropped.
+    #[arg(long)]
+    pub no_group: bool,
+    /// Do not recreate character or block devices.
+    #[arg(long)]
+    pub no_devices: bool,
+    /// Do not recreate FIFOs.
+    #[arg(long)]
+    pub no_specials: bool,
 }
 
 /// Options of `copy` between hosts.

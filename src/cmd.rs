@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::plan::layout::copy_layout;
 use crate::plan::walk::{self, Source};
 use crate::progress::summary_line;
+use crate::protocol::Accept;
 use crate::receive::{incoming, receive, ReceiveOptions, ReceiveReport};
 use crate::remote::Outcome;
 use crate::send::{send, ticket_dialer, SendOptions, SendReport};
@@ -28,7 +29,8 @@ pub fn run(cfg: &Config) -> Result<()> {
             listen,
             ticket_file,
             timeout,
-        } => run_recv(dir, *listen, ticket_file.as_deref(), *timeout, cfg),
+            accept,
+        } => run_recv(dir, *listen, ticket_file.as_deref(), *timeout, *accept, cfg),
         Command::Send {
             paths,
             ticket,
@@ -38,14 +40,16 @@ pub fn run(cfg: &Config) -> Result<()> {
             sources,
             dest,
             transfer,
-        } => run_copy(sources, dest, transfer, cfg),
+            accept,
+        } => run_copy(sources, dest, transfer, *accept, cfg),
         Command::Remote {
             plan,
             transfer,
             ssh,
+            accept,
         } => {
             let opts = send_options(transfer, cfg.quiet);
-            match crate::remote::run(plan, &opts, transfer.encrypt, ssh, cfg.quiet)? {
+            match crate::remote::run(plan, &opts, transfer.encrypt, *accept, ssh, cfg.quiet)? {
                 Outcome::Sent(report) => finish_send(&report, cfg),
                 Outcome::Received(report) => finish_recv(&report, cfg),
                 Outcome::Between => Ok(()),
@@ -85,11 +89,13 @@ fn run_recv(
     listen: Option<SocketAddr>,
     ticket_file: Option<&Path>,
     timeout: Option<std::time::Duration>,
+    accept: Accept,
     cfg: &Config,
 ) -> Result<()> {
     let quiet = cfg.quiet;
     // Fail on an unwritable destination before printing a ticket.
     let store = Store::open(dir)?;
+    store.set_accept(accept);
     let listener = Listener::bind(listen)?;
     let ticket = listener.ticket();
     let line = ticket.encode();
@@ -215,7 +221,13 @@ fn resolve_ticket(from: &TicketFrom) -> Result<Ticket> {
     };
     match from {
         TicketFrom::Given(t) => Ok((**t).clone()),
-        TicketFrom::Stdin => read_line(&mut std::io::stdin().lock(), "stdin"),
+        TicketFrom::Stdin => {
+            use std::io::IsTerminal;
+            if std::io::stdin().is_terminal() {
+                eprint!("haul: paste the ticket printed by haul recv, then Enter: ");
+            }
+            read_line(&mut std::io::stdin().lock(), "stdin")
+        }
         TicketFrom::File(p) => {
             let shown = crate::progress::escape(&p.display().to_string());
             let f = std::fs::File::open(p)
@@ -259,11 +271,18 @@ fn finish_send(report: &SendReport, cfg: &Config) -> Result<()> {
     }
 }
 
-fn run_copy(paths: &[PathBuf], dest: &Path, t: &Transfer, cfg: &Config) -> Result<()> {
+fn run_copy(
+    paths: &[PathBuf],
+    dest: &Path,
+    t: &Transfer,
+    accept: Accept,
+    cfg: &Config,
+) -> Result<()> {
     let quiet = cfg.quiet;
     let (sources, dest) = copy_layout(paths, dest);
     walk::check_sources(&sources)?;
     let store = Store::open(&dest)?;
+    store.set_accept(accept);
     let key = *Secret::random().as_bytes();
     let mut opts = send_options(t, quiet);
     opts.progress = !quiet;

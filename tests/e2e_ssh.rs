@@ -10,6 +10,8 @@
 mod support;
 
 use std::ffi::OsStr;
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -519,4 +521,31 @@ fn push_across_the_netns_test_bed() {
     out.assert_code(0);
     assert!(!out.stderr.contains("through ssh"), "{}", out.describe());
     assert_trees_equal(&src, &dest.join("src"));
+}
+
+#[test]
+fn push_passes_the_receivers_policy_to_the_far_end() {
+    let Some(sshd) = Sshd::start("push_passes_the_receivers_policy_to_the_far_end") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    fs::create_dir(&src).unwrap();
+    let f = src.join("suid");
+    fs::write(&f, b"x").unwrap();
+    std::os::unix::fs::chown(&f, Some(1234), Some(2345)).unwrap();
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o4755)).unwrap();
+    let dest = tmp.path().join("dest");
+    let out = remote_copy(
+        &sshd,
+        &[
+            OsStr::new("--no-owner"),
+            os(&src),
+            os(&at("127.0.0.1", &dest)),
+        ],
+    );
+    out.assert_code(0);
+    let m = fs::metadata(dest.join("src/suid")).unwrap();
+    assert_eq!(m.uid(), 0, "{}", out.describe());
+    assert_eq!(m.mode() & 0o7777, 0o755, "{:o}", m.mode());
 }

@@ -12,10 +12,10 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cli::{Cli, CommandArgs, RemoteArgs, TransferArgs};
+use crate::cli::{AcceptArgs, Cli, CommandArgs, RemoteArgs, TransferArgs};
 use crate::codec::Compression;
 use crate::error::{Error, Result};
-use crate::protocol::{SyncOptions, DEFAULT_BLOCK_SIZE, MAX_BLOCK, MAX_STREAMS};
+use crate::protocol::{Accept, SyncOptions, DEFAULT_BLOCK_SIZE, MAX_BLOCK, MAX_STREAMS};
 use crate::transport::Ticket;
 
 pub use location::{parse_location, split_command, Location, RemotePath, SpecError};
@@ -124,6 +124,8 @@ pub enum Command {
         ticket_file: Option<PathBuf>,
         /// How long to wait for a vanished sender.
         timeout: Option<Duration>,
+        /// What to keep of the sender's metadata.
+        accept: Accept,
     },
     /// Send to a ticket.
     Send {
@@ -142,6 +144,8 @@ pub enum Command {
         dest: PathBuf,
         /// How.
         transfer: Transfer,
+        /// What the destination keeps of the sources' metadata.
+        accept: Accept,
     },
     /// Copy where the source or the destination is on another host.
     Remote {
@@ -151,6 +155,8 @@ pub enum Command {
         transfer: Transfer,
         /// How to start the far ends.
         ssh: SshOptions,
+        /// What the receiving side keeps of the sender's metadata.
+        accept: Accept,
     },
     /// The far end of a remote copy (hidden).
     Serve {
@@ -182,7 +188,9 @@ impl Config {
                 ticket_file,
                 timeout,
                 streams: _,
+                accept,
             } => Command::Recv {
+                accept: accept_config(&accept),
                 dir,
                 listen: listen.as_deref().map(parse_listen).transpose()?,
                 ticket_file,
@@ -211,8 +219,9 @@ impl Config {
             CommandArgs::Copy {
                 paths,
                 transfer,
+                accept,
                 remote,
-            } => copy_command(paths, &transfer, &remote)?,
+            } => copy_command(paths, &transfer, accept_config(&accept), &remote)?,
             CommandArgs::Serve { probe, uploaded } => Command::Serve { probe, uploaded },
         };
         Ok(Config {
@@ -225,7 +234,12 @@ impl Config {
 
 /// `copy`: local when every path is local, otherwise a remote copy (rsync's rules for
 /// `host:path`; all sources on one host).
-fn copy_command(mut paths: Vec<PathBuf>, t: &TransferArgs, r: &RemoteArgs) -> Result<Command> {
+fn copy_command(
+    mut paths: Vec<PathBuf>,
+    t: &TransferArgs,
+    accept: Accept,
+    r: &RemoteArgs,
+) -> Result<Command> {
     let dst = paths
         .pop()
         .ok_or_else(|| Error::Usage("copy needs SRC... DST".into()))?;
@@ -268,6 +282,7 @@ fn copy_command(mut paths: Vec<PathBuf>, t: &TransferArgs, r: &RemoteArgs) -> Re
             return Ok(Command::Copy {
                 sources: local,
                 dest: dst,
+                accept,
                 transfer: transfer_config(t, false, Compression::None)?,
             });
         }
@@ -298,7 +313,17 @@ fn copy_command(mut paths: Vec<PathBuf>, t: &TransferArgs, r: &RemoteArgs) -> Re
             via_ssh: r.via_ssh,
             advertise: r.remote_advertise,
         },
+        accept,
     })
+}
+
+fn accept_config(a: &AcceptArgs) -> Accept {
+    Accept {
+        owner: !a.no_owner,
+        group: !a.no_group,
+        devices: !a.no_devices,
+        specials: !a.no_specials,
+    }
 }
 
 fn transfer_config(
@@ -407,16 +432,18 @@ mod tests {
         assert!(matches!(c.command, Command::Copy { .. }));
         let c = cfg(&["copy", "/a", "./x:y"]).unwrap();
         assert!(matches!(c.command, Command::Copy { .. }));
-        let c = cfg(&["copy", "-e", "ssh -p 2222", "/a", "u@db2:/d"]).unwrap();
+        let c = cfg(&["copy", "-e", "ssh -p 2222", "/a", "u@db2:/d", "--no-owner"]).unwrap();
         let Command::Remote {
             plan,
             ssh,
             transfer,
+            accept,
         } = c.command
         else {
             panic!()
         };
         assert!(matches!(plan, RemoteCopy::Push { .. }));
+        assert!(!accept.owner && accept.group && accept.devices);
         assert_eq!(ssh.rsh, ["ssh", "-p", "2222"]);
         assert_eq!(ssh.remote_haul, "haul");
         assert!(transfer.encrypt);

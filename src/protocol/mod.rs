@@ -21,6 +21,7 @@
 //! is queued and sent, the sender writes [`Control::Finish`]; the receiver answers with
 //! [`Control::Done`] once every file is durable, or [`Control::Error`] at any point.
 
+mod accept;
 mod data;
 mod frame;
 mod limits;
@@ -29,6 +30,7 @@ mod path;
 mod reader;
 mod seal;
 
+pub use accept::Accept;
 pub use data::{encode_data_header, hashed_parts, set_hash, Codec, DataHeader, Segment};
 pub use frame::{Frame, FrameHeader, FrameKind, ReadError, FRAME_HEADER_LEN};
 pub use limits::{

@@ -39,6 +39,7 @@ use crate::error::{exit, Error, Result};
 use crate::plan::layout::{dest_layout, is_single_file};
 use crate::plan::walk::{self, Source};
 use crate::progress::summary_line;
+use crate::protocol::Accept;
 use crate::receive::{receive, ReceiveOptions, ReceiveReport};
 use crate::send::{send, SendOptions, SendReport};
 use crate::store::Store;
@@ -63,6 +64,18 @@ fn done_wait<T>(local: &Result<T>) -> Duration {
     }
 }
 
+/// What every far end of one copy is started and told with.
+struct FarOptions<'a> {
+    /// TLS on the data streams.
+    encrypt: bool,
+    /// What a receiving far end keeps of the sender's metadata.
+    accept: Accept,
+    /// How to start far ends.
+    ssh: &'a SshOptions,
+    /// No messages but errors.
+    quiet: bool,
+}
+
 /// How a remote copy ended, for the caller to report: the local side's report when it
 /// sent or received (push, pull); remote to remote, the far ends reported already.
 pub enum Outcome {
@@ -81,22 +94,29 @@ pub fn run(
     plan: &RemoteCopy,
     opts: &SendOptions,
     encrypt: bool,
+    accept: Accept,
     ssh: &SshOptions,
     quiet: bool,
 ) -> Result<Outcome> {
+    let far = FarOptions {
+        encrypt,
+        accept,
+        ssh,
+        quiet,
+    };
     // Remote to remote needs no tunnels, and two sessions to one host would race for one
     // shared connection.
     let share = !matches!(plan, RemoteCopy::Between { .. });
     let rsh = Rsh::new(ssh.rsh.clone(), share);
     match plan {
         RemoteCopy::Push { sources, dest } => {
-            push(&rsh, sources, dest, opts, encrypt, ssh, quiet).map(Outcome::Sent)
+            push(&rsh, sources, dest, opts, &far).map(Outcome::Sent)
         }
         RemoteCopy::Pull { sources, dest } => {
-            pull(&rsh, sources, dest, opts, encrypt, ssh, quiet).map(Outcome::Received)
+            pull(&rsh, sources, dest, opts, &far).map(Outcome::Received)
         }
         RemoteCopy::Between { sources, dest } => {
-            between(&rsh, sources, dest, opts, encrypt, ssh, quiet).map(|()| Outcome::Between)
+            between(&rsh, sources, dest, opts, &far).map(|()| Outcome::Between)
         }
     }
 }
@@ -124,18 +144,17 @@ fn push(
     sources: &[PathBuf],
     dest: &RemotePath,
     opts: &SendOptions,
-    encrypt: bool,
-    ssh: &SshOptions,
-    quiet: bool,
+    f: &FarOptions<'_>,
 ) -> Result<SendReport> {
     let mut srcs: Vec<Source> = sources.iter().map(|p| Source::from_arg(p)).collect();
     walk::check_sources(&srcs)?;
-    let mut far = FarEnd::start(rsh, dest, &ssh.remote_haul, quiet)?;
+    let mut far = FarEnd::start(rsh, dest, &f.ssh.remote_haul, f.quiet)?;
     far.send(&Request::Receive {
         dest: dest.path_or_home(),
         single_file: is_single_file(&srcs),
-        advertise: ssh.advertise,
+        advertise: f.ssh.advertise,
         everywhere: false,
+        accept: f.accept,
     })?;
     let ready = far.ready("setting up the receiver")?;
     let (ticket, port, rename) = match ready.ticket {
@@ -146,7 +165,7 @@ fn push(
     if let (Some(name), [only]) = (rename, srcs.as_mut_slice()) {
         only.dest_name = Some(name);
     }
-    let route = Route::new(rsh, dest, ticket, port, encrypt, ssh.via_ssh);
+    let route = Route::new(rsh, dest, ticket, port, f.encrypt, f.ssh.via_ssh);
     let sent = send(&srcs, opts, route.key(), |role| route.dial(role));
     let done = far.finish(Some(done_wait(&sent)));
     sent.map_err(|e| prefer_far(e, &far, done.as_ref()))
@@ -157,13 +176,11 @@ fn pull(
     sources: &[RemotePath],
     dest: &Path,
     opts: &SendOptions,
-    encrypt: bool,
-    ssh: &SshOptions,
-    quiet: bool,
+    f: &FarOptions<'_>,
 ) -> Result<ReceiveReport> {
     let at = &sources[0];
-    let mut far = FarEnd::start(rsh, at, &ssh.remote_haul, quiet)?;
-    far.send(&send_request(sources, opts, true, ssh.advertise))?;
+    let mut far = FarEnd::start(rsh, at, &f.ssh.remote_haul, f.quiet)?;
+    far.send(&send_request(sources, opts, true, f.ssh.advertise))?;
     let ready = far.ready("setting up the sender")?;
     let (ticket, port, single_file) = match ready.ticket {
         Some(ticket) => (ticket, ready.port, ready.single_file),
@@ -172,12 +189,13 @@ fn pull(
     let ticket = Ticket::parse(&ticket)?;
     let (root, rename) = dest_layout(single_file, dest);
     let store = Store::open(&root)?;
+    store.set_accept(f.accept);
     far.send(&Request::Go {
         rename,
         ticket: None,
-        encrypt,
+        encrypt: f.encrypt,
     })?;
-    let route = Route::new(rsh, at, ticket, port, encrypt, ssh.via_ssh);
+    let route = Route::new(rsh, at, ticket, port, f.encrypt, f.ssh.via_ssh);
     let key = route.key();
     let streams = opts.streams;
     let (tx, rx) = crossbeam_channel::unbounded();
@@ -208,7 +226,7 @@ fn pull(
             });
         });
         let opts = ReceiveOptions {
-            progress: !quiet,
+            progress: !f.quiet,
             timeout: DEFAULT_TIMEOUT,
         };
         receive(store, key, rx, opts)
@@ -252,15 +270,13 @@ fn between(
     sources: &[RemotePath],
     dest: &RemotePath,
     opts: &SendOptions,
-    encrypt: bool,
-    ssh: &SshOptions,
-    quiet: bool,
+    f: &FarOptions<'_>,
 ) -> Result<()> {
     let started = Instant::now();
     // Both ssh sessions start at once: their set-up is most of the latency.
     let (sender, receiver) = std::thread::scope(|s| {
-        let a = s.spawn(|| FarEnd::start(rsh, &sources[0], &ssh.remote_haul, quiet));
-        let b = FarEnd::start(rsh, dest, &ssh.remote_haul, quiet);
+        let a = s.spawn(|| FarEnd::start(rsh, &sources[0], &f.ssh.remote_haul, f.quiet));
+        let b = FarEnd::start(rsh, dest, &f.ssh.remote_haul, f.quiet);
         let a = a
             .join()
             .unwrap_or_else(|_| Err(Error::io("ssh", std::io::Error::other("panicked"))));
@@ -272,8 +288,9 @@ fn between(
     receiver.send(&Request::Receive {
         dest: dest.path_or_home(),
         single_file,
-        advertise: ssh.advertise,
+        advertise: f.ssh.advertise,
         everywhere: true,
+        accept: f.accept,
     })?;
     let ready = receiver.ready("setting up the receiver")?;
     let (ticket, rename) = match ready.ticket {
@@ -283,14 +300,14 @@ fn between(
     sender.send(&Request::Go {
         rename,
         ticket: Some(ticket),
-        encrypt,
+        encrypt: f.encrypt,
     })?;
     let sent = sender.finish(None);
     let ok = sent.as_ref().is_some_and(|d| d.code == exit::OK);
     let received = receiver.finish(Some(if ok { DONE_WAIT } else { FAILED_WAIT }));
     match (sent, received) {
         (Some(s), _) if s.code == exit::OK => {
-            if !quiet {
+            if !f.quiet {
                 eprintln!(
                     "{}",
                     summary_line(

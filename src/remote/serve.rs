@@ -28,6 +28,7 @@ use crate::config::{DEFAULT_RETRIES, DEFAULT_TIMEOUT};
 use crate::error::{exit, Error, Result};
 use crate::plan::layout::{dest_layout, is_single_file};
 use crate::plan::walk::{self, Source};
+use crate::protocol::Accept;
 use crate::receive::{incoming, receive, ReceiveOptions};
 use crate::send::{send, ticket_dialer, SendOptions};
 use crate::session::lost;
@@ -62,9 +63,10 @@ pub fn run(uploaded: bool) -> i32 {
             single_file,
             advertise,
             everywhere,
+            accept,
         }) => {
             watch_stdin(input, Arc::clone(&finished));
-            serve_receive(&out, &dest, single_file, advertise, everywhere)
+            serve_receive(&out, &dest, single_file, advertise, everywhere, accept)
         }
         Ok(Request::Send {
             paths,
@@ -221,9 +223,11 @@ fn serve_receive(
     single_file: bool,
     advertise: Option<IpAddr>,
     everywhere: bool,
+    accept: Accept,
 ) -> Result<(u64, u64)> {
     let (root, rename) = dest_layout(single_file, &path_of(dest));
     let store = Store::open(&root)?;
+    store.set_accept(accept);
     let (listener, ticket, port) = listen(advertise, everywhere)?;
     let key = ticket.secret.block_key();
     out.line(&wire::encode(&Reply::Ready {

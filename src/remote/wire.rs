@@ -23,7 +23,7 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::SyncOptions;
+use crate::protocol::{Accept, SyncOptions};
 use crate::transport::PROTOCOL_VERSION;
 
 /// Version of this line protocol; bumped whenever `Request` or `Reply` change shape.
@@ -51,6 +51,9 @@ pub enum Request {
         /// which may reach this one by another address than the local side's ssh did.
         #[serde(default)]
         everywhere: bool,
+        /// What to keep of the sender's metadata.
+        #[serde(default)]
+        accept: Accept,
     },
     /// Be the sender of `paths`.
     Send {
@@ -198,6 +201,10 @@ mod tests {
                 single_file: true,
                 advertise: Some("192.0.2.1".parse().unwrap()),
                 everywhere: true,
+                accept: Accept {
+                    owner: false,
+                    ..Accept::default()
+                },
             },
             Request::Send {
                 paths: vec![b"a/".to_vec(), b"b".to_vec()],

@@ -50,7 +50,9 @@ use rustix::fs::{Mode, OFlags};
 
 use crate::error::{Error, Result};
 use crate::progress::Counters;
-use crate::protocol::{Entry, EntryKind, ProtocolError, SafeRelPath, Summary, SyncOptions, Want};
+use crate::protocol::{
+    Accept, Entry, EntryKind, ProtocolError, SafeRelPath, Summary, SyncOptions, Want,
+};
 use state::Completed;
 
 /// How many files may be fsynced and renamed at once.
@@ -96,6 +98,7 @@ impl Store {
             settled: Mutex::new(HashSet::new()),
             seen: Mutex::new(HashSet::new()),
             options: Mutex::new((SyncOptions::default(), [0u8; 32])),
+            accept: Mutex::new(Accept::default()),
             linker: AtomicU8::new(0),
             journal_key: OnceLock::new(),
             ranges: AtomicU64::new(0),
@@ -132,6 +135,14 @@ impl Store {
 
     /// Applies what the sender announced: block size (files larger than it are
     /// precreated and journaled), sync options, and the block key (for delta hashes).
+    /// What this receiver keeps of the sender's metadata (`--no-owner` and friends);
+    /// call before the transfer starts. The default keeps everything.
+    pub fn set_accept(&self, accept: Accept) {
+        if let Ok(mut g) = self.accept.lock() {
+            *g = accept;
+        }
+    }
+
     pub fn configure(&self, block_size: u64, options: SyncOptions, key: [u8; 32]) {
         self.block_size.store(block_size, Ordering::Relaxed);
         if let Ok(mut g) = self.options.lock() {
@@ -144,7 +155,12 @@ impl Store {
     pub fn apply_entries(&self, entries: Vec<Entry>) -> Result<Vec<Want>> {
         let mut need = Vec::new();
         let delete = self.options().delete;
-        for e in entries {
+        let accept = self.accept();
+        let me = (
+            rustix::process::geteuid().as_raw(),
+            rustix::process::getegid().as_raw(),
+        );
+        for mut e in entries {
             let path = SafeRelPath::parse(&e.path).map_err(ProtocolError::from)?;
             if delete {
                 if let Ok(mut seen) = self.seen.lock() {
@@ -155,6 +171,12 @@ impl Store {
                 if let Ok(mut t) = self.touched.lock() {
                     t.insert(parent);
                 }
+            }
+            // Refused by this receiver's own policy (--no-devices, --no-specials): skipped,
+            // but still "seen", so --delete leaves what the destination has by that name.
+            if !accept.apply(&mut e, me.0, me.1) {
+                self.skipped.fetch_add(1, Ordering::Relaxed);
+                continue;
             }
             match &e.kind {
                 EntryKind::Dir => self.make_dir(path, e)?,

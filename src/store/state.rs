@@ -23,7 +23,7 @@ use crossbeam_channel::{Receiver, Sender};
 use super::fsops;
 use crate::error::{Error, Result};
 use crate::progress::Counters;
-use crate::protocol::{Entry, ProtocolError, SafeRelPath, SyncOptions};
+use crate::protocol::{Accept, Entry, ProtocolError, SafeRelPath, SyncOptions};
 
 /// A file whose last byte is written, with an open descriptor, ready to finish.
 pub(super) type Completed = (Arc<FileState>, File);
@@ -52,6 +52,8 @@ pub struct Store {
     /// Every path in the manifest (kept only for --delete).
     pub(super) seen: Mutex<HashSet<SafeRelPath>>,
     pub(super) options: Mutex<(SyncOptions, [u8; 32])>,
+    /// What this receiver keeps of the sender's metadata (its own choice).
+    pub(super) accept: Mutex<Accept>,
     /// How small files are created and named: anonymous files linked with
     /// [`fsops::Linker::EmptyPath`] (0) or [`fsops::Linker::ProcFd`] (1), or named
     /// partial files renamed into place (2) where neither works.
@@ -129,6 +131,11 @@ impl Store {
     /// The sync options the sender announced (defaults until [`Store::configure`]).
     pub(super) fn options(&self) -> SyncOptions {
         self.options.lock().map(|g| g.0).unwrap_or_default()
+    }
+
+    /// What this receiver keeps of the sender's metadata.
+    pub(super) fn accept(&self) -> Accept {
+        self.accept.lock().map(|g| *g).unwrap_or_default()
     }
 
     /// The block key the sender announced, for delta piece hashes.
