@@ -98,6 +98,20 @@ impl FakeReceiver {
         self.control.read(Some(Duration::from_secs(20))).ok()
     }
 
+    /// The id of the first regular file the sender lists. Batches before it (the walk may
+    /// send the directory alone first) are answered with "nothing needed".
+    fn first_file(&mut self) -> u64 {
+        loop {
+            let m = self.next().expect("Entries");
+            if let Some(id) = first_file_id(&m) {
+                return id;
+            }
+            self.control
+                .write(&Control::Need(Vec::new()))
+                .expect("answer a batch");
+        }
+    }
+
     /// Answers like a receiver that wants `first` for the first batch, then nothing, and
     /// confirms Finish; returns when the sender closes.
     fn serve(&mut self, mut first: Option<Vec<Want>>) {
@@ -145,13 +159,12 @@ fn wait(mut child: Child) -> (i32, String) {
 }
 
 /// The first file entry's id in an Entries batch.
-fn first_file_id(m: &Control) -> u64 {
+fn first_file_id(m: &Control) -> Option<u64> {
     match m {
         Control::Entries(es) => es
             .iter()
             .find(|e| matches!(e.kind, haul::protocol::EntryKind::File { .. }))
-            .map(|e| e.id)
-            .expect("a file entry"),
+            .map(|e| e.id),
         other => panic!("expected Entries, got {}", other.name()),
     }
 }
@@ -162,8 +175,7 @@ fn delta_with_piece_size_zero_is_refused_not_a_crash_or_hang() {
     let f = d.path().join("f");
     std::fs::write(&f, vec![7u8; 3 << 20]).unwrap();
     let (child, mut r) = start(&f, &["--block-size", "1M"]);
-    let batch = r.next().expect("Entries");
-    let id = first_file_id(&batch);
+    let id = r.first_file();
     let want = Want {
         id,
         what: WantKind::Delta {
@@ -188,8 +200,7 @@ fn source_swapped_for_a_fifo_after_the_walk_does_not_hang_the_sender() {
     let f = src.join("f");
     std::fs::write(&f, b"walked content").unwrap();
     let (child, mut r) = start(&src, &[]);
-    let batch = r.next().expect("Entries");
-    let id = first_file_id(&batch);
+    let id = r.first_file();
     // Between the walk and the read: the file becomes a FIFO nobody writes to.
     std::fs::remove_file(&f).unwrap();
     rustix::fs::mknodat(
@@ -222,8 +233,7 @@ fn source_swapped_for_a_symlink_after_the_walk_never_sends_the_target() {
     let secret = d.path().join("secret");
     std::fs::write(&secret, b"SECRET-SECRET-SECRET").unwrap();
     let (child, mut r) = start(&src, &["--compress", "none"]);
-    let batch = r.next().expect("Entries");
-    let id = first_file_id(&batch);
+    let id = r.first_file();
     std::fs::remove_file(&f).unwrap();
     std::os::unix::fs::symlink(&secret, &f).unwrap();
     let want = Want {
