@@ -48,7 +48,7 @@ chunk_runs() {
 }
 
 # Seconds one input may take before it counts as a hang: a receive input may hold up to
-# 50 Finish rounds, each waiting up to the target's 0.3 s receive timeout.
+# 50 Finish rounds, each waiting up to the target's 0.1 s receive timeout.
 timeout_for() {
   case $1 in
     receive) echo 60 ;;

@@ -135,7 +135,7 @@ fuzz_target!(|data: &[u8]| {
 
     let opts = ReceiveOptions {
         progress: false,
-        timeout: Duration::from_millis(300),
+        timeout: Duration::from_millis(100),
     };
     let receiver = std::thread::spawn(move || receive(store, KEY, rx, opts));
 
