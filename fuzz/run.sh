@@ -81,7 +81,7 @@ for t in "${targets[@]}"; do
     n=$(sed -n 's/^stat::number_of_executed_units: *//p' "target/$t.log" | tail -n 1)
     runs=$((runs + ${n:-0}))
   done
-  rm -rf "${TMPDIR:?}"/haul-fuzz-*
+  rm -rf "${TMPDIR:?}/haul-fuzz-$t-"*
   last=$(grep -E '^#[0-9]+' "target/$t.log" | tail -n 1 || true)
   echo "   $t: $runs inputs run; last status: ${last:-none}"
 done

@@ -194,5 +194,13 @@ fuzz_target!(|data: &[u8]| {
         eprintln!("receive -> {:?}", result.as_ref().map(|r| &r.summary));
     }
     drop(result);
+    // Nothing may land beside the destination: its parent holds only the cases' dirs.
+    for e in std::fs::read_dir(base).expect("base dir").flatten() {
+        let name = e.file_name();
+        assert!(
+            name.as_encoded_bytes().iter().all(u8::is_ascii_digit),
+            "the receiver wrote {name:?} outside its destination"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 });
