@@ -18,6 +18,7 @@ targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 
 host=$(rustc -vV | sed -n 's/^host: //p')
+tdir=${CARGO_TARGET_DIR:-target}
 # --target keeps these flags off build scripts and proc macros.
 export RUSTFLAGS="--cfg fuzzing -Cpasses=sancov-module \
 -Cllvm-args=-sanitizer-coverage-level=4 \
@@ -39,10 +40,11 @@ max_len() {
 
 # `receive` leaks the store's 8 finisher threads every time a transfer fails (harmless
 # for the one-shot CLI, see the target's docs), and pid_max is shared: run that target in
-# processes of a few hundred inputs each, restarting until its time is up.
+# processes of 300 new inputs each (libFuzzer counts the corpus it loads first as runs
+# too), restarting until its time is up.
 chunk_runs() {
   case $1 in
-    receive) echo 300 ;;
+    receive) echo $(( $(find "$2" "corpus/$1" -type f | wc -l) + 300 )) ;;
     *) echo -1 ;;
   esac
 }
@@ -70,8 +72,8 @@ for t in "${targets[@]}"; do
     [ "$left" -gt 0 ] || break
     # -timeout: one input taking longer than this is a finding (a hang).
     # shellcheck disable=SC2086
-    if ! "target/$host/release/$t" "$work" "corpus/$t" \
-        -max_total_time="$left" -runs="$(chunk_runs "$t")" -max_len="$(max_len "$t")" \
+    if ! "$tdir/$host/release/$t" "$work" "corpus/$t" \
+        -max_total_time="$left" -runs="$(chunk_runs "$t" "$work")" -max_len="$(max_len "$t")" \
         -timeout="$(timeout_for "$t")" -rss_limit_mb=2048 -artifact_prefix="artifacts/$t/" \
         -print_final_stats=1 ${FUZZ_ARGS:-} >> "target/$t.log" 2>&1; then
       failed+=("$t")
