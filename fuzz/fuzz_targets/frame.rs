@@ -3,6 +3,7 @@
 //! on every data payload, and the codec's decompress-and-verify step on it.
 #![no_main]
 
+use std::cell::RefCell;
 use std::io::{self, Read};
 
 use haul::codec::Decoder;
@@ -32,7 +33,13 @@ impl Read for Chunked<'_> {
     }
 }
 
-fn check_data(payload: &[u8], dec: &mut Decoder) {
+thread_local! {
+    /// One decoder for the whole run, as a receiver keeps one per stream: its buffer grows
+    /// to the largest unit once instead of being zeroed again for every input.
+    static DEC: RefCell<Decoder> = RefCell::new(Decoder::new([0u8; 32]));
+}
+
+fn check_data(payload: &[u8]) {
     if let Ok(h) = DataHeader::parse(payload) {
         let mut sum = 0u64;
         for s in h.segments() {
@@ -43,21 +50,22 @@ fn check_data(payload: &[u8], dec: &mut Decoder) {
         }
         assert_eq!(sum, u64::from(h.raw_len), "segments must add up to raw_len");
         assert!(h.body.len() <= h.raw_len as usize);
-        if let Ok(v) = dec.decode(&h) {
-            assert_eq!(v.bytes().len(), h.raw_len as usize);
-        }
+        DEC.with_borrow_mut(|dec| {
+            if let Ok(v) = dec.decode(&h) {
+                assert_eq!(v.bytes().len(), h.raw_len as usize);
+            }
+        });
     }
 }
 
 fuzz_target!(|data: &[u8]| {
-    let mut dec = Decoder::new([0u8; 32]);
     // 1. decode_frame over the whole buffer, frame after frame.
     let mut rest = data;
     while let Ok(Some((f, used))) = decode_frame(rest) {
         assert!(used >= FRAME_HEADER_LEN && used <= rest.len());
         assert_eq!(used, FRAME_HEADER_LEN + f.payload.len());
         if f.kind == FrameKind::Data {
-            check_data(f.payload, &mut dec);
+            check_data(f.payload);
         }
         rest = &rest[used..];
     }
@@ -78,7 +86,7 @@ fuzz_target!(|data: &[u8]| {
         match reader.read_frame(&mut r) {
             Ok(Some(f)) => {
                 if f.kind == FrameKind::Data {
-                    check_data(f.payload, &mut dec);
+                    check_data(f.payload);
                 }
             }
             Ok(None) => break,
@@ -87,5 +95,5 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     // 3. The raw bytes as a data payload.
-    check_data(data, &mut dec);
+    check_data(data);
 });
