@@ -28,6 +28,9 @@ pub enum PathError {
     /// Longer than PATH_MAX or a component longer than NAME_MAX.
     #[error("too long")]
     TooLong,
+    /// A single name (for `join`) holds `/`.
+    #[error("'/' in a name")]
+    Slash,
 }
 
 /// A relative path of zero or more components, none empty, `.`, `..`, containing `/` or
@@ -95,6 +98,11 @@ impl SafeRelPath {
 
     /// Appends one component, which must itself be a valid name.
     pub fn join(&self, name: &[u8]) -> Result<SafeRelPath, PathError> {
+        // `parse` splits at `/` before checking each part; a name given alone must not
+        // hold one (`join(b"../x")` would otherwise smuggle a `..` in).
+        if name.contains(&b'/') {
+            return Err(PathError::Slash);
+        }
         check_name(name)?;
         let mut v = Vec::with_capacity(self.0.len() + 1 + name.len());
         v.extend_from_slice(&self.0);
@@ -137,6 +145,15 @@ fn check_name(c: &[u8]) -> Result<(), PathError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the `path` fuzz target: a name with `/` passed to `join`.
+    #[test]
+    fn join_refuses_a_name_with_a_slash() {
+        let root = SafeRelPath::root();
+        assert_eq!(root.join(b"../x"), Err(PathError::Slash));
+        assert_eq!(root.join(b"@/"), Err(PathError::Slash));
+        assert!(root.join(b"a").unwrap().join(b"b").is_ok());
+    }
     use proptest::prelude::*;
     use std::path::Component;
 
