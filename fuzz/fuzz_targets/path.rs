@@ -39,16 +39,26 @@ fuzz_target!(|data: &[u8]| {
     }
     // The input split at its first NUL: a parsed base path joined with a name.
     if let Some(i) = data.iter().position(|&b| b == 0) {
-        // KNOWN (reported, not fixed here): `join` does not refuse a name containing '/',
-        // so `root().join(b"../x")` or `join(b"a/")` builds a path with `..` or empty
-        // components. No caller passes such a name today (readdir names cannot hold '/').
-        // Drop this filter once `join` refuses '/'.
+        // `join` refuses a name containing '/' (or empty, `.`, `..`): whatever it
+        // accepts must be a safe path whose last name is exactly `name`.
         let name = &data[i + 1..];
-        if !name.contains(&b'/') {
-            if let Ok(base) = SafeRelPath::parse(&data[..i]) {
-                if let Ok(j) = base.join(name) {
-                    check_safe(&j);
-                }
+        if let Ok(base) = SafeRelPath::parse(&data[..i]) {
+            if let Ok(j) = base.join(name) {
+                check_safe(&j);
+                let (parent, last) = j.split_last().expect("a joined path has a last name");
+                assert_eq!(last, name);
+                assert_eq!(parent.as_bytes(), base.as_bytes());
+            } else {
+                assert!(
+                    name.is_empty()
+                        || name == b"."
+                        || name == b".."
+                        || name.contains(&b'/')
+                        || name.contains(&0)
+                        || name.len() > 255
+                        || base.as_bytes().len() + 1 + name.len() > 4096,
+                    "join refused a plain name {name:?}"
+                );
             }
         }
     }
