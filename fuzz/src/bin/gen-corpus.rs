@@ -11,13 +11,15 @@ use std::path::{Path, PathBuf};
 
 use haul::codec::{unit_hash, Compression, Encoder};
 use haul::protocol::{
-    encode_data_header, encode_frame, Codec, Control, Entry, EntryKind, FrameKind, Segment,
-    Summary, SyncOptions, Want, WantKind,
+    encode_data_header, hashed_parts, set_hash, Codec, Control, Entry, EntryKind, FrameKind,
+    Sealer, Segment, Summary, SyncOptions, Want, WantKind,
 };
 use haul::transport::{Secret, Ticket};
 
-/// The key the receive target uses for unit hashes.
-const KEY: [u8; 32] = [0x5a; 32];
+/// The frame target's link key (frame tags and control MACs).
+const LINK: [u8; 32] = [0x4c; 32];
+/// The frame target's block key (data unit hashes).
+const BLOCK_KEY: [u8; 32] = [0x6b; 32];
 
 fn out_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus")
@@ -157,20 +159,15 @@ fn messages() -> Vec<(&'static str, Control)> {
     ]
 }
 
-/// One data frame for `raw`, compressed with `mode` when that pays.
-fn data_frame(mode: Compression, segs: &[Segment], raw: &[u8]) -> Vec<u8> {
+/// One data payload for `raw`, compressed with `mode` when that pays, hashed as v2 does.
+fn data_payload(mode: Compression, segs: &[Segment], raw: &[u8]) -> Vec<u8> {
     let mut cbuf = Vec::new();
     let codec = Encoder::new(mode).encode(raw, &mut cbuf);
     let body: &[u8] = if codec == Codec::Raw { raw } else { &cbuf };
     let mut out = Vec::new();
-    encode_data_header(
-        &mut out,
-        codec,
-        raw.len() as u32,
-        &unit_hash(&KEY, raw),
-        segs,
-        body.len(),
-    );
+    encode_data_header(&mut out, codec, raw.len() as u32, segs);
+    let hash = unit_hash(&BLOCK_KEY, hashed_parts(&out), raw);
+    set_hash(&mut out, &hash);
     out.extend_from_slice(body);
     out
 }
@@ -184,66 +181,104 @@ fn seg(file: u64, offset: u64, len: u32) -> Segment {
     }
 }
 
+/// The frame target's record form: `kind u8 (0 control, 1 data, 2 end), len u16, payload`.
+fn record(kind: u8, payload: &[u8]) -> Vec<u8> {
+    let mut r = vec![kind];
+    r.extend_from_slice(&(payload.len() as u16).to_le_bytes());
+    r.extend_from_slice(payload);
+    r
+}
+
+/// A control message's postcard bytes (the payload without the MAC).
+fn control_payload(m: &Control) -> Vec<u8> {
+    let mut out = Vec::new();
+    m.encode(&mut Sealer::new([0; 32], true), &mut out)
+        .expect("encodes");
+    out[haul::protocol::FRAME_HEADER_LEN..out.len() - haul::protocol::CONTROL_MAC_LEN].to_vec()
+}
+
 fn frames() {
+    // Records (sealed by the target) for each control message, one input each.
     for (name, m) in messages() {
-        let mut out = Vec::new();
-        m.encode(&mut out).expect("encodes");
-        put("frame", &format!("control-{name}"), &out);
+        let mut input = vec![0u8];
+        input.extend(record(0, &control_payload(&m)));
+        put("frame", &format!("control-{name}"), &input);
     }
     let text = b"hello, haul! ".repeat(40);
-    put(
-        "frame",
-        "data-raw",
-        &data_frame(Compression::None, &[seg(2, 0, 11)], b"hello world"),
-    );
-    put(
-        "frame",
-        "data-lz4",
-        &data_frame(Compression::Lz4, &[seg(2, 0, text.len() as u32)], &text),
-    );
-    put(
-        "frame",
-        "data-zstd",
-        &data_frame(Compression::Zstd(3), &[seg(2, 0, text.len() as u32)], &text),
-    );
     let keep = Segment {
         file: 3,
         offset: 100,
         len: 50,
         keep: true,
     };
-    put(
-        "frame",
-        "data-segments",
-        &data_frame(
-            Compression::None,
-            &[seg(2, 4090, 6), keep, seg(4, 0, 10)],
-            b"abcdefghijklmnop",
+    let units = [
+        (
+            "raw",
+            data_payload(Compression::None, &[seg(2, 0, 11)], b"hello world"),
         ),
-    );
-    let mut stream = data_frame(Compression::None, &[seg(1, 0, 3)], b"abc");
-    encode_frame(&mut stream, FrameKind::End, &[]);
-    // FrameReader target: first byte 3 = three read sizes (1 byte, a tick, 5 bytes).
+        (
+            "lz4",
+            data_payload(Compression::Lz4, &[seg(2, 0, text.len() as u32)], &text),
+        ),
+        (
+            "zstd",
+            data_payload(Compression::Zstd(3), &[seg(2, 0, text.len() as u32)], &text),
+        ),
+        (
+            "segments",
+            data_payload(
+                Compression::None,
+                &[seg(2, 4090, 6), keep, seg(4, 0, 10)],
+                b"abcdefghijklmnop",
+            ),
+        ),
+    ];
+    for (name, p) in &units {
+        let mut input = vec![0u8];
+        input.extend(record(1, p));
+        put("frame", &format!("data-{name}"), &input);
+    }
+    // A data stream: units, then End; read in chunks of 1 byte, a tick, 5 bytes.
+    let mut recs = Vec::new();
+    for (_, p) in &units {
+        recs.extend(record(1, p));
+    }
+    recs.extend(record(2, &[]));
     let mut chunked = vec![3u8, 1, 0, 5];
-    chunked.extend_from_slice(&stream);
-    put("frame", "stream-chunked", &chunked);
-    put("frame", "stream", &stream);
+    chunked.extend_from_slice(&recs);
+    put("frame", "records-chunked", &chunked);
+    // The same as one honestly sealed byte stream (part 1 of the target reads it as is).
+    let mut sealer = Sealer::new(LINK, true);
+    let mut stream = vec![0u8];
+    control_start(&mut sealer, &mut stream);
+    for (_, p) in &units {
+        stream.extend_from_slice(&sealer.header(FrameKind::Data, p.len()));
+        stream.extend_from_slice(p);
+    }
+    stream.extend_from_slice(&sealer.header(FrameKind::End, 0));
+    put("frame", "sealed-stream", &stream);
+    // The flip flag (0x10): one bit of the sealed records altered.
+    let mut flipped = vec![0x10u8 | (3 << 5), 7];
+    flipped.extend_from_slice(&recs);
+    put("frame", "records-flipped", &flipped);
     put("frame", "edge-empty", b"");
-    put("frame", "edge-header-only", &[2, 0, 0, 0, 0, 0, 0, 0]);
-    put("frame", "edge-reserved", &[1, 1, 0, 0, 0, 0, 0, 0]);
-    put(
-        "frame",
-        "edge-too-long",
-        &[2, 0, 0, 0, 0xff, 0xff, 0xff, 0xff],
-    );
-    put("frame", "edge-truncated", &[1, 0, 0, 0, 9, 0, 0, 0, 1, 2]);
+    put("frame", "edge-end-with-payload", &[0, 2, 3, 0, 1, 2, 3]);
+    put("frame", "edge-short-record", &[0, 1, 9, 0, 1, 2]);
+}
+
+fn control_start(sealer: &mut Sealer, out: &mut Vec<u8>) {
+    Control::Start {
+        streams: 1,
+        block_size: 4096,
+        options: SyncOptions::default(),
+    }
+    .encode(sealer, out)
+    .expect("Start encodes");
 }
 
 fn controls() {
     for (name, m) in messages() {
-        let mut out = Vec::new();
-        m.encode(&mut out).expect("encodes");
-        put("control", name, &out[8..]);
+        put("control", name, &control_payload(&m));
     }
     put("control", "edge-empty", b"");
     put(
@@ -318,85 +353,12 @@ fn journals() {
     past.extend(rec(u64::MAX - 5, 10, 2));
     put("journal", "overflow", &past);
     put("journal", "header-mismatch", &[2u8, 0, 0, 1, 0]);
-}
-
-fn receives() {
-    let data = b"0123456789abcdef".repeat(300); // 4800 bytes: two 4096-byte blocks
-    let text = b"compressible text ".repeat(100);
-    let mut ctl1 = Vec::new();
-    Control::Entries(vec![
-        entry(1, "d", EntryKind::Dir),
-        entry(
-            2,
-            "d/big",
-            EntryKind::File {
-                size: data.len() as u64,
-                data_bytes: data.len() as u64,
-            },
-        ),
-        entry(
-            3,
-            "small",
-            EntryKind::File {
-                size: text.len() as u64,
-                data_bytes: text.len() as u64,
-            },
-        ),
-        entry(
-            4,
-            "d/ln",
-            EntryKind::Symlink {
-                target: b"big".to_vec(),
-            },
-        ),
-        entry(
-            5,
-            "hl",
-            EntryKind::Hardlink {
-                target: b"small".to_vec(),
-            },
-        ),
-    ])
-    .encode(&mut ctl1)
-    .unwrap();
-    let mut dat = data_frame(Compression::None, &[seg(2, 0, 4096)], &data[..4096]);
-    dat.extend(data_frame(
-        Compression::Lz4,
-        &[seg(2, 4096, 704)],
-        &data[4096..],
-    ));
-    dat.extend(data_frame(
-        Compression::Zstd(1),
-        &[seg(3, 0, text.len() as u32)],
-        &text,
-    ));
-    encode_frame(&mut dat, FrameKind::End, &[]);
-    let mut ctl2 = Vec::new();
-    Control::Finish {
-        failed: vec![],
-        units: 3,
-    }
-    .encode(&mut ctl2)
-    .unwrap();
-    let input = |c1: &[u8], d: &[u8], c2: &[u8]| {
-        let mut v = (c1.len() as u16).to_le_bytes().to_vec();
-        v.extend_from_slice(&(d.len() as u16).to_le_bytes());
-        v.extend_from_slice(c1);
-        v.extend_from_slice(d);
-        v.extend_from_slice(c2);
-        v
-    };
-    put("receive", "copy", &input(&ctl1, &dat, &ctl2));
-    let mut forget = Vec::new();
-    Control::Forget(vec![3]).encode(&mut forget).unwrap();
-    forget.extend_from_slice(&ctl2);
-    put(
-        "receive",
-        "forget",
-        &input(&ctl1, &dat[..dat.len() / 2], &forget),
-    );
-    put("receive", "no-data", &input(&ctl1, &[], &ctl2));
-    put("receive", "empty", &input(&[], &[], &[]));
+    let mut inode = good.clone();
+    inode[0] |= 8;
+    put("journal", "other-inode", &inode);
+    let mut key = good.clone();
+    key[0] |= 16;
+    put("journal", "other-key", &key);
 }
 
 fn main() {
@@ -406,6 +368,5 @@ fn main() {
     tickets();
     paths();
     journals();
-    receives();
     println!("wrote {}", out_dir().display());
 }
