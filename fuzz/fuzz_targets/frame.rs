@@ -15,9 +15,7 @@ use std::cell::RefCell;
 use std::io::{self, Read};
 
 use haul::codec::{unit_hash, Decoder};
-use haul::protocol::{
-    Codec, DataHeader, FrameKind, FrameReader, Opener, Sealer, DATA_FIXED_LEN,
-};
+use haul::protocol::{Codec, DataHeader, FrameKind, FrameReader, Opener, Sealer, DATA_FIXED_LEN};
 use libfuzzer_sys::fuzz_target;
 
 /// The connection's link key (both ends share it).
@@ -191,7 +189,8 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(g.1, s.1, "frame {i}: payload altered yet accepted");
         }
     }
-    if flip.is_none() {
+    // (Unless the read sizes are all ticks: then the reader gives up after 64.)
+    if flip.is_none() && (sizes.is_empty() || sizes.iter().any(|&s| s != 0)) {
         let ok = sent
             .iter()
             .take_while(|(k, p)| *k != FrameKind::End || p.is_empty())
