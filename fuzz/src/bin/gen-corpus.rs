@@ -1,0 +1,372 @@
+//! Writes the seed corpus: small valid inputs for each target, made with the library's own
+//! encoders, plus a few edge cases. Run from the repository root:
+//!
+//!     cargo run --manifest-path fuzz/Cargo.toml --bin gen-corpus
+//!
+//! Output is deterministic (fixed keys and secrets), so re-running changes nothing unless
+//! the wire format did.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use haul::codec::{unit_hash, Compression, Encoder};
+use haul::protocol::{
+    encode_data_header, hashed_parts, set_hash, Codec, Control, Entry, EntryKind, FrameKind,
+    Sealer, Segment, Summary, SyncOptions, Want, WantKind,
+};
+use haul::transport::{Secret, Ticket};
+
+/// The frame target's link key (frame tags and control MACs).
+const LINK: [u8; 32] = [0x4c; 32];
+/// The frame target's block key (data unit hashes).
+const BLOCK_KEY: [u8; 32] = [0x6b; 32];
+
+fn out_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus")
+}
+
+fn put(target: &str, name: &str, bytes: &[u8]) {
+    let dir = out_dir().join(target);
+    std::fs::create_dir_all(&dir).expect("corpus dir");
+    std::fs::write(dir.join(name), bytes).expect("corpus file");
+}
+
+fn entry(id: u64, path: &str, kind: EntryKind) -> Entry {
+    let mode = if matches!(kind, EntryKind::Dir) {
+        0o755
+    } else {
+        0o644
+    };
+    Entry {
+        id,
+        path: path.as_bytes().to_vec(),
+        kind,
+        mode,
+        mtime_sec: 1_700_000_000,
+        mtime_nsec: 123,
+        uid: 1000,
+        gid: 1000,
+    }
+}
+
+fn messages() -> Vec<(&'static str, Control)> {
+    let file = |id, p: &str, size| {
+        entry(
+            id,
+            p,
+            EntryKind::File {
+                size,
+                data_bytes: size,
+            },
+        )
+    };
+    vec![
+        (
+            "start",
+            Control::Start {
+                streams: 4,
+                block_size: 4 << 20,
+                options: SyncOptions {
+                    checksum: true,
+                    inplace: false,
+                    delete: true,
+                },
+            },
+        ),
+        (
+            "entries",
+            Control::Entries(vec![
+                entry(1, "dir", EntryKind::Dir),
+                file(2, "dir/a.bin", 5000),
+                entry(
+                    3,
+                    "dir/link",
+                    EntryKind::Symlink {
+                        target: b"a.bin".to_vec(),
+                    },
+                ),
+                entry(
+                    4,
+                    "dir/hard",
+                    EntryKind::Hardlink {
+                        target: b"dir/a.bin".to_vec(),
+                    },
+                ),
+                entry(5, "fifo", EntryKind::Fifo),
+                entry(
+                    6,
+                    "dev",
+                    EntryKind::Device {
+                        block: true,
+                        rdev: 0x0801,
+                    },
+                ),
+                entry(
+                    7,
+                    "sparse",
+                    EntryKind::File {
+                        size: 1 << 30,
+                        data_bytes: 4096,
+                    },
+                ),
+            ]),
+        ),
+        (
+            "need",
+            Control::Need(vec![
+                Want {
+                    id: 2,
+                    what: WantKind::All,
+                },
+                Want {
+                    id: 7,
+                    what: WantKind::Ranges(vec![(0, 4096), (8192, 12288)]),
+                },
+                Want {
+                    id: 9,
+                    what: WantKind::Delta {
+                        chunk: 16384,
+                        hashes: vec![[1; 16], [2; 16]],
+                    },
+                },
+            ]),
+        ),
+        ("forget", Control::Forget(vec![3, 4, u64::MAX])),
+        (
+            "finish",
+            Control::Finish {
+                failed: vec![5],
+                units: 12,
+            },
+        ),
+        (
+            "done",
+            Control::Done(Summary {
+                files: 3,
+                other: 2,
+                bytes: 5000,
+                skipped: 1,
+                ..Summary::default()
+            }),
+        ),
+        (
+            "error",
+            Control::Error {
+                code: 3,
+                message: "disk full".into(),
+            },
+        ),
+    ]
+}
+
+/// One data payload for `raw`, compressed with `mode` when that pays, hashed as v2 does.
+fn data_payload(mode: Compression, segs: &[Segment], raw: &[u8]) -> Vec<u8> {
+    let mut cbuf = Vec::new();
+    let codec = Encoder::new(mode).encode(raw, &mut cbuf);
+    let body: &[u8] = if codec == Codec::Raw { raw } else { &cbuf };
+    let mut out = Vec::new();
+    encode_data_header(&mut out, codec, raw.len() as u32, segs);
+    let hash = unit_hash(&BLOCK_KEY, hashed_parts(&out), raw);
+    set_hash(&mut out, &hash);
+    out.extend_from_slice(body);
+    out
+}
+
+fn seg(file: u64, offset: u64, len: u32) -> Segment {
+    Segment {
+        file,
+        offset,
+        len,
+        keep: false,
+    }
+}
+
+/// The frame target's record form: `kind u8 (0 control, 1 data, 2 end), len u16, payload`.
+fn record(kind: u8, payload: &[u8]) -> Vec<u8> {
+    let mut r = vec![kind];
+    r.extend_from_slice(&(payload.len() as u16).to_le_bytes());
+    r.extend_from_slice(payload);
+    r
+}
+
+/// A control message's postcard bytes (the payload without the MAC).
+fn control_payload(m: &Control) -> Vec<u8> {
+    let mut out = Vec::new();
+    m.encode(&mut Sealer::new([0; 32], true), &mut out)
+        .expect("encodes");
+    out[haul::protocol::FRAME_HEADER_LEN..out.len() - haul::protocol::CONTROL_MAC_LEN].to_vec()
+}
+
+fn frames() {
+    // Records (sealed by the target) for each control message, one input each.
+    for (name, m) in messages() {
+        let mut input = vec![0u8];
+        input.extend(record(0, &control_payload(&m)));
+        put("frame", &format!("control-{name}"), &input);
+    }
+    let text = b"hello, haul! ".repeat(40);
+    let keep = Segment {
+        file: 3,
+        offset: 100,
+        len: 50,
+        keep: true,
+    };
+    let units = [
+        (
+            "raw",
+            data_payload(Compression::None, &[seg(2, 0, 11)], b"hello world"),
+        ),
+        (
+            "lz4",
+            data_payload(Compression::Lz4, &[seg(2, 0, text.len() as u32)], &text),
+        ),
+        (
+            "zstd",
+            data_payload(Compression::Zstd(3), &[seg(2, 0, text.len() as u32)], &text),
+        ),
+        (
+            "segments",
+            data_payload(
+                Compression::None,
+                &[seg(2, 4090, 6), keep, seg(4, 0, 10)],
+                b"abcdefghijklmnop",
+            ),
+        ),
+    ];
+    for (name, p) in &units {
+        let mut input = vec![0u8];
+        input.extend(record(1, p));
+        put("frame", &format!("data-{name}"), &input);
+    }
+    // A data stream: units, then End; read in chunks of 1 byte, a tick, 5 bytes.
+    let mut recs = Vec::new();
+    for (_, p) in &units {
+        recs.extend(record(1, p));
+    }
+    recs.extend(record(2, &[]));
+    let mut chunked = vec![3u8, 1, 0, 5];
+    chunked.extend_from_slice(&recs);
+    put("frame", "records-chunked", &chunked);
+    // The same as one honestly sealed byte stream (part 1 of the target reads it as is).
+    let mut sealer = Sealer::new(LINK, true);
+    let mut stream = vec![0u8];
+    control_start(&mut sealer, &mut stream);
+    for (_, p) in &units {
+        stream.extend_from_slice(&sealer.header(FrameKind::Data, p.len()));
+        stream.extend_from_slice(p);
+    }
+    stream.extend_from_slice(&sealer.header(FrameKind::End, 0));
+    put("frame", "sealed-stream", &stream);
+    // The flip flag (0x10): one bit of the sealed records altered.
+    let mut flipped = vec![0x10u8 | (3 << 5), 7];
+    flipped.extend_from_slice(&recs);
+    put("frame", "records-flipped", &flipped);
+    put("frame", "edge-empty", b"");
+    put("frame", "edge-end-with-payload", &[0, 2, 3, 0, 1, 2, 3]);
+    put("frame", "edge-short-record", &[0, 1, 9, 0, 1, 2]);
+}
+
+fn control_start(sealer: &mut Sealer, out: &mut Vec<u8>) {
+    Control::Start {
+        streams: 1,
+        block_size: 4096,
+        options: SyncOptions::default(),
+    }
+    .encode(sealer, out)
+    .expect("Start encodes");
+}
+
+fn controls() {
+    for (name, m) in messages() {
+        put("control", name, &control_payload(&m));
+    }
+    put("control", "edge-empty", b"");
+    put(
+        "control",
+        "edge-huge-vec",
+        &[1, 0xff, 0xff, 0xff, 0xff, 0x0f],
+    );
+}
+
+fn tickets() {
+    let addrs: Vec<SocketAddr> = vec![
+        "192.0.2.7:7100".parse().unwrap(),
+        "[2001:db8::1]:7100".parse().unwrap(),
+    ];
+    let mk = |addrs: Vec<SocketAddr>| Ticket {
+        addrs,
+        fingerprint: [0xab; 32],
+        secret: Secret::from_bytes([0x11; 32]),
+    };
+    let t2 = mk(addrs.clone()).encode();
+    put("ticket", "v4-v6", t2.as_bytes());
+    put("ticket", "v4", mk(addrs[..1].to_vec()).encode().as_bytes());
+    put(
+        "ticket",
+        "upper-spaces",
+        format!("  {}\n", t2.to_ascii_uppercase()).as_bytes(),
+    );
+    // The binary body (what the target wraps with a checksum itself).
+    let bin = data_encoding::BASE32_NOPAD_NOCASE
+        .decode(&t2.as_bytes()[6..])
+        .expect("base32");
+    put("ticket", "body-v4-v6", &bin[..bin.len() - 4]);
+    put("ticket", "edge-prefix", b"haul1-");
+    put("ticket", "edge-truncated", &t2.as_bytes()[..t2.len() - 3]);
+}
+
+fn paths() {
+    for (name, s) in [
+        ("rel", &b"dir/sub/file.txt"[..]),
+        ("join", b"dir/sub\0name"),
+        ("non-utf8", b"caf\xe9/x"),
+        ("dotdot", b"a/../b"),
+        ("abs", b"/etc/passwd"),
+        ("remote", b"user@host:/data/x"),
+        ("remote-v6", b"[fe80::1%eth0]:dir"),
+        ("daemon", b"host::module"),
+        ("local-colon", b"./a:b"),
+        ("rsh", b"ssh -p 2222 -o 'Opt=a b' \"x\\\"y\" z\\ w"),
+    ] {
+        put("path", name, s);
+    }
+}
+
+fn journals() {
+    // flags, size (u32 LE, plus one block), then 13-byte records: offset, len, flags.
+    let rec = |off: u64, len: u32, fl: u8| {
+        let mut r = off.to_le_bytes().to_vec();
+        r.extend_from_slice(&len.to_le_bytes());
+        r.push(fl);
+        r
+    };
+    let mut good = vec![1u8, 0, 0, 1, 0];
+    good.extend(rec(0, 4096, 0));
+    good.extend(rec(8192, 4096, 0));
+    good.extend(rec(4096, 100, 0));
+    put("journal", "resume", &good);
+    let mut torn = good.clone();
+    torn.extend(rec(20000, 10, 1));
+    torn.extend([1, 2, 3]);
+    put("journal", "corrupt-tail", &torn);
+    let mut past = vec![0u8, 0, 0, 1, 0];
+    past.extend(rec(u64::MAX - 5, 10, 2));
+    put("journal", "overflow", &past);
+    put("journal", "header-mismatch", &[2u8, 0, 0, 1, 0]);
+    let mut inode = good.clone();
+    inode[0] |= 8;
+    put("journal", "other-inode", &inode);
+    let mut key = good.clone();
+    key[0] |= 16;
+    put("journal", "other-key", &key);
+}
+
+fn main() {
+    let _ = std::fs::remove_dir_all(out_dir());
+    frames();
+    controls();
+    tickets();
+    paths();
+    journals();
+    println!("wrote {}", out_dir().display());
+}
