@@ -511,7 +511,6 @@ mod tests {
     /// would leave a marker, sent with the hash of other bytes.
     #[test]
     fn damaged_upload_is_not_run() {
-        use std::io::Write as _;
         let d = tempfile::tempdir().unwrap();
         let marker = d.path().join("ran");
         let body = format!("#!/bin/sh\ntouch '{}'\n", marker.display());
@@ -520,22 +519,7 @@ mod tests {
             body.len() as u64,
             "0000000000000000000000000000000000000000000000000000000000000000",
         );
-        let mut child = Command::new("sh")
-            .arg("-c")
-            .arg(&script)
-            .env("TMPDIR", d.path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(body.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
+        let out = run_script(&script, d.path(), body.as_bytes());
         assert!(!out.status.success());
         assert!(!marker.exists(), "the damaged upload was run");
         let err = String::from_utf8_lossy(&out.stderr);
@@ -543,23 +527,24 @@ mod tests {
         // The same bytes with their own hash are run.
         let good = exe_sha256_of(body.as_bytes());
         let script = bootstrap_script("/nonexistent/haul", body.len() as u64, &good);
+        let _ = run_script(&script, d.path(), body.as_bytes());
+        assert!(marker.exists(), "an intact upload was not run");
+    }
+
+    /// Runs the bootstrap script with `input` on stdin and TMPDIR in `tmp`.
+    fn run_script(script: &str, tmp: &Path, input: &[u8]) -> std::process::Output {
+        use std::io::Write as _;
         let mut child = Command::new("sh")
             .arg("-c")
-            .arg(&script)
-            .env("TMPDIR", d.path())
+            .arg(script)
+            .env("TMPDIR", tmp)
             .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(body.as_bytes())
-            .unwrap();
-        let _ = child.wait();
-        assert!(marker.exists(), "an intact upload was not run");
+        child.stdin.take().unwrap().write_all(input).unwrap();
+        child.wait_with_output().unwrap()
     }
 
     fn exe_sha256_of(bytes: &[u8]) -> String {

@@ -208,6 +208,19 @@ pub fn apply_meta_fd(fd: impl AsFd, e: &Entry, as_root: bool) -> io::Result<()> 
     Ok(())
 }
 
+/// Opens `name` in `dir` never following a symlink nor blocking on a FIFO, with what
+/// the descriptor says it is.
+fn open_nofollow(dir: &OwnedFd, name: &[u8], flags: OFlags) -> io::Result<(OwnedFd, rfs::Stat)> {
+    let fd = rfs::openat(
+        dir,
+        name,
+        flags | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let st = rfs::fstat(&fd)?;
+    Ok((fd, st))
+}
+
 /// Opens the regular file `name` in `dir` with `flags` — never following a symlink, never
 /// blocking on a FIFO — and checks on the descriptor that it is the file `expected`
 /// describes (same device and inode): what was checked by name is what gets used.
@@ -217,13 +230,7 @@ pub fn open_same_file(
     flags: OFlags,
     expected: &rfs::Stat,
 ) -> io::Result<File> {
-    let fd = rfs::openat(
-        dir,
-        name,
-        flags | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
-    let st = rfs::fstat(&fd)?;
+    let (fd, st) = open_nofollow(dir, name, flags)?;
     if rfs::FileType::from_raw_mode(st.st_mode) != rfs::FileType::RegularFile
         || (st.st_dev, st.st_ino) != (expected.st_dev, expected.st_ino)
     {
@@ -236,13 +243,7 @@ pub fn open_same_file(
 /// with one link — a leftover of our own earlier run, not something another user planted
 /// — never following a symlink and never blocking on a FIFO.
 pub fn open_own_file(dir: &OwnedFd, name: &[u8], flags: OFlags) -> io::Result<File> {
-    let fd = rfs::openat(
-        dir,
-        name,
-        flags | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
-    let st = rfs::fstat(&fd)?;
+    let (fd, st) = open_nofollow(dir, name, flags)?;
     if rfs::FileType::from_raw_mode(st.st_mode) != rfs::FileType::RegularFile
         || st.st_uid != rustix::process::geteuid().as_raw()
         || st.st_nlink != 1
