@@ -5,8 +5,9 @@
 //! encrypts into its own buffer and writes with `writev`), so callers should hand over large
 //! buffers, and `write_vectored` reaches the socket as one `writev` on plain streams.
 //!
-//! Not here: connecting, authenticating, splitting one stream between threads (a TLS stream
-//! is one state machine; use separate connections for concurrent directions).
+//! Not here: connecting, authenticating, splitting a TLS stream or a tunnel between threads
+//! (a TLS stream is one state machine; use separate connections for concurrent directions).
+//! Only a plain socket can be split, with [`Conn::try_clone`].
 
 use std::fmt;
 use std::io::{self, IoSlice, Read, Write};
@@ -57,6 +58,24 @@ impl Conn {
             Conn::new(Io::Unix(a), link, true),
             Conn::new(Io::Unix(b), link, false),
         ))
+    }
+
+    /// Another handle to the same plain socket (TCP or socketpair), so one thread can read
+    /// while another writes; the two share the link key and side but not frame sequence
+    /// numbers, so give each direction to one handle only. TLS and tunnelled connections
+    /// cannot be split: `ErrorKind::Unsupported`.
+    pub fn try_clone(&self) -> io::Result<Conn> {
+        let io = match &self.io {
+            Io::Plain(s) => Io::Plain(s.try_clone()?),
+            Io::Unix(s) => Io::Unix(s.try_clone()?),
+            Io::Tls(_) | Io::TlsServer(_) | Io::Tunnel(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "a TLS or tunnelled connection cannot be split between threads",
+                ))
+            }
+        };
+        Ok(Conn::new(io, self.link, self.dialer))
     }
 
     /// The key of every frame tag and control MAC on this connection, fresh for it and
@@ -244,6 +263,39 @@ mod tests {
         let mut buf = [0u8; 4];
         a.read_exact(&mut buf).unwrap();
         assert_eq!(&buf, b"pong");
+    }
+
+    #[test]
+    fn try_clone_splits_a_plain_stream_between_threads() {
+        let (a, mut b) = Conn::pair().unwrap();
+        let mut reader = a.try_clone().unwrap();
+        assert_eq!(reader.link_key(), a.link_key());
+        assert!(reader.is_dialer());
+        let echo = std::thread::spawn(move || {
+            let mut buf = [0u8; 4];
+            b.read_exact(&mut buf).unwrap();
+            b.write_all(&buf).unwrap();
+        });
+        let mut a = a;
+        a.write_all(b"ping").unwrap();
+        let mut got = [0u8; 4];
+        reader.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"ping");
+        echo.join().unwrap();
+
+        // Plain TCP splits too.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let s = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut peer, _) = l.accept().unwrap();
+        let c = Conn::new(Io::Plain(s), [7; 32], true);
+        let mut w = c.try_clone().unwrap();
+        assert_eq!(w.link_key(), [7; 32]);
+        w.write_all(b"tcp").unwrap();
+        w.shutdown_write().unwrap();
+        let mut got = Vec::new();
+        peer.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"tcp");
+        assert_eq!(c.peer_addr(), Some(l.local_addr().unwrap()));
     }
 
     #[test]
