@@ -23,10 +23,28 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum CommandArgs {
-    /// Receive one transfer into DIR: prints a ticket, waits for `haul send`.
+    /// Receive one transfer into DIR: prints a ticket, waits for `haul send`. `haul recv -`
+    /// receives one stream (`haul send -`) to standard output.
     Recv {
-        /// Destination directory (created if missing).
-        dir: PathBuf,
+        /// Destination directory (created if missing); `-`: write the stream to stdout;
+        /// with --stream, a file to write the stream to.
+        #[arg(required_unless_present = "to_command", value_name = "DIR|FILE|-")]
+        dir: Option<PathBuf>,
+        /// Receive one stream into the file DIR|FILE names (replaced when complete).
+        #[arg(long)]
+        stream: bool,
+        /// Receive one stream into the standard input of this command (run with sh -c);
+        /// its exit status is the transfer's.
+        #[arg(
+            long,
+            visible_alias = "exec",
+            value_name = "COMMAND",
+            conflicts_with = "dir"
+        )]
+        to_command: Option<String>,
+        /// Streams: memory for blocks waiting their turn (default 64M, at most 256M).
+        #[arg(long, value_name = "SIZE")]
+        buffer: Option<String>,
         /// Address to listen on, ADDR or ADDR:PORT (default: all addresses, any port).
         #[arg(long, value_name = "ADDR[:PORT]")]
         listen: Option<String>,
@@ -43,11 +61,17 @@ pub enum CommandArgs {
         #[command(flatten)]
         accept: AcceptArgs,
     },
-    /// Send files and directories to a waiting `haul recv`.
+    /// Send files and directories to a waiting `haul recv`; `haul send -` sends standard
+    /// input as one stream.
     Send {
-        /// Files or directories; `dir/` sends the contents of dir (as rsync does).
-        #[arg(required = true, value_name = "PATH")]
+        /// Files or directories; `dir/` sends the contents of dir (as rsync does); `-`
+        /// alone sends standard input as one stream.
+        #[arg(required_unless_present = "from_command", value_name = "PATH")]
         paths: Vec<PathBuf>,
+        /// Send the standard output of this command as one stream (run with sh -c; it
+        /// must exit 0, or the transfer fails on both sides).
+        #[arg(long, value_name = "COMMAND", conflicts_with = "paths")]
+        from_command: Option<String>,
         /// The ticket printed by `haul recv`; `-` reads it from stdin. Any user can read
         /// a command line: prefer `--ticket-file` or HAUL_TICKET on shared hosts.
         #[arg(
@@ -72,9 +96,18 @@ pub enum CommandArgs {
     /// Copy files and directories, on this host or between hosts: SRC and DST may be
     /// [user@]host:path (the far end is started over ssh; the data flows directly).
     Copy {
-        /// SRC... DST: sources, then the destination.
-        #[arg(required = true, num_args = 2.., value_name = "SRC... DST")]
+        /// SRC... DST: sources, then the destination. `-` as the only SRC reads one stream
+        /// from stdin; `-` as DST writes one stream to stdout.
+        #[arg(required = true, num_args = 1.., value_name = "SRC... DST")]
         paths: Vec<PathBuf>,
+        /// The stream is the standard output of this command, run where the source is
+        /// (SRC is `host:` or left out for this host).
+        #[arg(long, value_name = "COMMAND")]
+        from_command: Option<String>,
+        /// The stream goes into the standard input of this command, run where the
+        /// destination is (DST is `host:`); its exit status is the transfer's.
+        #[arg(long, visible_alias = "exec", value_name = "COMMAND")]
+        to_command: Option<String>,
         #[command(flatten)]
         transfer: TransferArgs,
         #[command(flatten)]
@@ -157,6 +190,13 @@ pub struct TransferArgs {
     /// directories sent; never outside the destination).
     #[arg(long)]
     pub delete: bool,
+    /// Streams: the expected size in bytes, for percent and ETA (like pv -s).
+    #[arg(long, value_name = "BYTES")]
+    pub size: Option<String>,
+    /// Streams: memory for blocks read but not yet written at the far end (default 64M,
+    /// at most 256M); the receiver's own --buffer may lower it.
+    #[arg(long, value_name = "SIZE")]
+    pub buffer: Option<String>,
     /// Re-dial a dropped connection up to N times (at once, then after 0.25 s doubling to 4 s)
     /// before failing (default 5).
     #[arg(long, value_name = "N")]

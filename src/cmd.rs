@@ -3,6 +3,8 @@
 //! TLS; or, with a `host:path`, between hosts: see `remote`) and the hidden `serve` (the
 //! far end of a remote copy).
 
+mod pipe;
+
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -36,6 +38,25 @@ pub fn run(cfg: &Config) -> Result<()> {
             ticket,
             transfer,
         } => run_send(paths, ticket, transfer, cfg),
+        Command::RecvPipe {
+            to,
+            listen,
+            ticket_file,
+            timeout,
+            window,
+        } => pipe::run_recv_pipe(to, *listen, ticket_file.as_deref(), *timeout, *window, cfg),
+        Command::SendPipe {
+            from,
+            ticket,
+            transfer,
+            pipe,
+        } => pipe::run_send_pipe(from, ticket, transfer, pipe, cfg),
+        Command::CopyPipe {
+            plan,
+            transfer,
+            pipe,
+            ssh,
+        } => pipe::run_copy_pipe(plan, transfer, pipe, ssh, cfg),
         Command::Copy {
             sources,
             dest,

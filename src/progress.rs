@@ -95,6 +95,46 @@ impl Progress {
         Progress { stop, thread }
     }
 
+    /// Starts drawing a stream's progress when `enabled` and stderr is a terminal: bytes,
+    /// rate and compression ratio; with a known total (`total_bytes` non-zero) also
+    /// percent and ETA.
+    pub fn start_stream(counters: Arc<Counters>, enabled: bool) -> Progress {
+        let stop = Arc::new(AtomicBool::new(false));
+        if !enabled || !std::io::stderr().is_terminal() {
+            return Progress { stop, thread: None };
+        }
+        let total = counters.total_bytes.load(Ordering::Relaxed);
+        let template = if total > 0 {
+            "{bar:30.cyan/blue} {bytes}/{total_bytes} {percent}% {binary_bytes_per_sec} eta {eta} {msg}"
+        } else {
+            "{spinner} {bytes} {binary_bytes_per_sec} {elapsed} {msg}"
+        };
+        let bar = ProgressBar::with_draw_target(
+            (total > 0).then_some(total),
+            ProgressDrawTarget::stderr_with_hz(5),
+        );
+        let style =
+            ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar());
+        bar.set_style(style.progress_chars("=> "));
+        let stop2 = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("haul-progress".into())
+            .spawn(move || {
+                while !stop2.load(Ordering::Relaxed) {
+                    let done = counters.done_bytes.load(Ordering::Relaxed);
+                    let wire = counters.wire_bytes.load(Ordering::Relaxed);
+                    bar.set_position(done);
+                    if wire > 0 {
+                        bar.set_message(format!("ratio {:.2}", done as f64 / wire as f64));
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                bar.finish_and_clear();
+            })
+            .ok();
+        Progress { stop, thread }
+    }
+
     /// Stops and clears the bar.
     pub fn finish(mut self) {
         self.stop_now();
@@ -131,6 +171,22 @@ pub fn summary_line(verb: &str, files: u64, bytes: u64, wire: u64, started: Inst
     )
 }
 
+/// The one-line summary of a stream: bytes, time, rate, wire bytes.
+pub fn stream_line(verb: &str, bytes: u64, wire: u64, started: Instant) -> String {
+    let secs = started.elapsed().as_secs_f64().max(1e-3);
+    let ratio = if wire > 0 && bytes > wire + wire / 50 {
+        format!(", compression ratio {:.2}", bytes as f64 / wire as f64)
+    } else {
+        String::new()
+    };
+    format!(
+        "haul: {verb} a stream of {} in {secs:.1} s ({}/s), {} on the wire{ratio}",
+        human(bytes),
+        human((bytes as f64 / secs) as u64),
+        human(wire),
+    )
+}
+
 /// The final account of a transfer, as `--json` prints it. The field names are a
 /// stable interface (documented in README).
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -157,12 +213,14 @@ pub struct Report {
     pub reconnects: u64,
     /// Wall time.
     pub seconds: f64,
+    /// A stream's BLAKE3 (hex), checked by both sides; `None` for files.
+    pub stream_blake3: Option<String>,
 }
 
 impl Report {
     /// One JSON object on one line.
     pub fn to_json(&self) -> String {
-        format!(
+        let json = format!(
             concat!(
                 "{{\"files\":{},\"files_unchanged\":{},\"bytes_read\":{},\"bytes_wire\":{},",
                 "\"bytes_skipped\":{},\"bytes_written\":{},\"deleted\":{},\"failed_files\":{},",
@@ -179,7 +237,11 @@ impl Report {
             self.changed_files,
             self.reconnects,
             self.seconds
-        )
+        );
+        match &self.stream_blake3 {
+            Some(h) => format!("{},\"stream_blake3\":\"{h}\"}}", &json[..json.len() - 1]),
+            None => json,
+        }
     }
 }
 
@@ -220,6 +282,15 @@ mod tests {
         assert!(j.starts_with("{\"files\":3,"), "{j}");
         assert!(j.ends_with("\"seconds\":1.500}"), "{j}");
         assert!(!j.contains('\n'));
+        let r = Report {
+            stream_blake3: Some("ab".repeat(32)),
+            ..Report::default()
+        };
+        let j = r.to_json();
+        assert!(
+            j.ends_with(&format!("\"stream_blake3\":\"{}\"}}", "ab".repeat(32))),
+            "{j}"
+        );
     }
 
     #[test]

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 mod integrity;
+pub mod pipe;
 
 use crate::codec::Decoder;
 use crate::error::{Error, Result};
@@ -25,9 +26,9 @@ use crate::progress::{Counters, Progress};
 use crate::protocol::{
     Control, DataHeader, EntryKind, FrameKind, ProtocolError, ReadError, Summary,
 };
-use crate::session::{frame_reader, is_forged, lost, Channel};
+use crate::session::{frame_reader, is_forged, is_tick, lost, Channel};
 use crate::store::{Store, WriterCache};
-use crate::transport::{Accepted, Conn, Role, TransportError};
+use crate::transport::{Accepted, Conn, Role};
 use integrity::{read_start, Forgeries};
 
 /// How often blocked reads wake up to check whether the transfer was aborted.
@@ -82,6 +83,7 @@ impl ReceiveReport {
             changed_files: 0,
             reconnects: self.reconnects,
             seconds: self.started.elapsed().as_secs_f64(),
+            stream_blake3: None,
         }
     }
 }
@@ -165,7 +167,7 @@ pub fn receive(
 ) -> Result<ReceiveReport> {
     let mut early_data = Vec::new();
     let (control, (streams, block_size, options), forged) =
-        integrity::first_start(&incoming, opts.timeout, &mut early_data)?;
+        integrity::first_start(&incoming, opts.timeout, &mut early_data, read_start)?;
     let started = Instant::now();
     store.configure(u64::from(block_size), options, key);
     let store = Arc::new(store);
@@ -510,12 +512,6 @@ impl Session<'_> {
             }
         }
     }
-}
-
-/// True for the read timeout that wakes a blocked read every `TICK` (nothing is lost).
-fn is_tick(e: &Error) -> bool {
-    matches!(e, Error::Transport(TransportError::Io(x))
-        if matches!(x.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut))
 }
 
 /// One data stream: verified units into the store until the End frame. A connection

@@ -33,6 +33,12 @@ pub fn is_forged(e: &Error) -> bool {
     matches!(e, Error::Transport(TransportError::Io(x)) if x.kind() == io::ErrorKind::InvalidData)
 }
 
+/// True when `e` is only a read that timed out (nothing arrived in time).
+pub fn is_tick(e: &Error) -> bool {
+    matches!(e, Error::Transport(TransportError::Io(x))
+        if matches!(x.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut))
+}
+
 /// Tags frames we write on `conn`.
 pub fn sealer(conn: &Conn) -> Sealer {
     Sealer::new(conn.link_key(), conn.is_dialer())

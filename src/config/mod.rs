@@ -7,6 +7,7 @@
 //! ticket). `location` parses `[user@]host:path` and `-e` words.
 
 mod location;
+mod pipe;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -19,6 +20,10 @@ use crate::protocol::{Accept, SyncOptions, DEFAULT_BLOCK_SIZE, MAX_BLOCK, MAX_ST
 use crate::transport::Ticket;
 
 pub use location::{parse_location, split_command, Location, RemotePath, SpecError};
+pub use pipe::{Pipe, PipeCopy, DEFAULT_PIPE_BUFFER, MAX_PIPE_BUFFER};
+
+use crate::receive::pipe::PipeTo;
+use crate::send::pipe::PipeFrom;
 
 const MIN_BLOCK_SIZE: u64 = 64 << 10;
 
@@ -127,6 +132,41 @@ pub enum Command {
         /// What to keep of the sender's metadata.
         accept: Accept,
     },
+    /// Receive one stream.
+    RecvPipe {
+        /// Where it goes.
+        to: PipeTo,
+        /// Where to listen (None: all addresses, any port).
+        listen: Option<SocketAddr>,
+        /// Where to also write the ticket.
+        ticket_file: Option<PathBuf>,
+        /// How long to wait for a vanished sender.
+        timeout: Option<Duration>,
+        /// Most stream bytes held here.
+        window: u64,
+    },
+    /// Send one stream to a ticket.
+    SendPipe {
+        /// Where it comes from.
+        from: PipeFrom,
+        /// Where to.
+        ticket: TicketFrom,
+        /// How.
+        transfer: Transfer,
+        /// Its buffer and size.
+        pipe: Pipe,
+    },
+    /// Copy one stream, here or between hosts.
+    CopyPipe {
+        /// Which way.
+        plan: PipeCopy,
+        /// How.
+        transfer: Transfer,
+        /// Its buffer and size.
+        pipe: Pipe,
+        /// How to start a far end.
+        ssh: SshOptions,
+    },
     /// Send to a ticket.
     Send {
         /// What to send, as given (`dir/` sends the contents).
@@ -184,27 +224,52 @@ impl Config {
         let command = match cli.command {
             CommandArgs::Recv {
                 dir,
+                stream,
+                to_command,
+                buffer,
                 listen,
                 ticket_file,
                 timeout,
                 streams: _,
                 accept,
-            } => Command::Recv {
-                accept: accept_config(&accept),
-                dir,
-                listen: listen.as_deref().map(parse_listen).transpose()?,
-                ticket_file,
-                timeout: timeout.map(Duration::from_secs),
-            },
+            } => {
+                let listen = listen.as_deref().map(parse_listen).transpose()?;
+                let timeout = timeout.map(Duration::from_secs);
+                match pipe::recv_target(dir, stream, to_command)? {
+                    (Some(to), _) => Command::RecvPipe {
+                        to,
+                        listen,
+                        ticket_file,
+                        timeout,
+                        // The sender's block size is not known yet: it checks the pair.
+                        window: pipe::parse_buffer(buffer.as_deref(), 0)?,
+                    },
+                    (None, dir) => {
+                        if buffer.is_some() {
+                            return Err(Error::Usage(
+                                "--buffer applies to streams (recv -, --stream, --to-command)"
+                                    .into(),
+                            ));
+                        }
+                        Command::Recv {
+                            accept: accept_config(&accept),
+                            dir,
+                            listen,
+                            ticket_file,
+                            timeout,
+                        }
+                    }
+                }
+            }
             CommandArgs::Send {
                 paths,
+                from_command,
                 to,
                 ticket_file,
                 transfer,
                 no_encrypt,
-            } => Command::Send {
-                paths,
-                ticket: match (to.as_deref(), ticket_file) {
+            } => {
+                let ticket = match (to.as_deref(), ticket_file) {
                     (_, Some(f)) => TicketFrom::File(f),
                     (Some("-"), None) => TicketFrom::Stdin,
                     (Some(t), None) => TicketFrom::Given(Box::new(Ticket::parse(t)?)),
@@ -213,15 +278,58 @@ impl Config {
                             "send needs --to TICKET or --ticket-file".into(),
                         ))
                     }
-                },
-                transfer: transfer_config(&transfer, !no_encrypt, NETWORK_COMPRESSION)?,
-            },
+                };
+                let t = transfer_config(&transfer, !no_encrypt, NETWORK_COMPRESSION)?;
+                match pipe::send_source(&paths, from_command)? {
+                    Some(from) => {
+                        if matches!(ticket, TicketFrom::Stdin) && from == PipeFrom::Stdin {
+                            return Err(Error::Usage(
+                                "standard input carries the stream: give the ticket with \
+                                 --ticket-file or HAUL_TICKET, not --to -"
+                                    .into(),
+                            ));
+                        }
+                        Command::SendPipe {
+                            from,
+                            ticket,
+                            pipe: stream_options(&transfer, &t)?,
+                            transfer: t,
+                        }
+                    }
+                    None => Command::Send {
+                        paths,
+                        ticket,
+                        transfer: t,
+                    },
+                }
+            }
             CommandArgs::Copy {
                 paths,
+                from_command,
+                to_command,
                 transfer,
                 accept,
                 remote,
-            } => copy_command(paths, &transfer, accept_config(&accept), &remote)?,
+            } => match pipe::copy_pipe(&paths, from_command, to_command)? {
+                Some(plan) => {
+                    let local = matches!(plan, PipeCopy::Local { .. });
+                    let t = if local {
+                        transfer_config(&transfer, false, Compression::None)?
+                    } else {
+                        transfer_config(&transfer, !remote.no_encrypt, NETWORK_COMPRESSION)?
+                    };
+                    Command::CopyPipe {
+                        plan,
+                        pipe: stream_options(&transfer, &t)?,
+                        transfer: t,
+                        ssh: ssh_options(&remote)?,
+                    }
+                }
+                None if paths.len() < 2 => {
+                    return Err(Error::Usage("copy needs SRC... DST".into()))
+                }
+                None => copy_command(paths, &transfer, accept_config(&accept), &remote)?,
+            },
             CommandArgs::Serve { probe, uploaded } => Command::Serve { probe, uploaded },
         };
         Ok(Config {
@@ -299,22 +407,36 @@ fn copy_command(
             dest,
         },
     };
-    let rsh = split_command(r.rsh.as_deref().unwrap_or("ssh")).map_err(usage)?;
+    Ok(Command::Remote {
+        plan,
+        transfer: transfer_config(t, !r.no_encrypt, NETWORK_COMPRESSION)?,
+        ssh: ssh_options(r)?,
+        accept,
+    })
+}
+
+fn ssh_options(r: &RemoteArgs) -> Result<SshOptions> {
+    let rsh = split_command(r.rsh.as_deref().unwrap_or("ssh")).map_err(|e| Error::Usage(e.0))?;
     let remote_haul = r.remote_haul.clone().unwrap_or_else(|| "haul".into());
     if remote_haul.is_empty() || remote_haul.contains('\0') {
         return Err(Error::Usage("--remote-haul needs a path".into()));
     }
-    Ok(Command::Remote {
-        plan,
-        transfer: transfer_config(t, !r.no_encrypt, NETWORK_COMPRESSION)?,
-        ssh: SshOptions {
-            rsh,
-            remote_haul,
-            via_ssh: r.via_ssh,
-            advertise: r.remote_advertise,
-        },
-        accept,
+    Ok(SshOptions {
+        rsh,
+        remote_haul,
+        via_ssh: r.via_ssh,
+        advertise: r.remote_advertise,
     })
+}
+
+/// A stream's options: its buffer (checked against the block size) and expected size.
+fn stream_options(a: &TransferArgs, t: &Transfer) -> Result<Pipe> {
+    if a.checksum || a.inplace || a.delete {
+        return Err(Error::Usage(
+            "--checksum, --inplace and --delete apply to files, not to a stream".into(),
+        ));
+    }
+    pipe::pipe_options(a.size.as_deref(), a.buffer.as_deref(), t.block_size)
 }
 
 fn accept_config(a: &AcceptArgs) -> Accept {

@@ -20,6 +20,14 @@
 //! carry only [`FrameKind::Data`] frames and end with [`FrameKind::End`]. When everything
 //! is queued and sent, the sender writes [`Control::Finish`]; the receiver answers with
 //! [`Control::Done`] once every file is durable, or [`Control::Error`] at any point.
+//!
+//! A pipe transfer (one byte stream, not files) opens with [`Control::StreamStart`]
+//! instead. Its blocks travel as data units of file 0 at block-aligned offsets, on any
+//! data stream, in any order. The receiver answers with [`Control::StreamAck`] (what the
+//! consumer has, what arrived, how much may be in flight: the credit that bounds both
+//! sides' memory) and, when a data connection breaks, [`Control::StreamLost`] (which
+//! blocks to send again). [`Control::StreamEnd`] gives the length and BLAKE3 of the
+//! whole stream; [`Control::Done`] or [`Control::Error`] ends it.
 
 mod accept;
 mod data;

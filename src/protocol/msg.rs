@@ -49,6 +49,45 @@ pub enum Control {
         /// One line for the user.
         message: String,
     },
+    /// Sender → receiver, first on a pipe transfer (instead of `Start`): one byte stream,
+    /// cut into blocks of `block_size` bytes (the last may be shorter) at offsets that are
+    /// multiples of it; each block is one data unit with one segment of file 0.
+    StreamStart {
+        /// How many data streams the sender will open.
+        streams: u16,
+        /// Block size in bytes.
+        block_size: u32,
+        /// Most stream bytes the sender holds (read, not yet arrived).
+        window: u64,
+    },
+    /// Receiver → sender: `written` bytes are with the consumer, every byte before `have`
+    /// has arrived; blocks may be in flight up to `written + window` (the smaller of both
+    /// sides' windows). Sent at once for each `StreamStart`, then as the numbers move.
+    StreamAck {
+        /// Bytes handed to the consumer, in order.
+        written: u64,
+        /// Bytes arrived without a gap (`>= written`).
+        have: u64,
+        /// Bytes the sender may have in flight beyond `written`.
+        window: u64,
+    },
+    /// Receiver → sender: a data connection broke. Of the blocks from `have` on, only
+    /// those at these offsets arrived; the sender sends the others again.
+    StreamLost {
+        /// Bytes arrived without a gap.
+        have: u64,
+        /// Offsets of the blocks held beyond `have`.
+        got: Vec<u64>,
+    },
+    /// Sender → receiver: the stream ended after `len` bytes, whose BLAKE3 is `digest`.
+    /// The receiver answers `Done` once every byte is with the consumer (and, for a
+    /// file, durable), or `Error`.
+    StreamEnd {
+        /// Length of the whole stream.
+        len: u64,
+        /// BLAKE3 of the whole stream.
+        digest: [u8; 32],
+    },
 }
 
 /// How the receiver treats files it already has (set by the sender's user).
@@ -200,6 +239,10 @@ impl Control {
             Control::Finish { .. } => "Finish",
             Control::Done(_) => "Done",
             Control::Error { .. } => "Error",
+            Control::StreamStart { .. } => "StreamStart",
+            Control::StreamAck { .. } => "StreamAck",
+            Control::StreamLost { .. } => "StreamLost",
+            Control::StreamEnd { .. } => "StreamEnd",
         }
     }
 }
@@ -257,6 +300,24 @@ mod tests {
             Control::Error {
                 code: 4,
                 message: "disk full".into(),
+            },
+            Control::StreamStart {
+                streams: 8,
+                block_size: 4 << 20,
+                window: 64 << 20,
+            },
+            Control::StreamAck {
+                written: 1 << 40,
+                have: (1 << 40) + 5,
+                window: 1 << 26,
+            },
+            Control::StreamLost {
+                have: 8,
+                got: vec![16, 48],
+            },
+            Control::StreamEnd {
+                len: 0,
+                digest: [3; 32],
             },
         ];
         let mut sealer = Sealer::new([9; 32], false);

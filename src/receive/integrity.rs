@@ -62,13 +62,15 @@ pub(super) fn note_line(
     Ok(())
 }
 
-/// Waits for the first control connection whose Start verifies (data connections that come
-/// first go to `early_data`); returns it, the Start's fields and how many failed before.
-pub(super) fn first_start(
+/// Waits for the first control connection whose opening message verifies and `read`
+/// accepts (data connections that come first go to `early_data`); returns it, what `read`
+/// made of it and how many failed verification before.
+pub(super) fn first_start<T>(
     incoming: &Receiver<(Conn, Role)>,
     timeout: Duration,
     early_data: &mut Vec<Conn>,
-) -> Result<(Channel, (u16, u32, SyncOptions), u32)> {
+    read: impl Fn(&mut Channel) -> Result<T>,
+) -> Result<(Channel, T, u32)> {
     let mut forged = 0;
     loop {
         // Once a Start failed verification, the sender re-dials within its retries.
@@ -84,7 +86,7 @@ pub(super) fn first_start(
             }
             None => return Err(lost(io::Error::other("no sender connected"))),
         };
-        match read_start(&mut c) {
+        match read(&mut c) {
             Ok(start) => return Ok((c, start, forged)),
             Err(e) if is_forged(&e) => {
                 forged += 1;
@@ -114,6 +116,12 @@ pub(super) fn read_start(control: &mut Channel) -> Result<(u16, u32, SyncOptions
             }
             Ok((streams, block_size, options))
         }
+        Control::StreamStart { .. } => Err(Error::Usage(
+            "the sender sends a stream (haul send -), but this receiver writes files into a \
+             directory; receive it with `haul recv -`, `haul recv --stream FILE` or \
+             `haul recv --to-command CMD`"
+                .into(),
+        )),
         other => Err(ProtocolError::Unexpected(other.name().into()).into()),
     }
 }

@@ -69,20 +69,7 @@ impl Redial<'_> {
         let mut attempt = 0;
         loop {
             let r = match conn.as_mut() {
-                Some((c, s)) => {
-                    // The header and the first part in one write: one packet, not two.
-                    head.clear();
-                    head.extend_from_slice(&s.header(kind, len));
-                    let (first, rest): (&[u8], &[&[u8]]) = match parts.split_first() {
-                        Some((f, r)) => (f, r),
-                        None => (&[], &[]),
-                    };
-                    head.extend_from_slice(first);
-                    std::iter::once(&head[..])
-                        .chain(rest.iter().copied())
-                        .try_for_each(|p| c.write_all(p))
-                        .map_err(lost)
-                }
+                Some(c) => put(c, kind, parts, len, &mut head),
                 None => Err(lost(io::Error::other("data stream not connected"))),
             };
             let err = match r {
@@ -121,6 +108,30 @@ impl Redial<'_> {
             }
         }
     }
+}
+
+/// Writes one frame of `kind` whose payload is `parts` (`len` bytes in all) on `conn`,
+/// tagged for it; `head` is scratch space.
+pub(super) fn put(
+    conn: &mut DataConn,
+    kind: FrameKind,
+    parts: &[&[u8]],
+    len: usize,
+    head: &mut Vec<u8>,
+) -> Result<()> {
+    let (c, s) = conn;
+    // The header and the first part in one write: one packet, not two.
+    head.clear();
+    head.extend_from_slice(&s.header(kind, len));
+    let (first, rest): (&[u8], &[&[u8]]) = match parts.split_first() {
+        Some((f, r)) => (f, r),
+        None => (&[], &[]),
+    };
+    head.extend_from_slice(first);
+    std::iter::once(&head[..])
+        .chain(rest.iter().copied())
+        .try_for_each(|p| c.write_all(p))
+        .map_err(lost)
 }
 
 /// The error after re-dialing failed `retries` times: the connection was lost (exit 5),

@@ -8,8 +8,19 @@ use super::dial::{backoff, gave_up};
 use crate::error::{Error, Result};
 use crate::progress::Counters;
 use crate::protocol::Control;
-use crate::session::Channel;
+use crate::session::{is_tick, Channel};
 use crate::transport::{Conn, Role, TransportError};
+
+/// What [`Link::poll`] found.
+pub(super) enum Polled {
+    /// A message.
+    Msg(Control),
+    /// Nothing in time.
+    Nothing,
+    /// The connection dropped and a new one (opened with Start again) replaced it: say
+    /// again what the new one must know.
+    Reconnected,
+}
 
 /// The control connection, re-dialed when it drops: a new one starts with Start and
 /// repeats the request in progress (the receiver answers repeats from its cache).
@@ -113,6 +124,19 @@ impl<'a> Link<'a> {
                 }
                 Err(e) => return Err(e),
             }
+        }
+    }
+
+    /// Waits up to `timeout` for the next message.
+    pub(super) fn poll(&mut self, timeout: Duration) -> Result<Polled> {
+        match self.chan.read(Some(timeout)) {
+            Ok(m) => Ok(Polled::Msg(m)),
+            Err(e) if is_tick(&e) => Ok(Polled::Nothing),
+            Err(e @ Error::Transport(_)) => {
+                self.reconnect(&e)?;
+                Ok(Polled::Reconnected)
+            }
+            Err(e) => Err(e),
         }
     }
 

@@ -22,6 +22,7 @@ use crate::transport::{Conn, Role};
 
 mod dial;
 mod link;
+pub mod pipe;
 mod report;
 mod worker;
 

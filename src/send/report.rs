@@ -62,6 +62,7 @@ impl SendReport {
             changed_files: self.unstable.len() as u64,
             reconnects: load(&c.reconnects),
             seconds: self.started.elapsed().as_secs_f64(),
+            stream_blake3: None,
         }
     }
 

@@ -1,0 +1,210 @@
+//! The stream commands: `recv -` / `recv --stream FILE` / `recv --to-command`, `send -` /
+//! `send --from-command`, and `copy` with a stream end, wired from the pipe engines in
+//! `send::pipe` and `receive::pipe`.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::{resolve_ticket, write_ticket_file};
+use crate::config::{Config, Pipe, PipeCopy, SshOptions, TicketFrom, Transfer, DEFAULT_TIMEOUT};
+use crate::error::{Error, Result};
+use crate::progress::{stream_line, Report};
+use crate::receive::incoming;
+use crate::receive::pipe::{receive_pipe, Output, PipeRecvOptions, PipeRecvReport, PipeTo};
+use crate::send::pipe::{send_pipe, PipeFrom, PipeOptions, PipeReport};
+use crate::send::ticket_dialer;
+use crate::transport::{Conn, Listener, Role, Secret};
+
+/// The sender's options for a stream configured as `t` and `p`.
+pub(crate) fn pipe_options(t: &Transfer, p: &Pipe, quiet: bool) -> PipeOptions {
+    PipeOptions {
+        streams: t.streams,
+        compress: t.compress,
+        block_size: t.block_size,
+        window: p.window,
+        retries: t.retries,
+        progress: !quiet,
+        size: p.size,
+    }
+}
+
+fn hex(d: &[u8; 32]) -> String {
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub(super) fn run_recv_pipe(
+    to: &PipeTo,
+    listen: Option<SocketAddr>,
+    ticket_file: Option<&Path>,
+    timeout: Option<Duration>,
+    window: u64,
+    cfg: &Config,
+) -> Result<()> {
+    // Fail on a destination that cannot work before printing a ticket.
+    let out = Output::open(to)?;
+    let listener = Listener::bind(listen)?;
+    let ticket = listener.ticket();
+    let line = ticket.encode();
+    if let Some(f) = ticket_file {
+        write_ticket_file(f, &line)?;
+    }
+    // With the stream on stdout, nothing else may go there.
+    let data_on_stdout = *to == PipeTo::Stdout;
+    if data_on_stdout {
+        eprintln!("{line}");
+    } else {
+        let mut o = std::io::stdout().lock();
+        let _ = writeln!(o, "{line}");
+        let _ = o.flush();
+    }
+    let key = ticket.secret.block_key();
+    let (_handle, accepted) = listener.spawn_acceptor();
+    let rx = incoming(accepted)?;
+    let opts = PipeRecvOptions {
+        window,
+        progress: !cfg.quiet,
+        timeout: timeout.unwrap_or(DEFAULT_TIMEOUT),
+    };
+    let report = receive_pipe(out, key, rx, opts)?;
+    finish_recv_pipe(&report, data_on_stdout, cfg);
+    Ok(())
+}
+
+/// Prints the receiver's summary and JSON (on stderr when stdout carries the stream).
+pub(crate) fn finish_recv_pipe(r: &PipeRecvReport, data_on_stdout: bool, cfg: &Config) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let wire = r.counters.wire_bytes.load(Relaxed);
+    if !cfg.quiet {
+        eprintln!("{}", stream_line("received", r.bytes, wire, r.started));
+    }
+    if cfg.json {
+        let j = Report {
+            bytes_wire: wire,
+            bytes_written: r.bytes,
+            reconnects: r.reconnects,
+            seconds: r.started.elapsed().as_secs_f64(),
+            stream_blake3: Some(hex(&r.digest)),
+            ..Report::default()
+        }
+        .to_json();
+        if data_on_stdout {
+            eprintln!("{j}");
+        } else {
+            println!("{j}");
+        }
+    }
+}
+
+/// Prints the sender's summary and JSON.
+pub(crate) fn finish_send_pipe(r: &PipeReport, data_on_stdout: bool, cfg: &Config) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let wire = r.counters.wire_bytes.load(Relaxed);
+    if !cfg.quiet {
+        eprintln!("{}", stream_line("sent", r.bytes, wire, r.started));
+    }
+    if cfg.json {
+        let j = Report {
+            bytes_read: r.bytes,
+            bytes_wire: wire,
+            bytes_written: r.bytes,
+            reconnects: r.counters.reconnects.load(Relaxed),
+            seconds: r.started.elapsed().as_secs_f64(),
+            stream_blake3: Some(hex(&r.digest)),
+            ..Report::default()
+        }
+        .to_json();
+        if data_on_stdout {
+            eprintln!("{j}");
+        } else {
+            println!("{j}");
+        }
+    }
+}
+
+pub(super) fn run_send_pipe(
+    from: &PipeFrom,
+    ticket: &TicketFrom,
+    t: &Transfer,
+    p: &Pipe,
+    cfg: &Config,
+) -> Result<()> {
+    let ticket = &resolve_ticket(ticket)?;
+    let opts = pipe_options(t, p, cfg.quiet);
+    let dial = ticket_dialer(ticket, t.encrypt);
+    let report = send_pipe(from, &opts, ticket.secret.block_key(), dial)?;
+    finish_send_pipe(&report, false, cfg);
+    Ok(())
+}
+
+pub(super) fn run_copy_pipe(
+    plan: &PipeCopy,
+    t: &Transfer,
+    p: &Pipe,
+    ssh: &SshOptions,
+    cfg: &Config,
+) -> Result<()> {
+    match plan {
+        PipeCopy::Local { from, to } => copy_here(from, to, t, p, cfg),
+        _ => {
+            let _ = ssh;
+            Err(Error::Usage(
+                "copying a stream between hosts is not built yet; use haul recv - / haul send -"
+                    .into(),
+            ))
+        }
+    }
+}
+
+/// A stream copied on this host, through the same engines over socket pairs (verified
+/// end to end; no TLS, no network).
+fn copy_here(from: &PipeFrom, to: &PipeTo, t: &Transfer, p: &Pipe, cfg: &Config) -> Result<()> {
+    let out = Output::open(to)?;
+    let key = *Secret::random().as_bytes();
+    let opts = pipe_options(t, p, cfg.quiet);
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let mut ends = Vec::new();
+    for role in std::iter::once(Role::Control).chain(std::iter::repeat_n(Role::Data, t.streams)) {
+        let (a, b) = Conn::pair().map_err(|e| Error::io("creating a local stream", e))?;
+        ends.push((role, a));
+        let _ = tx.send((b, role));
+    }
+    drop(tx);
+    let ends = Mutex::new(ends);
+    let window = p.window;
+    let receiver = std::thread::Builder::new()
+        .name("haul-receiver".into())
+        .spawn(move || {
+            let opts = PipeRecvOptions {
+                window,
+                progress: false,
+                timeout: DEFAULT_TIMEOUT,
+            };
+            receive_pipe(out, key, rx, opts)
+        })
+        .map_err(|e| Error::io("starting the receiver", e))?;
+    let dial = |role: Role| -> Result<Conn> {
+        let mut g = ends
+            .lock()
+            .map_err(|_| Error::io("local streams", std::io::Error::other("poisoned")))?;
+        let i = g
+            .iter()
+            .position(|(r, _)| *r == role)
+            .ok_or_else(|| Error::io("local streams", std::io::Error::other("none left")))?;
+        Ok(g.swap_remove(i).1)
+    };
+    let sent = send_pipe(from, &opts, key, dial);
+    drop(ends);
+    let received = receiver
+        .join()
+        .map_err(|_| Error::io("receiver", std::io::Error::other("panicked")))?;
+    let report = match (sent, received) {
+        (Ok(s), Ok(_)) => s,
+        (Err(e), Err(Error::Transport(_))) | (Err(e), Ok(_)) => return Err(e),
+        (_, Err(e)) => return Err(e),
+    };
+    finish_send_pipe(&report, *to == PipeTo::Stdout, cfg);
+    Ok(())
+}

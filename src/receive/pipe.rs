@@ -1,0 +1,648 @@
+//! Pipe mode, receiving side: blocks of one byte stream arrive on N data connections in
+//! any order; they are verified as file data is, held in a reorder window, and handed to
+//! the consumer (standard output, a file, a command) strictly in order, each byte once.
+//!
+//! Memory is bounded by the window (the smaller of both sides' `--buffer`): a block
+//! beyond `written + window` is a protocol violation, and `StreamAck` tells the sender how
+//! far it may go. A slow consumer thus holds back the sender, which holds back the
+//! producer. A data connection that breaks is reported with `StreamLost`, listing the
+//! blocks held beyond the gap, so the sender re-sends exactly the rest. At the end the
+//! BLAKE3 of everything written must equal the sender's, and the consumer must succeed
+//! (a file is durable and in place; a command exited 0) before `Done` is said.
+
+mod sink;
+
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+
+use super::integrity::{first_start, Forgeries};
+use crate::codec::Decoder;
+use crate::error::{Error, Result};
+use crate::progress::{Counters, Progress};
+use crate::protocol::{
+    Control, DataHeader, FrameKind, ProtocolError, ReadError, Summary, MAX_BLOCK, MAX_STREAMS,
+};
+use crate::session::{frame_reader, is_forged, is_tick, lost, Channel};
+use crate::transport::{Conn, Role};
+
+pub use sink::{Output, PipeTo};
+
+/// How often the control loop wakes to send acknowledgements.
+const POLL: Duration = Duration::from_millis(10);
+/// How often blocked reads wake to check whether the transfer is over.
+const TICK: Duration = Duration::from_millis(200);
+/// How long a new control connection has to say StreamStart.
+const REPLACE_WAIT: Duration = Duration::from_secs(5);
+/// Data connections allowed beyond the declared streams (re-dials overlap the old ones).
+const DATA_CONN_SLACK: usize = 4;
+
+/// How to receive a stream.
+#[derive(Clone, Copy, Debug)]
+pub struct PipeRecvOptions {
+    /// Most stream bytes held in memory (arrived, not yet with the consumer).
+    pub window: u64,
+    /// Draw a progress bar (when stderr is a terminal).
+    pub progress: bool,
+    /// Give up when the sender is gone this long.
+    pub timeout: Duration,
+}
+
+/// What the receiver reports once the stream is delivered.
+#[derive(Debug)]
+pub struct PipeRecvReport {
+    /// Stream length.
+    pub bytes: u64,
+    /// BLAKE3 of the whole stream.
+    pub digest: [u8; 32],
+    /// Wire bytes, units.
+    pub counters: Arc<Counters>,
+    /// When the first connection arrived.
+    pub started: Instant,
+    /// Connections that replaced dropped ones.
+    pub reconnects: u64,
+}
+
+/// The reorder window.
+#[derive(Default)]
+struct Window {
+    /// Blocks arrived and not yet written, by offset.
+    blocks: BTreeMap<u64, Vec<u8>>,
+    /// Bytes handed to the consumer.
+    written: u64,
+    /// Every byte before this has arrived.
+    have: u64,
+    /// Length and digest, once the sender said.
+    end: Option<(u64, [u8; 32])>,
+}
+
+struct Shared {
+    key: [u8; 32],
+    block: u64,
+    window: u64,
+    win: Mutex<Window>,
+    arrived: Condvar,
+    /// A data connection broke since the last `StreamLost`.
+    lost: AtomicBool,
+    /// The writer is inside a write to the consumer.
+    writing: AtomicBool,
+    abort: AtomicBool,
+    fatal: Mutex<Option<Error>>,
+    forged: Forgeries,
+    active: AtomicUsize,
+    max_active: usize,
+    data_conns: AtomicUsize,
+    control_conns: AtomicUsize,
+    last_activity: Mutex<Instant>,
+    counters: Arc<Counters>,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Window> {
+        self.win.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn touch(&self) {
+        if let Ok(mut t) = self.last_activity.lock() {
+            *t = Instant::now();
+        }
+    }
+
+    fn idle_for(&self) -> Duration {
+        self.last_activity
+            .lock()
+            .map(|t| t.elapsed())
+            .unwrap_or_default()
+    }
+
+    fn fail(&self, e: Error) {
+        if let Ok(mut f) = self.fatal.lock() {
+            f.get_or_insert(e);
+        }
+        self.abort.store(true, Ordering::Release);
+        self.arrived.notify_all();
+    }
+
+    fn take_fatal(&self) -> Option<Error> {
+        self.fatal.lock().ok().and_then(|mut f| f.take())
+    }
+
+    /// Takes one verified block; duplicates are dropped, a block outside the window or
+    /// past the announced end is the sender breaking the protocol.
+    fn insert(&self, offset: u64, data: Vec<u8>) -> Result<()> {
+        let len = data.len() as u64;
+        let mut w = self.lock();
+        if offset < w.written || w.blocks.contains_key(&offset) {
+            return Ok(());
+        }
+        if offset + len > w.written + self.window {
+            return Err(ProtocolError::Malformed("stream block beyond the window").into());
+        }
+        if let Some((end, _)) = w.end {
+            if offset + len > end || (len < self.block && offset + len != end) {
+                return Err(ProtocolError::Malformed("stream block past its end").into());
+            }
+        }
+        w.blocks.insert(offset, data);
+        while let Some(b) = w.blocks.get(&w.have) {
+            w.have += b.len() as u64;
+        }
+        drop(w);
+        self.arrived.notify_all();
+        Ok(())
+    }
+}
+
+/// Receives one stream into `out`. `incoming` yields authenticated connections; the first
+/// control connection must open with `StreamStart`.
+pub fn receive_pipe(
+    out: Output,
+    key: [u8; 32],
+    incoming: Receiver<(Conn, Role)>,
+    opts: PipeRecvOptions,
+) -> Result<PipeRecvReport> {
+    let mut early = Vec::new();
+    let (mut control, (streams, block, window), forged) =
+        first_start(&incoming, opts.timeout, &mut early, read_stream_start)?;
+    let started = Instant::now();
+    let window = window.min(opts.window);
+    if window < 2 * u64::from(block) {
+        let e = Error::Usage(format!(
+            "the stream buffer ({}) must hold at least two blocks ({} each); raise --buffer \
+             or lower the sender's --block-size",
+            crate::progress::human(window),
+            crate::progress::human(u64::from(block))
+        ));
+        say_error(&mut control, &e);
+        return Err(e);
+    }
+    let counters = Arc::new(Counters::default());
+    let bar = Progress::start_stream(Arc::clone(&counters), opts.progress);
+    let shared = Arc::new(Shared {
+        key,
+        block: u64::from(block),
+        window,
+        win: Mutex::new(Window::default()),
+        arrived: Condvar::new(),
+        lost: AtomicBool::new(false),
+        writing: AtomicBool::new(false),
+        abort: AtomicBool::new(false),
+        fatal: Mutex::new(None),
+        forged: Forgeries::starting_at(forged),
+        active: AtomicUsize::new(0),
+        max_active: usize::from(streams) + DATA_CONN_SLACK,
+        data_conns: AtomicUsize::new(0),
+        control_conns: AtomicUsize::new(1),
+        last_activity: Mutex::new(Instant::now()),
+        counters: Arc::clone(&counters),
+    });
+    for c in early {
+        spawn_reader(&shared, c);
+    }
+    let (control_tx, control_rx) = crossbeam_channel::unbounded();
+    {
+        let shared = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("haul-dispatch".into())
+            .spawn(move || {
+                while !shared.abort.load(Ordering::Acquire) {
+                    match incoming.recv_timeout(TICK) {
+                        Ok((c, Role::Data)) => spawn_reader(&shared, c),
+                        Ok((c, Role::Control)) => {
+                            shared.control_conns.fetch_add(1, Ordering::Relaxed);
+                            if control_tx.send(c).is_err() {
+                                break;
+                            }
+                        }
+                        Err(RecvTimeoutError::Timeout) => {}
+                        Err(RecvTimeoutError::Disconnected) => break,
+                    }
+                }
+            })
+            .map_err(|e| Error::io("starting the dispatch thread", e))?;
+    }
+    let writer = {
+        let shared = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("haul-pipe-write".into())
+            .spawn(move || write_loop(out, &shared))
+            .map_err(|e| Error::io("starting the writing thread", e))?
+    };
+    let mut session = Session {
+        shared: &shared,
+        control,
+        control_rx,
+        timeout: opts.timeout,
+        acked: None,
+    };
+    let result = session.run(&writer);
+    shared.abort.store(true, Ordering::Release);
+    shared.arrived.notify_all();
+    let written = writer.join();
+    bar.finish();
+    let result = match (result, written) {
+        (Ok(()), Ok(Ok(Some(end)))) => Ok(end),
+        // The writer's own error is the precise one (the consumer's, the digest's).
+        (_, Ok(Err(e))) => Err(e),
+        (Err(e), _) => Err(e),
+        (Ok(()), Ok(Ok(None))) => Err(Error::io(
+            "writing the stream",
+            io::Error::other("stopped before its end"),
+        )),
+        (Ok(()), Err(_)) => Err(Error::io(
+            "writing the stream",
+            io::Error::other("panicked"),
+        )),
+    };
+    let reconnects = (shared.data_conns.load(Ordering::Relaxed) as u64)
+        .saturating_sub(u64::from(streams))
+        + (shared.control_conns.load(Ordering::Relaxed) as u64).saturating_sub(1);
+    match result {
+        Ok((bytes, digest)) => {
+            let summary = Summary {
+                files: 0,
+                bytes,
+                ..Summary::default()
+            };
+            let _ = session.control.write(&Control::Done(summary));
+            let _ = session.control.shutdown_write();
+            Ok(PipeRecvReport {
+                bytes,
+                digest,
+                counters,
+                started,
+                reconnects,
+            })
+        }
+        Err(e) => {
+            if !matches!(e, Error::Transport(_) | Error::Remote { .. }) {
+                say_error(&mut session.control, &e);
+            }
+            Err(e)
+        }
+    }
+}
+
+fn say_error(control: &mut Channel, e: &Error) {
+    let _ = control.write(&Control::Error {
+        code: e.exit_code(),
+        message: e.to_string(),
+    });
+    let _ = control.shutdown_write();
+}
+
+/// Reads a control connection's first message, which must be a sensible StreamStart.
+fn read_stream_start(control: &mut Channel) -> Result<(u16, u32, u64)> {
+    parse_stream_start(control.read(None)?)
+}
+
+/// Checks a StreamStart's fields.
+fn parse_stream_start(msg: Control) -> Result<(u16, u32, u64)> {
+    match msg {
+        Control::StreamStart {
+            streams,
+            block_size,
+            window,
+        } => {
+            if streams == 0
+                || streams > MAX_STREAMS
+                || block_size < 4096
+                || block_size as usize > MAX_BLOCK
+            {
+                return Err(
+                    ProtocolError::Malformed("stream count or block size out of range").into(),
+                );
+            }
+            Ok((streams, block_size, window))
+        }
+        Control::Start { .. } => Err(Error::Usage(
+            "the sender sends files, but this receiver writes one stream; receive files \
+             with `haul recv DIR`, or send a stream with `haul send -`"
+                .into(),
+        )),
+        other => Err(ProtocolError::Unexpected(other.name().into()).into()),
+    }
+}
+
+/// Hands blocks to the consumer in order; at the end checks the digest and finishes it.
+/// `None` when the transfer stopped for another reason first.
+fn write_loop(mut out: Output, shared: &Shared) -> Result<Option<(u64, [u8; 32])>> {
+    let mut hasher = blake3::Hasher::new();
+    loop {
+        let next = {
+            let mut w = shared.lock();
+            loop {
+                if shared.abort.load(Ordering::Acquire) {
+                    return Ok(None);
+                }
+                let at = w.written;
+                if let Some(b) = w.blocks.remove(&at) {
+                    break Some(b);
+                }
+                if w.end.is_some_and(|(len, _)| len == at) {
+                    break None;
+                }
+                w = shared
+                    .arrived
+                    .wait_timeout(w, TICK)
+                    .map(|(w, _)| w)
+                    .unwrap_or_else(|p| p.into_inner().0);
+            }
+        };
+        let Some(b) = next else { break };
+        // A consumer that takes its time is not a vanished sender.
+        shared.writing.store(true, Ordering::Release);
+        let r = out.write_all(&b);
+        shared.writing.store(false, Ordering::Release);
+        r?;
+        hasher.update(&b);
+        let n = b.len() as u64;
+        Counters::add(&shared.counters.done_bytes, n);
+        shared.lock().written += n;
+        shared.touch();
+    }
+    let (len, digest) = shared
+        .lock()
+        .end
+        .ok_or_else(|| Error::io("writing the stream", io::Error::other("no end")))?;
+    if hasher.finalize() != blake3::Hash::from_bytes(digest) {
+        return Err(Error::Tampered {
+            count: 1,
+            last: "the stream's BLAKE3 does not match the sender's".into(),
+        });
+    }
+    out.finish()?;
+    Ok(Some((len, digest)))
+}
+
+fn spawn_reader(shared: &Arc<Shared>, conn: Conn) {
+    if shared.active.fetch_add(1, Ordering::AcqRel) >= shared.max_active {
+        shared.active.fetch_sub(1, Ordering::AcqRel);
+        return;
+    }
+    let n = shared.data_conns.fetch_add(1, Ordering::Relaxed);
+    shared.touch();
+    let s = Arc::clone(shared);
+    let r = std::thread::Builder::new()
+        .name(format!("haul-pipe-recv-{n}"))
+        .spawn(move || {
+            match read_loop(conn, &s) {
+                Ok(true) => {}
+                Ok(false) => s.lost.store(true, Ordering::Release),
+                Err(e) => s.fail(e),
+            }
+            s.touch();
+            s.active.fetch_sub(1, Ordering::AcqRel);
+        });
+    if r.is_err() {
+        shared.active.fetch_sub(1, Ordering::AcqRel);
+        shared.fail(Error::io(
+            "starting a stream thread",
+            io::Error::other("spawn failed"),
+        ));
+    }
+}
+
+/// One data connection: verified blocks into the window until its End frame (`true`) or
+/// until it breaks (`false`: what it carried may be lost). Frames that fail verification
+/// cost the connection (up to the transfer's bound); authentic nonsense is an error.
+fn read_loop(mut conn: Conn, shared: &Shared) -> Result<bool> {
+    if conn.set_read_timeout(Some(TICK)).is_err() {
+        return Ok(false);
+    }
+    let mut reader = frame_reader(&conn);
+    let mut decoder = Decoder::new(shared.key);
+    let peer = conn.peer_desc();
+    let forged = |what: &dyn std::fmt::Display| -> Result<bool> {
+        shared.forged.note("data", &peer, what).map(|()| false)
+    };
+    loop {
+        let frame = match reader.read_frame(&mut conn) {
+            Ok(Some(f)) => f,
+            Ok(None) | Err(ReadError::Truncated) => return Ok(false),
+            Err(e) if e.is_timeout() => {
+                if shared.abort.load(Ordering::Acquire) {
+                    return Ok(true);
+                }
+                continue;
+            }
+            Err(ReadError::Io(e)) if e.kind() == io::ErrorKind::InvalidData => {
+                conn.abort();
+                return forged(&e);
+            }
+            Err(ReadError::Io(_)) => return Ok(false),
+            Err(ReadError::Protocol(p @ ProtocolError::Forged(_))) => {
+                conn.abort();
+                return forged(&p);
+            }
+            Err(ReadError::Protocol(p)) => return Err(p.into()),
+        };
+        match frame.kind {
+            FrameKind::End => return Ok(true),
+            FrameKind::Control => {
+                return Err(
+                    ProtocolError::Unexpected("control frame on a data stream".into()).into(),
+                )
+            }
+            FrameKind::Data => {}
+        }
+        let h = match DataHeader::parse(frame.payload) {
+            Ok(h) => h,
+            Err(e) => {
+                conn.abort();
+                return forged(&e);
+            }
+        };
+        Counters::add(&shared.counters.wire_bytes, frame.payload.len() as u64);
+        let unit = match decoder.decode(&h) {
+            Ok(u) => u,
+            Err(e) => {
+                conn.abort();
+                return forged(&format!("stream block failed verification ({e:?})"));
+            }
+        };
+        let mut segs = h.segments();
+        let (Some(seg), None) = (segs.next(), segs.next()) else {
+            return Err(ProtocolError::Malformed("stream block with several segments").into());
+        };
+        let bytes = unit.bytes();
+        if seg.file != 0
+            || seg.keep
+            || seg.len as usize != bytes.len()
+            || seg.len == 0
+            || u64::from(seg.len) > shared.block
+            || seg.offset % shared.block != 0
+        {
+            return Err(ProtocolError::Malformed("stream block out of shape").into());
+        }
+        Counters::add(&shared.counters.units, 1);
+        shared.insert(seg.offset, bytes.to_vec())?;
+        shared.touch();
+    }
+}
+
+/// What the writer ends with.
+type WriteResult = Result<Option<(u64, [u8; 32])>>;
+
+/// The control side of a stream.
+struct Session<'a> {
+    shared: &'a Shared,
+    control: Channel,
+    control_rx: Receiver<Conn>,
+    timeout: Duration,
+    /// The last (written, have) acknowledged.
+    acked: Option<(u64, u64)>,
+}
+
+impl Session<'_> {
+    /// Runs until the writer is done (`Ok`) or the transfer fails.
+    fn run(&mut self, writer: &std::thread::JoinHandle<WriteResult>) -> Result<()> {
+        loop {
+            if let Some(e) = self.shared.take_fatal() {
+                return Err(e);
+            }
+            if writer.is_finished() {
+                return Ok(());
+            }
+            if let Ok(c) = self.control_rx.try_recv() {
+                self.replace_control(c)?;
+            }
+            self.report()?;
+            match self.control.read(Some(POLL)) {
+                Ok(Control::StreamEnd { len, digest }) => self.end(len, digest)?,
+                Ok(Control::Error { code, message }) => {
+                    return Err(Error::Remote {
+                        side: "sender",
+                        message,
+                        code,
+                    })
+                }
+                Ok(other) => return Err(ProtocolError::Unexpected(other.name().into()).into()),
+                Err(e) if is_tick(&e) => {
+                    if self.shared.idle_for() > self.timeout
+                        && !self.shared.writing.load(Ordering::Acquire)
+                    {
+                        return Err(lost(io::Error::other(format!(
+                            "no data from the sender for {} s",
+                            self.timeout.as_secs()
+                        ))));
+                    }
+                }
+                Err(e @ Error::Transport(_)) => {
+                    if is_forged(&e) {
+                        self.control.abort();
+                        (self.shared.forged).note(
+                            "control",
+                            &self.control.conn().peer_desc(),
+                            &e,
+                        )?;
+                    }
+                    self.await_control()?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Tells the sender how far the stream got, when that changed, and which blocks to
+    /// send again after a data connection broke.
+    fn report(&mut self) -> Result<()> {
+        let lost = self.shared.lost.swap(false, Ordering::AcqRel);
+        let (written, have, got) = {
+            let w = self.shared.lock();
+            let got: Vec<u64> = if lost {
+                w.blocks.range(w.have..).map(|(o, _)| *o).collect()
+            } else {
+                Vec::new()
+            };
+            (w.written, w.have, got)
+        };
+        if self.acked != Some((written, have)) {
+            self.send(&Control::StreamAck {
+                written,
+                have,
+                window: self.shared.window,
+            })?;
+            self.acked = Some((written, have));
+        }
+        if lost {
+            self.send(&Control::StreamLost { have, got })?;
+        }
+        Ok(())
+    }
+
+    fn end(&mut self, len: u64, digest: [u8; 32]) -> Result<()> {
+        let mut w = self.shared.lock();
+        if let Some((l, d)) = w.end {
+            if (l, d) != (len, digest) {
+                return Err(ProtocolError::Malformed("a second, different StreamEnd").into());
+            }
+            return Ok(());
+        }
+        let past = w
+            .blocks
+            .iter()
+            .next_back()
+            .is_some_and(|(o, b)| o + b.len() as u64 > len);
+        if len < w.have || past {
+            return Err(ProtocolError::Malformed("StreamEnd before data already sent").into());
+        }
+        w.end = Some((len, digest));
+        drop(w);
+        self.shared.arrived.notify_all();
+        Ok(())
+    }
+
+    /// Writes on the control stream; a failed write waits for the sender to reconnect.
+    fn send(&mut self, msg: &Control) -> Result<()> {
+        match self.control.write(msg) {
+            Ok(()) => Ok(()),
+            Err(Error::Transport(_)) => self.await_control(),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A new control connection: it opens with the same StreamStart; the sender learns
+    /// where the stream stands from a fresh acknowledgement. `false` when it did not.
+    fn replace_control(&mut self, c: Conn) -> Result<bool> {
+        let mut c = Channel::new(c);
+        match c.read(Some(REPLACE_WAIT)).and_then(parse_stream_start) {
+            Ok(_) => {
+                crate::progress::warn("the sender reconnected its control stream");
+                self.control = c;
+                self.acked = None;
+                Ok(true)
+            }
+            Err(e) if is_forged(&e) => (self.shared.forged)
+                .note("control", &c.conn().peer_desc(), &e)
+                .map(|()| false),
+            Err(_) => Ok(false),
+        }
+    }
+
+    /// The control connection dropped: waits up to `timeout` for a new one.
+    fn await_control(&mut self) -> Result<()> {
+        let deadline = Instant::now() + self.timeout;
+        while Instant::now() < deadline {
+            if let Some(e) = self.shared.take_fatal() {
+                return Err(e);
+            }
+            match self.control_rx.recv_timeout(TICK) {
+                Ok(c) => {
+                    if self.replace_control(c)? {
+                        return Ok(());
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        Err(lost(io::Error::other(
+            "the sender vanished mid-stream (killed, or the network dropped) and did not reconnect",
+        )))
+    }
+}

@@ -1,0 +1,329 @@
+//! Where a pipe transfer's bytes go: standard output, a file (made durable and put in
+//! place only when the whole stream arrived and verified), or a command haul starts
+//! (whose exit status decides the transfer's).
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::AsFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+
+use crate::error::{Error, Result};
+use crate::progress::escape;
+
+/// Where the stream goes (plain data: `config` holds one).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PipeTo {
+    /// Standard output.
+    Stdout,
+    /// A file, replaced atomically once the stream is complete and durable.
+    File(PathBuf),
+    /// The standard input of `sh -c COMMAND`, which must exit 0. Its standard output is
+    /// ours, or our standard error when ours carries something else (`haul serve`).
+    Command {
+        /// The command line.
+        command: String,
+        /// Send its standard output to our standard error.
+        stdout_to_stderr: bool,
+    },
+}
+
+enum Kind {
+    Stdout(File),
+    File {
+        file: File,
+        tmp: PathBuf,
+        dest: PathBuf,
+    },
+    Command {
+        child: Child,
+        stdin: Option<ChildStdin>,
+    },
+}
+
+/// The open destination of one pipe transfer.
+pub struct Output {
+    kind: Kind,
+    what: String,
+    written: u64,
+}
+
+impl Output {
+    /// Opens `to`: checks a file's directory can take it, starts a command. Done before
+    /// the ticket is printed, so a destination that cannot work fails at once.
+    pub fn open(to: &PipeTo) -> Result<Output> {
+        let (kind, what) = match to {
+            PipeTo::Stdout => {
+                let fd = io::stdout()
+                    .as_fd()
+                    .try_clone_to_owned()
+                    .map_err(|e| Error::io("opening standard output", e))?;
+                (Kind::Stdout(File::from(fd)), "standard output".to_string())
+            }
+            PipeTo::File(dest) => {
+                let (file, tmp) = temp_beside(dest)?;
+                let what = escape(&dest.display().to_string());
+                (
+                    Kind::File {
+                        file,
+                        tmp,
+                        dest: dest.clone(),
+                    },
+                    what,
+                )
+            }
+            PipeTo::Command {
+                command,
+                stdout_to_stderr,
+            } => {
+                let what = format!("`{}`", escape(command));
+                let mut cmd = Command::new("sh");
+                cmd.arg("-c").arg(command).stdin(Stdio::piped());
+                if *stdout_to_stderr {
+                    let err = io::stderr()
+                        .as_fd()
+                        .try_clone_to_owned()
+                        .map_err(|e| Error::io("duplicating standard error", e))?;
+                    cmd.stdout(Stdio::from(err));
+                }
+                let mut child = cmd.spawn().map_err(|e| Error::Destination {
+                    path: PathBuf::from(&what),
+                    source: e,
+                    hint: "",
+                })?;
+                let stdin = child.stdin.take();
+                (Kind::Command { child, stdin }, what)
+            }
+        };
+        Ok(Output {
+            kind,
+            what,
+            written: 0,
+        })
+    }
+
+    /// What the destination is, for messages.
+    pub fn what(&self) -> &str {
+        &self.what
+    }
+
+    /// Writes the next bytes of the stream.
+    pub(super) fn write_all(&mut self, mut b: &[u8]) -> Result<()> {
+        let mut r = Ok(());
+        while !b.is_empty() {
+            let n = match &mut self.kind {
+                Kind::Stdout(f) => f.write(b),
+                Kind::File { file, .. } => file.write(b),
+                Kind::Command { stdin: Some(s), .. } => s.write(b),
+                Kind::Command { stdin: None, .. } => Err(io::ErrorKind::BrokenPipe.into()),
+            };
+            match n {
+                Ok(0) => r = Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    self.written += n as u64;
+                    b = &b[n..];
+                    continue;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => r = Err(e),
+            }
+            break;
+        }
+        match r {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
+                // Say how the consumer ended if it did.
+                let how = match &mut self.kind {
+                    Kind::Command { child, .. } => match child.try_wait() {
+                        Ok(Some(st)) => format!(" (it {})", crate::send::pipe::describe_status(st)),
+                        _ => String::new(),
+                    },
+                    _ => String::new(),
+                };
+                Err(self.fail(io::Error::other(format!(
+                    "the consumer closed its input after {} bytes{how}; the stream was not \
+                     delivered whole",
+                    self.written
+                ))))
+            }
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+
+    /// The stream is complete and verified: make it durable (a file: fsync, rename into
+    /// place, fsync the directory) or wait for the command, which must exit 0.
+    pub(super) fn finish(mut self) -> Result<()> {
+        let what = self.what.clone();
+        let fail = |e: io::Error| Error::Destination {
+            path: PathBuf::from(&what),
+            source: e,
+            hint: "",
+        };
+        match &mut self.kind {
+            Kind::Stdout(f) => f.flush().map_err(fail),
+            Kind::File { file, tmp, dest } => {
+                file.sync_all().map_err(fail)?;
+                std::fs::rename(&*tmp, &*dest).map_err(fail)?;
+                // Renamed: nothing left to remove.
+                *tmp = PathBuf::new();
+                File::open(parent_of(dest))
+                    .and_then(|d| d.sync_all())
+                    .map_err(fail)
+            }
+            Kind::Command { child, stdin } => {
+                drop(stdin.take());
+                let status = child.wait().map_err(fail)?;
+                if status.success() {
+                    Ok(())
+                } else {
+                    Err(fail(io::Error::other(crate::send::pipe::describe_status(
+                        status,
+                    ))))
+                }
+            }
+        }
+    }
+
+    fn fail(&self, e: io::Error) -> Error {
+        Error::Destination {
+            path: PathBuf::from(&self.what),
+            source: e,
+            hint: "",
+        }
+    }
+}
+
+impl Drop for Output {
+    /// Unfinished (the transfer failed): a file's temporary copy is removed, never put in
+    /// place; a command is stopped rather than fed a truncated stream's end.
+    fn drop(&mut self) {
+        match &mut self.kind {
+            Kind::Stdout(_) => {}
+            Kind::File { tmp, .. } => {
+                if !tmp.as_os_str().is_empty() {
+                    let _ = std::fs::remove_file(&*tmp);
+                }
+            }
+            Kind::Command { child, stdin } => {
+                if stdin.take().is_some() {
+                    let _ = child.kill();
+                }
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+fn parent_of(p: &Path) -> &Path {
+    match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
+
+/// A new file beside `dest` with a name no one can guess, created exclusively and
+/// without following links (a planted symlink cannot redirect it).
+fn temp_beside(dest: &Path) -> Result<(File, PathBuf)> {
+    let fail = |e: io::Error, hint: &'static str| Error::Destination {
+        path: dest.to_path_buf(),
+        source: e,
+        hint,
+    };
+    if dest.is_dir() {
+        return Err(fail(
+            io::Error::other("is a directory"),
+            "; a stream is written to a file (use haul recv DIR for files)",
+        ));
+    }
+    let name = dest
+        .file_name()
+        .ok_or_else(|| fail(io::Error::other("not a file name"), ""))?;
+    for _ in 0..16 {
+        let mut r = [0u8; 8];
+        getrandom::fill(&mut r).map_err(|e| fail(io::Error::other(e.to_string()), ""))?;
+        let hex: String = r.iter().map(|b| format!("{b:02x}")).collect();
+        let tmp = parent_of(dest).join(format!(".{}.{hex}.haul-tmp", name.to_string_lossy()));
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o666)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)
+        {
+            Ok(f) => return Ok((f, tmp)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(fail(e, "")),
+        }
+    }
+    Err(fail(io::Error::other("no free temporary name"), ""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_appears_only_when_finished() {
+        let d = tempfile::tempdir().unwrap();
+        let dest = d.path().join("out.bin");
+        let mut o = Output::open(&PipeTo::File(dest.clone())).unwrap();
+        o.write_all(b"hello").unwrap();
+        assert!(!dest.exists());
+        o.finish().unwrap();
+        assert_eq!(std::fs::read(&dest).unwrap(), b"hello");
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn an_unfinished_file_leaves_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let dest = d.path().join("out.bin");
+        std::fs::write(&dest, b"old").unwrap();
+        let mut o = Output::open(&PipeTo::File(dest.clone())).unwrap();
+        o.write_all(b"partial").unwrap();
+        drop(o);
+        assert_eq!(std::fs::read(&dest).unwrap(), b"old");
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_directory_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let e = Output::open(&PipeTo::File(d.path().to_path_buf()))
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("is a directory"), "{e}");
+    }
+
+    #[test]
+    fn a_failing_command_fails_the_output() {
+        let mut o = Output::open(&PipeTo::Command {
+            command: "cat >/dev/null; exit 4".into(),
+            stdout_to_stderr: true,
+        })
+        .unwrap();
+        o.write_all(b"abc").unwrap();
+        let e = o.finish().unwrap_err().to_string();
+        assert!(e.contains("exited with status 4"), "{e}");
+    }
+
+    #[test]
+    fn a_consumer_that_stops_reading_is_an_error() {
+        let mut o = Output::open(&PipeTo::Command {
+            command: "head -c 10 >/dev/null".into(),
+            stdout_to_stderr: true,
+        })
+        .unwrap();
+        let big = vec![7u8; 1 << 20];
+        let mut r = Ok(());
+        for _ in 0..64 {
+            r = o.write_all(&big);
+            if r.is_err() {
+                break;
+            }
+        }
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("closed its input"), "{e}");
+    }
+}

@@ -1,0 +1,217 @@
+//! Where a pipe transfer's bytes come from: standard input, a file, or a command haul
+//! starts itself. With a command, its exit status is known, so a producer that dies
+//! mid-stream fails the transfer on both sides instead of ending the stream early (on
+//! standard input, end of input is all haul can see: it means the end of the stream).
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+
+use crate::error::{Error, Result};
+use crate::progress::escape;
+
+/// Where the stream comes from (plain data: `config` holds one).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PipeFrom {
+    /// Standard input, to its end.
+    Stdin,
+    /// A file (or anything that reads like one), to its end.
+    File(PathBuf),
+    /// The standard output of `sh -c COMMAND`, which must exit 0.
+    Command(String),
+}
+
+enum Reader {
+    Plain(File),
+    Child(ChildStdout),
+}
+
+/// The open source of one pipe transfer: what reads it (moved to the reading thread).
+pub(super) struct Input {
+    reader: Reader,
+    what: String,
+}
+
+/// The command producing the stream, if any: its exit status decides whether the end of
+/// its output is the end of the stream. Dropped unfinished, it kills the command.
+pub(super) struct Producer {
+    child: Option<(Child, String)>,
+}
+
+impl Input {
+    /// Opens `from` (starts the command).
+    pub(super) fn open(from: &PipeFrom) -> Result<(Input, Producer)> {
+        let none = Producer { child: None };
+        match from {
+            PipeFrom::Stdin => {
+                let fd = io::stdin()
+                    .as_fd()
+                    .try_clone_to_owned()
+                    .map_err(|e| Error::io("reading standard input", e))?;
+                let input = Input {
+                    reader: Reader::Plain(File::from(fd)),
+                    what: "standard input".into(),
+                };
+                Ok((input, none))
+            }
+            PipeFrom::File(p) => {
+                let f = File::open(p).map_err(|e| Error::Source {
+                    path: p.clone(),
+                    source: e,
+                })?;
+                let input = Input {
+                    reader: Reader::Plain(f),
+                    what: escape(&p.display().to_string()),
+                };
+                Ok((input, none))
+            }
+            PipeFrom::Command(cmd) => {
+                let what = format!("`{}`", escape(cmd));
+                let fail = |e| Error::Source {
+                    path: PathBuf::from(&what),
+                    source: e,
+                };
+                let mut child = Command::new("sh")
+                    .arg("-c")
+                    .arg(cmd)
+                    .stdout(Stdio::piped())
+                    .spawn()
+                    .map_err(fail)?;
+                let Some(out) = child.stdout.take() else {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(fail(io::Error::other("no standard output")));
+                };
+                let input = Input {
+                    reader: Reader::Child(out),
+                    what: what.clone(),
+                };
+                Ok((
+                    input,
+                    Producer {
+                        child: Some((child, what)),
+                    },
+                ))
+            }
+        }
+    }
+
+    /// Reads until `buf` is full or the input ends; returns how much was read.
+    pub(super) fn fill(&mut self, buf: &mut [u8]) -> Result<usize> {
+        let mut n = 0;
+        while n < buf.len() {
+            let r = match &mut self.reader {
+                Reader::Plain(f) => f.read(&mut buf[n..]),
+                Reader::Child(c) => c.read(&mut buf[n..]),
+            };
+            match r {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    return Err(Error::Source {
+                        path: PathBuf::from(&self.what),
+                        source: e,
+                    })
+                }
+            }
+        }
+        Ok(n)
+    }
+}
+
+impl Input {
+    /// What the input is, for messages.
+    pub(super) fn what(&self) -> &str {
+        &self.what
+    }
+}
+
+impl Producer {
+    /// After the end of its output: whether the producer succeeded (a command must exit 0).
+    pub(super) fn finish(&mut self) -> Result<()> {
+        let Some((mut child, what)) = self.child.take() else {
+            return Ok(());
+        };
+        let status = child.wait().map_err(|e| Error::Source {
+            path: PathBuf::from(&what),
+            source: e,
+        })?;
+        if status.success() {
+            return Ok(());
+        }
+        Err(Error::Source {
+            path: PathBuf::from(what),
+            source: io::Error::other(describe_status(status)),
+        })
+    }
+}
+
+impl Drop for Producer {
+    /// A transfer that failed stops its producer rather than leave it blocked on a full
+    /// pipe (its output then ends, which ends the reading thread too).
+    fn drop(&mut self) {
+        if let Some((child, _)) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// "exited with status 3" or "was killed by signal 9".
+pub fn describe_status(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exited with status {c}"),
+        (None, Some(s)) => format!("was killed by signal {s}"),
+        _ => "failed".into(),
+    }
+}
+
+/// Whether `p` names standard input or output on the command line.
+pub fn is_dash(p: &Path) -> bool {
+    p.as_os_str() == "-"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_that_fails_after_writing_fails_the_input() {
+        let (mut i, mut p) = Input::open(&PipeFrom::Command("printf abc; exit 3".into())).unwrap();
+        let mut buf = [0u8; 16];
+        assert_eq!(i.fill(&mut buf).unwrap(), 3);
+        assert_eq!(&buf[..3], b"abc");
+        assert_eq!(i.fill(&mut buf).unwrap(), 0);
+        let e = p.finish().unwrap_err().to_string();
+        assert!(e.contains("exited with status 3"), "{e}");
+    }
+
+    #[test]
+    fn a_command_that_succeeds_is_read_to_its_end() {
+        let (mut i, mut p) =
+            Input::open(&PipeFrom::Command("head -c 100000 /dev/zero".into())).unwrap();
+        let mut buf = vec![1u8; 65536];
+        let mut total = 0;
+        loop {
+            let n = i.fill(&mut buf).unwrap();
+            total += n;
+            if n < buf.len() {
+                break;
+            }
+        }
+        assert_eq!(total, 100000);
+        p.finish().unwrap();
+    }
+
+    #[test]
+    fn a_missing_file_is_a_source_error() {
+        let e = Input::open(&PipeFrom::File("/nonexistent/x".into()))
+            .err()
+            .unwrap();
+        assert_eq!(e.exit_code(), crate::error::exit::SOURCE);
+    }
+}
