@@ -161,12 +161,17 @@ fn messages() -> Vec<(&'static str, Control)> {
 
 /// One data payload for `raw`, compressed with `mode` when that pays, hashed as v2 does.
 fn data_payload(mode: Compression, segs: &[Segment], raw: &[u8]) -> Vec<u8> {
+    data_payload_keyed(&BLOCK_KEY, mode, segs, raw)
+}
+
+/// [`data_payload`] with the unit hash keyed by `key`.
+fn data_payload_keyed(key: &[u8; 32], mode: Compression, segs: &[Segment], raw: &[u8]) -> Vec<u8> {
     let mut cbuf = Vec::new();
     let codec = Encoder::new(mode).encode(raw, &mut cbuf);
     let body: &[u8] = if codec == Codec::Raw { raw } else { &cbuf };
     let mut out = Vec::new();
     encode_data_header(&mut out, codec, raw.len() as u32, segs);
-    let hash = unit_hash(&BLOCK_KEY, hashed_parts(&out), raw);
+    let hash = unit_hash(key, hashed_parts(&out), raw);
     set_hash(&mut out, &hash);
     out.extend_from_slice(body);
     out
@@ -361,6 +366,249 @@ fn journals() {
     put("journal", "other-key", &key);
 }
 
+/// The receive target's block key.
+const RECV_KEY: [u8; 32] = [0x5a; 32];
+/// The receive target's old files' mtime (flag 0x40).
+const OLD_MTIME: i64 = 1_600_000_000;
+
+/// The receive target's records: control message, data unit, End, new data connection,
+/// new control connection, raw bytes on the control connection.
+fn rc(m: &Control) -> Vec<u8> {
+    record(0, &control_payload(m))
+}
+fn rd(segs: &[Segment], raw: &[u8], mode: Compression) -> Vec<u8> {
+    record(1, &data_payload_keyed(&RECV_KEY, mode, segs, raw))
+}
+fn r_end() -> Vec<u8> {
+    record(2, &[])
+}
+
+fn finish(units: u64) -> Vec<u8> {
+    rc(&Control::Finish {
+        failed: vec![],
+        units,
+    })
+}
+
+fn file(id: u64, path: &str, size: u64) -> Entry {
+    entry(
+        id,
+        path,
+        EntryKind::File {
+            size,
+            data_bytes: size,
+        },
+    )
+}
+
+fn receive_input(flags: u8, records: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = vec![flags];
+    for r in records {
+        out.extend_from_slice(r);
+    }
+    out
+}
+
+fn receives() {
+    let put_r = |name: &str, flags: u8, recs: &[Vec<u8>]| {
+        put("receive", name, &receive_input(flags, recs));
+    };
+    let text = b"hello, haul! ".repeat(40);
+    let small = b"hello world";
+    // A few small files, a symlink, a hardlink, an empty file; one raw and one lz4 unit.
+    let manifest = Control::Entries(vec![
+        entry(1, "d", EntryKind::Dir),
+        file(2, "d/a.txt", small.len() as u64),
+        file(3, "b.txt", text.len() as u64),
+        entry(
+            4,
+            "d/link",
+            EntryKind::Symlink {
+                target: b"a.txt".to_vec(),
+            },
+        ),
+        entry(
+            5,
+            "hard",
+            EntryKind::Hardlink {
+                target: b"d/a.txt".to_vec(),
+            },
+        ),
+        file(6, "empty", 0),
+    ]);
+    let files = [
+        rc(&manifest),
+        rd(&[seg(2, 0, small.len() as u32)], small, Compression::None),
+        rd(&[seg(3, 0, text.len() as u32)], &text, Compression::Lz4),
+        r_end(),
+        finish(2),
+    ];
+    put_r("files", 0, &files);
+    // The same with 4 streams declared and --checksum --delete into old files.
+    put_r("files-old-delete", 0x80 | 0x40 | 0x08 | 0x02, &files);
+    // One empty file.
+    put_r(
+        "empty-file",
+        0,
+        &[rc(&Control::Entries(vec![file(1, "e", 0)])), finish(0)],
+    );
+    // Small files packed in one zstd unit (many segments).
+    let pack: Vec<u8> = b"aaaa".repeat(30);
+    put_r(
+        "packed",
+        0,
+        &[
+            rc(&Control::Entries(vec![
+                file(1, "p1", 40),
+                file(2, "p2", 50),
+                file(3, "p3", 30),
+            ])),
+            rd(
+                &[seg(1, 0, 40), seg(2, 0, 50), seg(3, 0, 30)],
+                &pack,
+                Compression::Zstd(3),
+            ),
+            r_end(),
+            finish(1),
+        ],
+    );
+    // A file of three 4 KiB blocks, the last block on a second data connection.
+    let big: Vec<u8> = (0..10_000u32).map(|i| (i % 97) as u8).collect();
+    put_r(
+        "blocks-redial",
+        0,
+        &[
+            rc(&Control::Entries(vec![file(1, "big", 10_000)])),
+            rd(&[seg(1, 0, 4096)], &big[..4096], Compression::Zstd(1)),
+            rd(&[seg(1, 4096, 4096)], &big[4096..8192], Compression::None),
+            record(5, &[]),
+            rd(&[seg(1, 8192, 1808)], &big[8192..], Compression::Lz4),
+            r_end(),
+            finish(3),
+        ],
+    );
+    // Delta (16 KiB blocks, flag 0x10) against the old 40000-byte file (flag 0x40): the
+    // first and last pieces kept, the middle one sent; then the same --inplace.
+    let keep = |offset, len| Segment {
+        file: 1,
+        offset,
+        len,
+        keep: true,
+    };
+    let changed = vec![0xeeu8; 16384];
+    let delta = [
+        rc(&Control::Entries(vec![file(1, "old.bin", 40_000)])),
+        rd(&[keep(0, 16384)], &[], Compression::None),
+        rd(&[seg(1, 16384, 16384)], &changed, Compression::Lz4),
+        rd(&[keep(32768, 40_000 - 32768)], &[], Compression::None),
+        r_end(),
+        finish(3),
+    ];
+    put_r("delta", 0x40 | 0x10, &delta);
+    put_r("delta-inplace", 0x40 | 0x10 | 0x04, &delta);
+    // Unchanged (same size and mtime as the old file), and --delete removing the rest.
+    let mut same = file(1, "old.txt", 9);
+    same.mtime_sec = OLD_MTIME;
+    same.mtime_nsec = 0;
+    put_r(
+        "unchanged-delete",
+        0x40 | 0x08,
+        &[
+            rc(&Control::Entries(vec![entry(0, "", EntryKind::Dir), same])),
+            finish(0),
+        ],
+    );
+    // Sparse file, a FIFO and a device; a Forget; a Finish before the data, whose
+    // answer (Need) comes first, then the data and Finish again.
+    put_r(
+        "sparse-special-forget",
+        0,
+        &[
+            rc(&Control::Entries(vec![
+                entry(
+                    1,
+                    "sparse",
+                    EntryKind::File {
+                        size: 100_000,
+                        data_bytes: 4096,
+                    },
+                ),
+                entry(2, "fifo", EntryKind::Fifo),
+                entry(
+                    3,
+                    "dev",
+                    EntryKind::Device {
+                        block: false,
+                        rdev: 0x0103,
+                    },
+                ),
+                file(4, "forgotten", 5),
+            ])),
+            rc(&Control::Forget(vec![4])),
+            finish(1),
+            rd(&[seg(1, 8192, 4096)], &big[..4096], Compression::None),
+            r_end(),
+            finish(1),
+        ],
+    );
+    // The control connection breaks (raw bytes fail its tags); a new one replays the
+    // Entries (answered from the cache) and the transfer completes.
+    let one = Control::Entries(vec![file(1, "f", small.len() as u64)]);
+    put_r(
+        "control-redial",
+        0,
+        &[
+            rc(&one),
+            record(3, b"garbage, not a frame"),
+            record(6, &[]),
+            rc(&one),
+            rd(&[seg(1, 0, small.len() as u32)], small, Compression::None),
+            r_end(),
+            finish(1),
+        ],
+    );
+    // Failure paths: a unit whose body was altered after hashing (flag 1: no fix-up),
+    // an End with a payload, the sender's Error, a control frame on a data stream.
+    let mut bad = data_payload_keyed(
+        &RECV_KEY,
+        Compression::None,
+        &[seg(1, 0, small.len() as u32)],
+        small,
+    );
+    let last = bad.len() - 1;
+    bad[last] ^= 1;
+    put_r(
+        "bad-hash",
+        1,
+        &[rc(&one), record(1, &bad), r_end(), finish(1)],
+    );
+    put_r(
+        "end-with-payload",
+        0,
+        &[rc(&one), record(2, b"xyz"), finish(1)],
+    );
+    put_r(
+        "sender-error",
+        0,
+        &[
+            rc(&one),
+            rc(&Control::Error {
+                code: 3,
+                message: "cannot read".into(),
+            }),
+        ],
+    );
+    put_r(
+        "control-on-data",
+        0,
+        &[
+            rc(&one),
+            record(7, &control_payload(&Control::Forget(vec![1]))),
+        ],
+    );
+    put_r("edge-empty", 0, &[]);
+}
+
 fn main() {
     let _ = std::fs::remove_dir_all(out_dir());
     frames();
@@ -368,5 +616,6 @@ fn main() {
     tickets();
     paths();
     journals();
+    receives();
     println!("wrote {}", out_dir().display());
 }
