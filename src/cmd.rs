@@ -27,6 +27,26 @@ use ticket::{resolve_ticket, write_ticket_file};
 /// Runs the configured command. `Ok` means everything arrived; a partial transfer is
 /// `Err(Error::Partial)`.
 pub fn run(cfg: &Config) -> Result<()> {
+    let r = run_command(cfg);
+    if let Err(e) = &r {
+        // Partial runs printed their report already; `serve` speaks on its wire.
+        let reported = matches!(
+            e,
+            Error::Partial { .. } | Error::Changed { .. } | Error::Reported { .. }
+        );
+        if cfg.json && !reported {
+            let j = crate::progress::failure_json(&e.to_string(), e.exit_code());
+            if pipe::stream_on_stdout(&cfg.command) {
+                eprintln!("{j}");
+            } else {
+                println!("{j}");
+            }
+        }
+    }
+    r
+}
+
+fn run_command(cfg: &Config) -> Result<()> {
     match &cfg.command {
         Command::Recv {
             dir,

@@ -32,6 +32,25 @@ pub(crate) fn pipe_options(t: &Transfer, p: &Pipe, quiet: bool) -> PipeOptions {
     }
 }
 
+/// Whether the command writes a stream to stdout (then everything else goes to stderr).
+pub(super) fn stream_on_stdout(c: &crate::config::Command) -> bool {
+    use crate::config::Command;
+    match c {
+        Command::RecvPipe { to, .. } => *to == PipeTo::Stdout,
+        Command::CopyPipe { plan, .. } => matches!(
+            plan,
+            PipeCopy::Local {
+                to: PipeTo::Stdout,
+                ..
+            } | PipeCopy::Pull {
+                to: PipeTo::Stdout,
+                ..
+            }
+        ),
+        _ => false,
+    }
+}
+
 fn hex(d: &[u8; 32]) -> String {
     d.iter().map(|b| format!("{b:02x}")).collect()
 }
