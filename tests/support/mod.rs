@@ -3,6 +3,7 @@
 //! - [`tree`]: builds the hostile-but-legal source tree (and random files).
 //! - [`compare`]: asserts that a destination tree equals its source, stat for stat.
 //! - [`process`]: runs `haul recv`, `send` and `copy` with timeouts, reading the ticket.
+//! - [`piped`]: children whose stdin/stdout are wired to each other, stderr read by line.
 //! - [`sshd`]: a throwaway OpenSSH server for the remote-copy tests.
 //!
 //! The helpers panic with a full explanation instead of returning errors: a test either
@@ -11,6 +12,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod compare;
+pub mod piped;
 pub mod process;
 pub mod sshd;
 pub mod tree;
