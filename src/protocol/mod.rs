@@ -31,6 +31,7 @@
 
 mod accept;
 mod data;
+mod filter;
 mod frame;
 mod limits;
 mod msg;
@@ -40,6 +41,7 @@ mod seal;
 
 pub use accept::Accept;
 pub use data::{encode_data_header, hashed_parts, set_hash, Codec, DataHeader, Segment};
+pub use filter::{Filter, FilterRule, MAX_PATTERN, MAX_RULES};
 pub use frame::{Frame, FrameHeader, FrameKind, ReadError, FRAME_HEADER_LEN};
 pub use limits::{
     CONTROL_MAC_LEN, DATA_FIXED_LEN, DEFAULT_BLOCK_SIZE, FRAME_TAG_LEN, MAX_BLOCK, MAX_CONTROL_LEN,

@@ -88,6 +88,9 @@ pub enum Control {
         /// BLAKE3 of the whole stream.
         digest: [u8; 32],
     },
+    /// Sender → receiver, after `Start`, only with `--delete` and filter rules: the
+    /// rules; `--delete` keeps destination entries they exclude (rsync's default).
+    Protect(super::Filter),
 }
 
 /// How the receiver treats files it already has (set by the sender's user).
@@ -243,6 +246,7 @@ impl Control {
             Control::StreamAck { .. } => "StreamAck",
             Control::StreamLost { .. } => "StreamLost",
             Control::StreamEnd { .. } => "StreamEnd",
+            Control::Protect(_) => "Protect",
         }
     }
 }
@@ -319,6 +323,13 @@ mod tests {
                 len: 0,
                 digest: [3; 32],
             },
+            Control::Protect(
+                vec![super::super::FilterRule {
+                    include: false,
+                    pattern: b"pg_replslot/*".to_vec(),
+                }]
+                .into(),
+            ),
         ];
         let mut sealer = Sealer::new([9; 32], false);
         let mut reader = FrameReader::new(Opener::new([9; 32], true));
