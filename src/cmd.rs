@@ -124,6 +124,7 @@ fn send_options(t: &Transfer, quiet: bool) -> SendOptions {
         progress: !quiet,
         sync: t.sync,
         retries: t.retries,
+        select: t.select.clone(),
     }
 }
 

@@ -338,6 +338,7 @@ impl Session<'_> {
                     self.reply(&reply)?;
                 }
                 Control::Forget(ids) => store.discard(&ids)?,
+                Control::Protect(rules) => store.protect(rules),
                 Control::Finish { failed, units } => {
                     store.discard(&failed)?;
                     self.settle(units)?;

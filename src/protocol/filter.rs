@@ -286,10 +286,10 @@ fn glob(tokens: &[Token], text: &[u8]) -> bool {
             match &tokens[k] {
                 Token::Byte(b) if *b == c => next[k + 1] = true,
                 Token::One if c != b'/' => next[k + 1] = true,
-                Token::Class(r, neg) if c != b'/' => {
-                    if r.iter().any(|&(a, b)| a <= c && c <= b) != *neg {
-                        next[k + 1] = true;
-                    }
+                Token::Class(r, neg)
+                    if c != b'/' && r.iter().any(|&(a, b)| a <= c && c <= b) != *neg =>
+                {
+                    next[k + 1] = true
                 }
                 // A star stays where it is while it eats a byte.
                 Token::Star if c != b'/' => next[k] = true,

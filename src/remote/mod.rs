@@ -263,6 +263,7 @@ fn send_request(
         sync: t.sync,
         listen,
         advertise,
+        select: t.select.clone(),
     }
 }
 

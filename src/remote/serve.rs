@@ -74,6 +74,7 @@ pub fn run(uploaded: bool) -> i32 {
             sync,
             listen,
             advertise,
+            select,
         }) => {
             let opts = compress
                 .parse::<Compression>()
@@ -85,6 +86,7 @@ pub fn run(uploaded: bool) -> i32 {
                     progress: false,
                     sync,
                     retries: DEFAULT_RETRIES,
+                    select,
                 });
             match opts {
                 Ok(o) => serve_send(&out, input, &finished, &paths, o, listen, advertise),

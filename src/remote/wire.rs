@@ -25,11 +25,12 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::plan::select::Selection;
 use crate::protocol::{Accept, SyncOptions};
 use crate::transport::PROTOCOL_VERSION;
 
 /// Version of this line protocol; bumped whenever `Request` or `Reply` change shape.
-pub const SERVE_VERSION: u16 = 2;
+pub const SERVE_VERSION: u16 = 3;
 /// Every message line starts with this.
 const MSG_PREFIX: &str = "haul-msg ";
 /// Greeting lines start with this.
@@ -75,6 +76,9 @@ pub enum Request {
         listen: bool,
         /// Advertise this address in the ticket instead of the host's own ones.
         advertise: Option<IpAddr>,
+        /// What the walk takes: filter rules, the --files-from list (read on the local
+        /// host), symlinks followed, -x.
+        select: Selection,
     },
     /// Receive one stream into the file `dest`, or into the standard input of `command`
     /// (run with `sh -c`; its standard output goes to our standard error).
@@ -250,6 +254,16 @@ mod tests {
                 },
                 listen: true,
                 advertise: None,
+                select: Selection {
+                    filter: vec![crate::protocol::FilterRule {
+                        include: false,
+                        pattern: b"postmaster.pid".to_vec(),
+                    }]
+                    .into(),
+                    files_from: Some(crate::plan::select::FileList::parse(b"a\nb/c\n", false)),
+                    links: crate::plan::select::Links::CopyUnsafe,
+                    one_file_system: true,
+                },
             },
             Request::Go {
                 rename: Some(b"new".to_vec()),

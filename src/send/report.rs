@@ -28,6 +28,8 @@ pub struct SendOptions {
     pub sync: SyncOptions,
     /// How often a dropped connection is re-dialed before giving up.
     pub retries: u32,
+    /// What the walk takes (filters, --files-from, symlinks followed, -x).
+    pub select: crate::plan::select::Selection,
 }
 
 /// What the sender reports when the receiver confirmed the transfer.

@@ -1,6 +1,7 @@
 //! `--delete`: removes destination entries that are absent at the source, only inside
 //! directories the source sent (as rsync does), never following a symlink and never
-//! leaving the destination root.
+//! leaving the destination root. What the sender's filter rules exclude stays (rsync's
+//! default without --delete-excluded).
 
 use std::io;
 use std::os::fd::OwnedFd;
@@ -11,12 +12,13 @@ use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
 use super::fsops;
 use super::state::Store;
 use crate::error::Result;
-use crate::protocol::SafeRelPath;
+use crate::protocol::{Filter, SafeRelPath};
 
 impl Store {
     /// Deletes, in each directory the sender sent, every entry it did not send.
     pub(super) fn delete_extraneous(&self, dirs: &[SafeRelPath]) -> Result<()> {
         let seen = self.seen.lock().map(|s| s.clone()).unwrap_or_default();
+        let protect = self.protect.lock().map(|p| p.clone()).unwrap_or_default();
         for dir in dirs {
             let fd = fsops::open_dir(&self.root, dir).map_err(|x| self.dest_err(dir, x))?;
             for name in list(&fd).map_err(|x| self.dest_err(dir, x))? {
@@ -24,7 +26,7 @@ impl Store {
                     continue;
                 }
                 let Ok(child) = dir.join(&name) else { continue };
-                if seen.contains(&child) {
+                if seen.contains(&child) || excluded(&protect, &fd, &name, &child) {
                     continue;
                 }
                 let n = remove_tree(&fd, &name).map_err(|x| self.dest_err(&child, x))?;
@@ -33,6 +35,17 @@ impl Store {
         }
         Ok(())
     }
+}
+
+/// Whether the sender's rules exclude `name` (at `path`) in the directory `dir`: then it
+/// stays, as with rsync's --delete without --delete-excluded.
+fn excluded(rules: &Filter, dir: &OwnedFd, name: &[u8], path: &SafeRelPath) -> bool {
+    if rules.is_empty() {
+        return false;
+    }
+    let is_dir = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
+        .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory);
+    rules.excluded(path.as_bytes(), is_dir)
 }
 
 /// The names in a directory, without `.` and `..`.
