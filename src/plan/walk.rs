@@ -529,4 +529,65 @@ mod tests {
         assert!(matches!(&got[4].kind, EntryKind::Hardlink { target } if target == b"t/a/b/f"));
         assert!(matches!(&got[5].kind, EntryKind::Symlink { target } if target == b"nowhere"));
     }
+
+    fn paths(sources: &[Source], select: &Selection) -> Vec<String> {
+        let mut got = Vec::new();
+        walk(
+            sources,
+            select,
+            |w| {
+                got.push(String::from_utf8_lossy(&w.entry.path).into_owned());
+                true
+            },
+            |_| {},
+        )
+        .unwrap();
+        got
+    }
+
+    #[test]
+    fn excluded_directories_are_not_descended() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("t");
+        fs::create_dir_all(root.join("keep/skip/deep")).unwrap();
+        fs::write(root.join("keep/skip/deep/f"), b"x").unwrap();
+        fs::write(root.join("keep/g"), b"x").unwrap();
+        let select = Selection {
+            filter: vec![crate::protocol::FilterRule {
+                include: false,
+                pattern: b"skip/".to_vec(),
+            }]
+            .into(),
+            ..Selection::default()
+        };
+        assert_eq!(
+            paths(&[Source::from_arg(&root)], &select),
+            ["t", "t/keep", "t/keep/g"]
+        );
+    }
+
+    #[test]
+    fn one_file_system_stops_at_mount_points() {
+        // /dev/pts is its own file system wherever a terminal layer exists.
+        let (Ok(dev), Ok(pts)) = (fs::metadata("/dev"), fs::metadata("/dev/pts")) else {
+            eprintln!("SKIPPED: no /dev/pts");
+            return;
+        };
+        if dev.dev() == pts.dev() {
+            eprintln!("SKIPPED: /dev/pts is not a mount point here");
+            return;
+        }
+        let select = Selection {
+            one_file_system: true,
+            ..Selection::default()
+        };
+        let got = paths(&[Source::from_arg(Path::new("/dev/"))], &select);
+        assert!(got.iter().any(|p| p == "pts"), "{got:?}");
+        assert!(!got.iter().any(|p| p.starts_with("pts/")), "{got:?}");
+        let all = paths(
+            &[Source::from_arg(Path::new("/dev/"))],
+            &Selection::default(),
+        );
+        assert!(all.iter().any(|p| p.starts_with("pts/")), "{all:?}");
+    }
 }

@@ -29,8 +29,9 @@ impl Store {
                 if seen.contains(&child) || excluded(&protect, &fd, &name, &child) {
                     continue;
                 }
-                let n = remove_tree(&fd, &name).map_err(|x| self.dest_err(&child, x))?;
-                self.deleted.fetch_add(n, Ordering::Relaxed);
+                let n = remove_tree(&fd, &name, &protect, &child)
+                    .map_err(|x| self.dest_err(&child, x))?;
+                self.deleted.fetch_add(n.0, Ordering::Relaxed);
             }
         }
         Ok(())
@@ -62,13 +63,20 @@ fn list(fd: &OwnedFd) -> io::Result<Vec<Vec<u8>>> {
     Ok(out)
 }
 
-/// Removes `name` in `parent` and, for a directory, everything below it (symlinks are
-/// removed, never followed). Returns how many entries were removed.
-fn remove_tree(parent: &OwnedFd, name: &[u8]) -> io::Result<u64> {
+/// Removes `name` (at `path`) in `parent` and, for a directory, everything below it that
+/// `rules` do not exclude (symlinks are removed, never followed); a directory that keeps
+/// an excluded entry stays, as with rsync. Returns how many entries were removed and
+/// whether `name` itself was.
+fn remove_tree(
+    parent: &OwnedFd,
+    name: &[u8],
+    rules: &Filter,
+    path: &SafeRelPath,
+) -> io::Result<(u64, bool)> {
     let st = rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW)?;
     if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
         rustix::fs::unlinkat(parent, name, AtFlags::empty())?;
-        return Ok(1);
+        return Ok((1, true));
     }
     let fd = rustix::fs::openat(
         parent,
@@ -78,13 +86,30 @@ fn remove_tree(parent: &OwnedFd, name: &[u8]) -> io::Result<u64> {
     )?;
     // A read-only directory cannot be emptied until it is writable (its mode read from
     // the descriptor: the name may have been swapped since the stat).
-    if let Ok(st) = rustix::fs::fstat(&fd) {
-        let _ = rustix::fs::fchmod(&fd, Mode::from_raw_mode((st.st_mode & 0o7777) | 0o700));
+    let mode = rustix::fs::fstat(&fd).ok().map(|st| st.st_mode & 0o7777);
+    if let Some(m) = mode {
+        let _ = rustix::fs::fchmod(&fd, Mode::from_raw_mode(m | 0o700));
     }
-    let mut n = 0;
+    let (mut n, mut kept) = (0, false);
     for child in list(&fd)? {
-        n += remove_tree(&fd, &child)?;
+        let Ok(child_path) = path.join(&child) else {
+            kept = true;
+            continue;
+        };
+        if excluded(rules, &fd, &child, &child_path) {
+            kept = true;
+            continue;
+        }
+        let (removed, gone) = remove_tree(&fd, &child, rules, &child_path)?;
+        n += removed;
+        kept |= !gone;
+    }
+    if kept {
+        if let Some(m) = mode {
+            let _ = rustix::fs::fchmod(&fd, Mode::from_raw_mode(m));
+        }
+        return Ok((n, false));
     }
     rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR)?;
-    Ok(n + 1)
+    Ok((n + 1, true))
 }
