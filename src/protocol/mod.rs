@@ -11,7 +11,8 @@
 //! Layout: `limits` (every size bound), `frame` (the envelope), `reader` ([`FrameReader`]),
 //! `seal`
 //! (every frame's tag and every control message's MAC, per connection), `data` (the
-//! data-unit header), `msg` (control messages), `path` (safe relative paths).
+//! data-unit header), `msg` (control messages), `path` (safe relative paths), `filter`
+//! (rsync's include/exclude rules).
 //!
 //! # Streams and order
 //! One control stream, then N data streams. On the control stream the sender writes
@@ -20,6 +21,8 @@
 //! carry only [`FrameKind::Data`] frames and end with [`FrameKind::End`]. When everything
 //! is queued and sent, the sender writes [`Control::Finish`]; the receiver answers with
 //! [`Control::Done`] once every file is durable, or [`Control::Error`] at any point.
+//! With `--delete` and filter rules, [`Control::Protect`] follows `Start`: the rules, so
+//! the receiver keeps what they exclude.
 //!
 //! A pipe transfer (one byte stream, not files) opens with [`Control::StreamStart`]
 //! instead. Its blocks travel as data units of file 0 at block-aligned offsets, on any
