@@ -85,6 +85,8 @@ struct Shared {
     block: u64,
     window: u64,
     win: Mutex<Window>,
+    /// Block buffers the writer is done with, for the readers to fill again.
+    spare: Mutex<Vec<Vec<u8>>>,
     arrived: Condvar,
     /// A data connection broke since the last `StreamLost`.
     lost: AtomicBool,
@@ -131,12 +133,37 @@ impl Shared {
         self.fatal.lock().ok().and_then(|mut f| f.take())
     }
 
+    /// A copy of `bytes` in a recycled block buffer.
+    ///
+    /// Recycling is what bounds memory, not tidiness: each reader thread allocates from
+    /// its own malloc arena and the writer frees into it, so with fresh buffers every
+    /// arena keeps as much of the window resident as it ever held (8 streams with the
+    /// default window peaked at 164 MiB, against ~110 MiB with one arena).
+    fn copy_in(&self, bytes: &[u8]) -> Vec<u8> {
+        let spare = self.spare.lock().ok().and_then(|mut s| s.pop());
+        let mut v = spare.unwrap_or_else(|| Vec::with_capacity(self.block as usize));
+        v.clear();
+        v.extend_from_slice(bytes);
+        v
+    }
+
+    /// Keeps `v` for [`Shared::copy_in`], up to what a full window needs.
+    fn recycle(&self, v: Vec<u8>) {
+        if let Ok(mut s) = self.spare.lock() {
+            if (s.len() as u64) < self.window / self.block + 1 {
+                s.push(v);
+            }
+        }
+    }
+
     /// Takes one verified block; duplicates are dropped, a block outside the window or
     /// past the announced end is the sender breaking the protocol.
     fn insert(&self, offset: u64, data: Vec<u8>) -> Result<()> {
         let len = data.len() as u64;
         let mut w = self.lock();
         if offset < w.written || w.blocks.contains_key(&offset) {
+            drop(w);
+            self.recycle(data);
             return Ok(());
         }
         if offset + len > w.written + self.window {
@@ -187,6 +214,7 @@ pub fn receive_pipe(
         block: u64::from(block),
         window,
         win: Mutex::new(Window::default()),
+        spare: Mutex::new(Vec::new()),
         arrived: Condvar::new(),
         lost: AtomicBool::new(false),
         writing: AtomicBool::new(false),
@@ -361,6 +389,7 @@ fn write_loop(mut out: Output, shared: &Shared) -> Result<Option<(u64, [u8; 32])
         r?;
         hasher.update(&b);
         let n = b.len() as u64;
+        shared.recycle(b);
         Counters::add(&shared.counters.done_bytes, n);
         shared.lock().written += n;
         shared.touch();
@@ -480,7 +509,7 @@ fn read_loop(mut conn: Conn, shared: &Shared) -> Result<bool> {
             return Err(ProtocolError::Malformed("stream block out of shape").into());
         }
         Counters::add(&shared.counters.units, 1);
-        shared.insert(seg.offset, bytes.to_vec())?;
+        shared.insert(seg.offset, shared.copy_in(bytes))?;
         shared.touch();
     }
 }
