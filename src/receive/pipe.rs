@@ -11,8 +11,8 @@
 //! (a file is durable and in place; a command exited 0) before `Done` is said.
 
 mod sink;
+mod window;
 
-use std::collections::BTreeMap;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -31,6 +31,7 @@ use crate::session::{frame_reader, is_forged, is_tick, lost, Channel};
 use crate::transport::{Conn, Role};
 
 pub use sink::{Output, PipeTo};
+use window::{Shared, Window};
 
 /// How often the control loop wakes to send acknowledgements.
 const POLL: Duration = Duration::from_millis(10);
@@ -65,123 +66,6 @@ pub struct PipeRecvReport {
     pub started: Instant,
     /// Connections that replaced dropped ones.
     pub reconnects: u64,
-}
-
-/// The reorder window.
-#[derive(Default)]
-struct Window {
-    /// Blocks arrived and not yet written, by offset.
-    blocks: BTreeMap<u64, Vec<u8>>,
-    /// Bytes handed to the consumer.
-    written: u64,
-    /// Every byte before this has arrived.
-    have: u64,
-    /// Length and digest, once the sender said.
-    end: Option<(u64, [u8; 32])>,
-}
-
-struct Shared {
-    key: [u8; 32],
-    block: u64,
-    window: u64,
-    win: Mutex<Window>,
-    /// Block buffers the writer is done with, for the readers to fill again.
-    spare: Mutex<Vec<Vec<u8>>>,
-    arrived: Condvar,
-    /// A data connection broke since the last `StreamLost`.
-    lost: AtomicBool,
-    /// The writer is inside a write to the consumer.
-    writing: AtomicBool,
-    abort: AtomicBool,
-    fatal: Mutex<Option<Error>>,
-    forged: Forgeries,
-    active: AtomicUsize,
-    max_active: usize,
-    data_conns: AtomicUsize,
-    control_conns: AtomicUsize,
-    last_activity: Mutex<Instant>,
-    counters: Arc<Counters>,
-}
-
-impl Shared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Window> {
-        self.win.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn touch(&self) {
-        if let Ok(mut t) = self.last_activity.lock() {
-            *t = Instant::now();
-        }
-    }
-
-    fn idle_for(&self) -> Duration {
-        self.last_activity
-            .lock()
-            .map(|t| t.elapsed())
-            .unwrap_or_default()
-    }
-
-    fn fail(&self, e: Error) {
-        if let Ok(mut f) = self.fatal.lock() {
-            f.get_or_insert(e);
-        }
-        self.abort.store(true, Ordering::Release);
-        self.arrived.notify_all();
-    }
-
-    fn take_fatal(&self) -> Option<Error> {
-        self.fatal.lock().ok().and_then(|mut f| f.take())
-    }
-
-    /// A copy of `bytes` in a recycled block buffer.
-    ///
-    /// Recycling is what bounds memory, not tidiness: each reader thread allocates from
-    /// its own malloc arena and the writer frees into it, so with fresh buffers every
-    /// arena keeps as much of the window resident as it ever held (8 streams with the
-    /// default window peaked at 164 MiB, against ~110 MiB with one arena).
-    fn copy_in(&self, bytes: &[u8]) -> Vec<u8> {
-        let spare = self.spare.lock().ok().and_then(|mut s| s.pop());
-        let mut v = spare.unwrap_or_else(|| Vec::with_capacity(self.block as usize));
-        v.clear();
-        v.extend_from_slice(bytes);
-        v
-    }
-
-    /// Keeps `v` for [`Shared::copy_in`], up to what a full window needs.
-    fn recycle(&self, v: Vec<u8>) {
-        if let Ok(mut s) = self.spare.lock() {
-            if (s.len() as u64) < self.window / self.block + 1 {
-                s.push(v);
-            }
-        }
-    }
-
-    /// Takes one verified block; duplicates are dropped, a block outside the window or
-    /// past the announced end is the sender breaking the protocol.
-    fn insert(&self, offset: u64, data: Vec<u8>) -> Result<()> {
-        let len = data.len() as u64;
-        let mut w = self.lock();
-        if offset < w.written || w.blocks.contains_key(&offset) {
-            drop(w);
-            self.recycle(data);
-            return Ok(());
-        }
-        if offset + len > w.written + self.window {
-            return Err(ProtocolError::Malformed("stream block beyond the window").into());
-        }
-        if let Some((end, _)) = w.end {
-            if offset + len > end || (len < self.block && offset + len != end) {
-                return Err(ProtocolError::Malformed("stream block past its end").into());
-            }
-        }
-        w.blocks.insert(offset, data);
-        while let Some(b) = w.blocks.get(&w.have) {
-            w.have += b.len() as u64;
-        }
-        drop(w);
-        self.arrived.notify_all();
-        Ok(())
-    }
 }
 
 /// Receives one stream into `out`. `incoming` yields authenticated connections; the first
