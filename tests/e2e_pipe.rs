@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use support::pipe::{
+use support::pipe_harness::{
     assert_failed_clearly, assert_ok, drain, feed_random, json_field, json_u64, start_recv,
     start_send, watch_peak_rss, Netlab, Proc,
 };

@@ -4,7 +4,7 @@
 //! - [`compare`]: asserts that a destination tree equals its source, stat for stat.
 //! - [`process`]: runs `haul recv`, `send` and `copy` with timeouts, reading the ticket.
 //! - [`sshd`]: a throwaway OpenSSH server for the remote-copy tests.
-//! - [`pipe`]: pipe-mode processes, JSON fields, namespaces to cut in, a peak-RSS watcher.
+//! - [`pipe_harness`]: pipe-mode processes, JSON fields, namespaces to cut in, a peak-RSS watcher.
 //!
 //! The helpers panic with a full explanation instead of returning errors: a test either
 //! proves what arrived or fails saying what did not. Each test binary uses a subset, hence
@@ -12,7 +12,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod compare;
-pub mod pipe;
+pub mod pipe_harness;
 pub mod process;
 pub mod sshd;
 pub mod tree;
