@@ -8,7 +8,17 @@ use haul::error::exit;
 
 fn main() {
     let cli = Cli::parse();
-    let code = match Config::from_cli(cli).and_then(|cfg| haul::cmd::run(&cfg)) {
+    let json = cli.json;
+    let cfg = Config::from_cli(cli).inspect_err(|e| {
+        // A run that fails prints its JSON object itself (cmd); here, a bad command line.
+        if json {
+            println!(
+                "{}",
+                haul::progress::failure_json(&e.to_string(), e.exit_code())
+            );
+        }
+    });
+    let code = match cfg.and_then(|cfg| haul::cmd::run(&cfg)) {
         Ok(()) => exit::OK,
         Err(haul::Error::Reported { code }) => code,
         Err(e) => {

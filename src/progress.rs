@@ -245,6 +245,32 @@ impl Report {
     }
 }
 
+/// The JSON object `--json` prints when a run fails: what failed and the exit code.
+pub fn failure_json(message: &str, code: i32) -> String {
+    format!(
+        "{{\"error\":{},\"exit_code\":{code}}}",
+        json_string(message)
+    )
+}
+
+/// `s` as a JSON string literal (quotes, backslashes and control characters escaped).
+pub fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                out.push_str(&format!("\\u{:04x}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
 /// Bytes in binary units, e.g. "1.50 GiB".
 pub fn human(n: u64) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
@@ -290,6 +316,14 @@ mod tests {
         assert!(
             j.ends_with(&format!("\"stream_blake3\":\"{}\"}}", "ab".repeat(32))),
             "{j}"
+        );
+    }
+
+    #[test]
+    fn failure_json_escapes_the_message() {
+        assert_eq!(
+            failure_json("a \"b\" \\ c\nd", 4),
+            r#"{"error":"a \"b\" \\ c\u000ad","exit_code":4}"#
         );
     }
 

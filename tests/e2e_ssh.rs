@@ -204,6 +204,9 @@ fn zero_install_uploads_this_binary_and_cleans_up() {
     let out = Running::spawn("copy", cmd).wait();
     out.assert_code(0);
     assert_trees_equal(&src, &dest.join("src"));
+    // What the far end creates gets the login's umask, not the upload directory's 077.
+    let mode = fs::metadata(&dest).unwrap().mode() & 0o777;
+    assert_eq!(mode, 0o755, "destination created {mode:o}");
     let said: Vec<&str> = out
         .stderr
         .lines()

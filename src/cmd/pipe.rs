@@ -8,12 +8,13 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::{resolve_ticket, write_ticket_file};
+use super::ticket::{resolve_ticket, write_ticket_file};
 use crate::config::{Config, Pipe, PipeCopy, SshOptions, TicketFrom, Transfer, DEFAULT_TIMEOUT};
 use crate::error::{Error, Result};
 use crate::progress::{stream_line, Report};
 use crate::receive::incoming;
 use crate::receive::pipe::{receive_pipe, Output, PipeRecvOptions, PipeRecvReport, PipeTo};
+use crate::remote::pipe::PipeOutcome;
 use crate::send::pipe::{send_pipe, PipeFrom, PipeOptions, PipeReport};
 use crate::send::ticket_dialer;
 use crate::transport::{Conn, Listener, Role, Secret};
@@ -28,6 +29,25 @@ pub(crate) fn pipe_options(t: &Transfer, p: &Pipe, quiet: bool) -> PipeOptions {
         retries: t.retries,
         progress: !quiet,
         size: p.size,
+    }
+}
+
+/// Whether the command writes a stream to stdout (then everything else goes to stderr).
+pub(super) fn stream_on_stdout(c: &crate::config::Command) -> bool {
+    use crate::config::Command;
+    match c {
+        Command::RecvPipe { to, .. } => *to == PipeTo::Stdout,
+        Command::CopyPipe { plan, .. } => matches!(
+            plan,
+            PipeCopy::Local {
+                to: PipeTo::Stdout,
+                ..
+            } | PipeCopy::Pull {
+                to: PipeTo::Stdout,
+                ..
+            }
+        ),
+        _ => false,
     }
 }
 
@@ -148,12 +168,22 @@ pub(super) fn run_copy_pipe(
 ) -> Result<()> {
     match plan {
         PipeCopy::Local { from, to } => copy_here(from, to, t, p, cfg),
-        _ => {
-            let _ = ssh;
-            Err(Error::Usage(
-                "copying a stream between hosts is not built yet; use haul recv - / haul send -"
-                    .into(),
-            ))
+        remote => {
+            let opts = pipe_options(t, p, cfg.quiet);
+            match crate::remote::pipe::run(remote, &opts, t.encrypt, ssh, cfg.quiet)? {
+                PipeOutcome::Sent(r) => finish_send_pipe(&r, false, cfg),
+                PipeOutcome::Received(r) => {
+                    let on_stdout = matches!(
+                        remote,
+                        PipeCopy::Pull {
+                            to: PipeTo::Stdout,
+                            ..
+                        }
+                    );
+                    finish_recv_pipe(&r, on_stdout, cfg)
+                }
+            }
+            Ok(())
         }
     }
 }

@@ -8,6 +8,7 @@
 
 mod location;
 mod pipe;
+mod size;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -21,6 +22,7 @@ use crate::transport::Ticket;
 
 pub use location::{parse_location, split_command, Location, RemotePath, SpecError};
 pub use pipe::{Pipe, PipeCopy, DEFAULT_PIPE_BUFFER, MAX_PIPE_BUFFER};
+pub use size::parse_size;
 
 use crate::receive::pipe::PipeTo;
 use crate::send::pipe::PipeFrom;
@@ -487,22 +489,6 @@ fn transfer_config(
     })
 }
 
-/// Parses "4M", "64K", "1MiB", "65536".
-pub fn parse_size(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num.parse().ok()?;
-    let mult: u64 = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        _ => return None,
-    };
-    n.checked_mul(mult)
-}
-
 fn parse_listen(s: &str) -> Result<SocketAddr> {
     if let Ok(a) = s.parse::<SocketAddr>() {
         return Ok(a);
@@ -516,16 +502,6 @@ fn parse_listen(s: &str) -> Result<SocketAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("4M"), Some(4 << 20));
-        assert_eq!(parse_size("64k"), Some(64 << 10));
-        assert_eq!(parse_size("1MiB"), Some(1 << 20));
-        assert_eq!(parse_size("65536"), Some(65536));
-        assert_eq!(parse_size("x"), None);
-        assert_eq!(parse_size("4Q"), None);
-    }
 
     #[test]
     fn listen_forms() {

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::location::{parse_location, Location, RemotePath};
-use super::parse_size;
+use super::size::parse_size;
 use crate::error::{Error, Result};
 use crate::receive::pipe::PipeTo;
 use crate::send::pipe::{is_dash, PipeFrom};

@@ -139,8 +139,22 @@ pub struct Skipped {
     pub error: io::Error,
 }
 
-/// Checks every source exists before anything is sent.
+/// Checks every source exists before anything is sent, and that no two of them would
+/// land under the same name (`a/x b/x`: one would silently replace the other).
 pub fn check_sources(sources: &[Source]) -> Result<()> {
+    let mut seen: HashMap<&[u8], &Path> = HashMap::new();
+    for s in sources {
+        if let Some(name) = &s.dest_name {
+            if let Some(first) = seen.insert(name, &s.path) {
+                return Err(Error::Usage(format!(
+                    "{} and {} would both arrive as {}; copy them separately or rename one",
+                    crate::progress::escape(&first.display().to_string()),
+                    crate::progress::escape(&s.path.display().to_string()),
+                    crate::progress::escape(&String::from_utf8_lossy(name)),
+                )));
+            }
+        }
+    }
     for s in sources {
         fs::symlink_metadata(&s.path).map_err(|e| Error::Source {
             path: s.path.clone(),

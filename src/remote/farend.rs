@@ -398,6 +398,7 @@ fn bootstrap_script(remote_haul: &str, size: u64, sha256: &str) -> String {
         r#"h={haul}
 if [ "$("$h" serve --probe </dev/null 2>/dev/null)" = '{probe}' ]; then exec "$h" serve; fi
 echo {UPLOAD_LINE}
+m=$(umask)
 umask 077
 d=$(mktemp -d "${{TMPDIR:-/tmp}}/haul.XXXXXXXX") || exit 1
 trap 'rm -rf "$d"' EXIT
@@ -409,6 +410,7 @@ if command -v sha256sum >/dev/null 2>&1; then
   [ "$(sha256sum < "$d/haul")" = '{sha256}  -' ] || {{ echo 'haul: the uploaded copy of haul is damaged (SHA-256 differs); not running it' >&2; exit 1; }}
 fi
 chmod 700 "$d/haul" || exit 1
+umask "$m"
 "$d/haul" serve --uploaded"#,
         haul = sh_quote(remote_haul),
     )

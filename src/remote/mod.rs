@@ -25,6 +25,7 @@
 //! Non-goals: rsync's daemon mode (`host::module`), a persistent remote service.
 
 pub mod farend;
+pub mod pipe;
 pub mod route;
 pub mod rsh;
 pub mod serve;

@@ -12,15 +12,10 @@
 //!
 //! Not here: how the far end was started or uploaded (`session`).
 
-use std::io::{self, BufRead, Read, Write};
-use std::net::{IpAddr, SocketAddr};
-use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
+use std::io::{self, BufRead, Read};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use super::wire::{self, Reply, Request};
 use crate::codec::Compression;
@@ -33,11 +28,14 @@ use crate::receive::{incoming, receive, ReceiveOptions};
 use crate::send::{send, ticket_dialer, SendOptions};
 use crate::session::lost;
 use crate::store::Store;
-use crate::transport::{self, Accepted, Conn, Listener, Role, Ticket};
+use crate::transport::{Conn, Role, Ticket};
 
 /// How long a listening far end waits for each connection of the local side (which may
 /// first wait for a direct connection to time out, then set up ssh tunnels).
-const ACCEPT_WAIT: Duration = Duration::from_secs(90);
+mod endpoint;
+mod pipe;
+
+use endpoint::{listen, path_of, AcceptPool, Out};
 
 /// Runs `haul serve`; returns the exit code. `uploaded`: this binary was just copied here
 /// by the local side, which wants its hash in the greeting to check the copy.
@@ -93,6 +91,36 @@ pub fn run(uploaded: bool) -> i32 {
                 Err(e) => Err(e),
             }
         }
+        Ok(Request::ReceiveStream {
+            dest,
+            command,
+            window,
+            advertise,
+        }) => {
+            watch_stdin(input, Arc::clone(&finished));
+            pipe::serve_receive_stream(&out, &dest, command, window, advertise).map(|b| (0, b))
+        }
+        Ok(Request::SendStream {
+            path,
+            command,
+            streams,
+            compress,
+            block_size,
+            window,
+            advertise,
+        }) => {
+            watch_stdin(input, Arc::clone(&finished));
+            let req = pipe::SendStream {
+                path,
+                command,
+                streams,
+                compress,
+                block_size,
+                window,
+                advertise,
+            };
+            pipe::serve_send_stream(&out, req).map(|b| (0, b))
+        }
         Ok(Request::Go { .. }) => Err(Error::Usage("Go before Send".into())),
         // The local side went away before saying anything: nobody to tell.
         Err(None) => return exit::NETWORK,
@@ -110,19 +138,6 @@ pub fn run(uploaded: bool) -> i32 {
         bytes,
     }));
     code
-}
-
-/// Stdout, one whole line at a time.
-#[derive(Default)]
-struct Out(Mutex<()>);
-
-impl Out {
-    fn line(&self, s: &str) {
-        let _g = self.0.lock();
-        let mut o = io::stdout().lock();
-        let _ = writeln!(o, "{s}");
-        let _ = o.flush();
-    }
 }
 
 /// The next request; `Err(None)` at end of input.
@@ -157,64 +172,6 @@ fn watch_stdin(mut input: impl BufRead + Send + 'static, finished: Arc<AtomicBoo
     // Without the watcher the far end still ends: its connections fail when the local
     // side goes.
     drop(r);
-}
-
-fn path_of(bytes: &[u8]) -> PathBuf {
-    PathBuf::from(std::ffi::OsStr::from_bytes(bytes))
-}
-
-/// Listens and makes the ticket. Binds only the address the ssh client reached us at (and
-/// 127.0.0.1, for `ssh -W` tunnels) when it can, so the port is not open on every network
-/// this host is on; otherwise, or with `advertise` (which may be no address of this host),
-/// binds every address. The ticket lists that address first (the one most likely to work
-/// from there), or only `advertise` when given. `everywhere`: the dialer is another far
-/// host (remote to remote), which may know this host by another address: bind them all.
-fn listen(advertise: Option<IpAddr>, everywhere: bool) -> Result<(Listener, Ticket, u16)> {
-    let ssh_ip = ssh_server_ip();
-    if everywhere {
-        let listener = Listener::bind(None)?;
-        return Ok(ticket_for(listener, advertise, ssh_ip));
-    }
-    listen_at(advertise, ssh_ip)
-}
-
-fn listen_at(advertise: Option<IpAddr>, ssh_ip: Option<IpAddr>) -> Result<(Listener, Ticket, u16)> {
-    let specific = match (advertise, ssh_ip) {
-        (None, Some(ip)) => Listener::bind_with_loopback(ip).ok(),
-        _ => None,
-    };
-    let listener = match specific {
-        Some(l) => l,
-        None => Listener::bind(None)?,
-    };
-    Ok(ticket_for(listener, advertise, ssh_ip))
-}
-
-/// The ticket of `listener`: only `advertise` when given, else its addresses with the one
-/// ssh reached us at first.
-fn ticket_for(
-    listener: Listener,
-    advertise: Option<IpAddr>,
-    ssh_ip: Option<IpAddr>,
-) -> (Listener, Ticket, u16) {
-    let port = listener.local_addr().port();
-    let mut ticket = listener.ticket();
-    if let Some(ip) = advertise {
-        ticket.addrs = vec![SocketAddr::new(ip, port)];
-    } else if let Some(ip) = ssh_ip {
-        let a = SocketAddr::new(ip, port);
-        ticket.addrs.retain(|x| *x != a);
-        ticket.addrs.insert(0, a);
-        ticket.addrs.truncate(transport::MAX_TICKET_ADDRS);
-    }
-    (listener, ticket, port)
-}
-
-/// This host's address as the ssh client saw it (`SSH_CONNECTION`'s third word).
-fn ssh_server_ip() -> Option<IpAddr> {
-    let v = std::env::var("SSH_CONNECTION").ok()?;
-    let ip: IpAddr = v.split_whitespace().nth(2)?.parse().ok()?;
-    Some(ip.to_canonical())
 }
 
 fn serve_receive(
@@ -334,73 +291,10 @@ fn serve_send(
     }
 }
 
-/// Accepted connections handed out by role, in the order `send` asks for them.
-struct AcceptPool {
-    rx: Receiver<Accepted>,
-    stash: Vec<Accepted>,
-}
-
-impl AcceptPool {
-    fn take(&mut self, role: Role) -> Result<Conn> {
-        if let Some(i) = self.stash.iter().position(|a| a.role == role) {
-            return Ok(self.stash.swap_remove(i).conn);
-        }
-        loop {
-            match self.rx.recv_timeout(ACCEPT_WAIT) {
-                Ok(a) if a.role == role => return Ok(a.conn),
-                Ok(a) => self.stash.push(a),
-                Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {
-                    return Err(lost(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!(
-                            "the receiver did not connect within {} s",
-                            ACCEPT_WAIT.as_secs()
-                        ),
-                    )))
-                }
-            }
-        }
-    }
-}
-
 /// BLAKE3 of this process's executable, hex.
 pub fn self_hash() -> io::Result<String> {
     let mut f = std::fs::File::open("/proc/self/exe")?;
     let mut h = blake3::Hasher::new();
     io::copy(&mut f, &mut h)?;
     Ok(h.finalize().to_hex().to_string())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::net::TcpStream;
-
-    fn reachable(ip: [u8; 4], port: u16) -> bool {
-        TcpStream::connect(SocketAddr::from((ip, port))).is_ok()
-    }
-
-    #[test]
-    fn listens_only_where_ssh_reached_us_and_on_loopback() {
-        let (_l, ticket, port) = listen_at(None, Some([127, 0, 0, 2].into())).unwrap();
-        assert_eq!(ticket.addrs, vec![SocketAddr::from(([127, 0, 0, 2], port))]);
-        assert!(reachable([127, 0, 0, 2], port));
-        assert!(
-            reachable([127, 0, 0, 1], port),
-            "ssh -W 127.0.0.1:PORT must work"
-        );
-        assert!(!reachable([127, 0, 0, 3], port), "bound to every address");
-    }
-
-    #[test]
-    fn falls_back_to_every_address() {
-        // 203.0.113.254 (TEST-NET-3) is no address of this host: it cannot be bound.
-        let (l, ticket, _) = listen_at(None, Some([203, 0, 113, 254].into())).unwrap();
-        assert!(l.local_addr().ip().is_unspecified());
-        assert_eq!(ticket.addrs[0].ip(), IpAddr::from([203, 0, 113, 254]));
-        let (l, ticket, _) =
-            listen_at(Some([10, 9, 8, 7].into()), Some([127, 0, 0, 2].into())).unwrap();
-        assert!(l.local_addr().ip().is_unspecified());
-        assert_eq!(ticket.addrs.len(), 1);
-    }
 }

@@ -14,10 +14,12 @@
 //! so names that are not UTF-8 survive. The ticket and the paths go through here, never
 //! through a command line, so neither appears in a process listing.
 //!
-//! Calling order: the far end greets; the local side sends one `Request::Receive` or
-//! `Request::Send`; the far end answers `Ready` (or `Done` with an error); a sender's far
-//! end then waits for `Request::Go`; at the end the far end sends `Done` and exits with its
-//! code. End of input on the far end's stdin at any point means "abort".
+//! Calling order: the far end greets; the local side sends one `Request::Receive`,
+//! `Request::Send`, `Request::ReceiveStream` or `Request::SendStream`; the far end
+//! answers `Ready` (or `Done` with an error); a file sender's far end then waits for
+//! `Request::Go` (a stream sender starts at once); at the end the far end sends `Done`
+//! and exits with its code. End of input on the far end's stdin at any point means
+//! "abort".
 
 use std::net::IpAddr;
 
@@ -27,7 +29,7 @@ use crate::protocol::{Accept, SyncOptions};
 use crate::transport::PROTOCOL_VERSION;
 
 /// Version of this line protocol; bumped whenever `Request` or `Reply` change shape.
-pub const SERVE_VERSION: u16 = 1;
+pub const SERVE_VERSION: u16 = 2;
 /// Every message line starts with this.
 const MSG_PREFIX: &str = "haul-msg ";
 /// Greeting lines start with this.
@@ -72,6 +74,36 @@ pub enum Request {
         /// `Go` brings (remote to remote).
         listen: bool,
         /// Advertise this address in the ticket instead of the host's own ones.
+        advertise: Option<IpAddr>,
+    },
+    /// Receive one stream into the file `dest`, or into the standard input of `command`
+    /// (run with `sh -c`; its standard output goes to our standard error).
+    ReceiveStream {
+        /// The file (raw bytes; empty with `command`).
+        dest: Vec<u8>,
+        /// The command.
+        command: Option<String>,
+        /// Most stream bytes held in memory.
+        window: u64,
+        /// Advertise this address in the ticket instead of our own.
+        advertise: Option<IpAddr>,
+    },
+    /// Send one stream: the file `path`, or the standard output of `command`; listen for
+    /// the local receiver's connections.
+    SendStream {
+        /// The file (raw bytes; empty with `command`).
+        path: Vec<u8>,
+        /// The command.
+        command: Option<String>,
+        /// Data streams.
+        streams: u16,
+        /// Compression, as `--compress` spells it.
+        compress: String,
+        /// Block size.
+        block_size: u64,
+        /// Most stream bytes held in memory.
+        window: u64,
+        /// Advertise this address in the ticket instead of our own.
         advertise: Option<IpAddr>,
     },
     /// Sender only: start.
@@ -223,6 +255,21 @@ mod tests {
                 rename: Some(b"new".to_vec()),
                 ticket: Some("haul1-abc".into()),
                 encrypt: true,
+            },
+            Request::ReceiveStream {
+                dest: Vec::new(),
+                command: Some("mbstream -x -C /var/lib/mysql".into()),
+                window: 64 << 20,
+                advertise: None,
+            },
+            Request::SendStream {
+                path: b"/backups/x.xb".to_vec(),
+                command: None,
+                streams: 8,
+                compress: "zstd:1".into(),
+                block_size: 4 << 20,
+                window: 64 << 20,
+                advertise: None,
             },
         ];
         for r in reqs {

@@ -62,11 +62,28 @@ impl Store {
     /// Opens (creating if needed) the destination root.
     pub fn open(root: &Path) -> Result<Store> {
         let created = !root.exists();
+        if let Ok(m) = std::fs::metadata(root) {
+            if !m.is_dir() {
+                return Err(Error::Destination {
+                    path: root.to_path_buf(),
+                    source: std::io::Error::other("a file is in the way, not a directory"),
+                    hint: "; give a directory (a stream goes to a file with recv --stream FILE)",
+                });
+            }
+        }
         std::fs::create_dir_all(root).map_err(|e| Error::destination(root, e))?;
         let fd = rustix::fs::open(
             root,
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
+        )
+        .map_err(|e| Error::destination(root, e.into()))?;
+        // Fail now, not when the sender arrives: we must be able to create entries here.
+        rustix::fs::accessat(
+            &fd,
+            ".",
+            rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
+            rustix::fs::AtFlags::EACCESS,
         )
         .map_err(|e| Error::destination(root, e.into()))?;
         if created {

@@ -3,8 +3,10 @@
 //! - [`tree`]: builds the hostile-but-legal source tree (and random files).
 //! - [`compare`]: asserts that a destination tree equals its source, stat for stat.
 //! - [`process`]: runs `haul recv`, `send` and `copy` with timeouts, reading the ticket.
+//! - [`piped`]: children whose stdin/stdout are wired to each other, stderr read by line.
+//! - [`pipe_harness`]: pipe-mode runs with a ticket file, JSON fields, namespaces to cut
+//!   connections in, a peak-RSS watcher.
 //! - [`sshd`]: a throwaway OpenSSH server for the remote-copy tests.
-//! - [`pipe_harness`]: pipe-mode processes, JSON fields, namespaces to cut in, a peak-RSS watcher.
 //!
 //! The helpers panic with a full explanation instead of returning errors: a test either
 //! proves what arrived or fails saying what did not. Each test binary uses a subset, hence
@@ -13,6 +15,7 @@
 
 pub mod compare;
 pub mod pipe_harness;
+pub mod piped;
 pub mod process;
 pub mod sshd;
 pub mod tree;

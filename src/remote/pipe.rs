@@ -1,0 +1,134 @@
+//! Stream copies between hosts, like `tar c | ssh host 'tar x'` but parallel, verified and
+//! resumable within the run: `haul copy - host:FILE`, `haul copy - host: --to-command CMD`
+//! (push), `haul copy host:FILE -`, `haul copy host: - --from-command CMD` (pull). The
+//! far end (`serve`) listens; the local side dials it, directly or through ssh.
+
+use super::farend::FarEnd;
+use super::route::Route;
+use super::rsh::Rsh;
+use super::wire::Request;
+use super::{done_wait, prefer_far, unexpected};
+use crate::config::{PipeCopy, SshOptions, DEFAULT_TIMEOUT};
+use crate::error::{exit, Error, Result};
+use crate::receive::pipe::{receive_pipe, Output, PipeRecvOptions, PipeRecvReport};
+use crate::send::pipe::{send_pipe, PipeOptions, PipeReport};
+use crate::transport::{Role, Ticket};
+
+/// How a stream copy between hosts ended, for the caller to report.
+pub enum PipeOutcome {
+    /// Push: what the local sender reports.
+    Sent(PipeReport),
+    /// Pull: what the local receiver reports.
+    Received(PipeRecvReport),
+}
+
+/// Runs a stream copy between hosts (`plan` is not `Local`).
+pub fn run(
+    plan: &PipeCopy,
+    opts: &PipeOptions,
+    encrypt: bool,
+    ssh: &SshOptions,
+    quiet: bool,
+) -> Result<PipeOutcome> {
+    let rsh = Rsh::new(ssh.rsh.clone(), true);
+    match plan {
+        PipeCopy::Push {
+            from,
+            dest,
+            to_command,
+        } => {
+            let mut far = FarEnd::start(&rsh, dest, &ssh.remote_haul, quiet)?;
+            far.send(&Request::ReceiveStream {
+                dest: dest.path.clone(),
+                command: to_command.clone(),
+                window: opts.window,
+                advertise: ssh.advertise,
+            })?;
+            let ready = far.ready("setting up the receiver")?;
+            let Some(ticket) = ready.ticket else {
+                return Err(unexpected(&far, "no ticket"));
+            };
+            let ticket = Ticket::parse(&ticket)?;
+            let route = Route::new(&rsh, dest, ticket, ready.port, encrypt, ssh.via_ssh);
+            let sent = send_pipe(from, opts, route.key(), |role| route.dial(role));
+            let done = far.finish(Some(done_wait(&sent)));
+            sent.map(PipeOutcome::Sent)
+                .map_err(|e| prefer_far(e, &far, done.as_ref()))
+        }
+        PipeCopy::Pull {
+            source,
+            from_command,
+            to,
+        } => {
+            // Fail on a destination that cannot work before starting anything there.
+            let out = Output::open(to)?;
+            let mut far = FarEnd::start(&rsh, source, &ssh.remote_haul, quiet)?;
+            far.send(&Request::SendStream {
+                path: source.path.clone(),
+                command: from_command.clone(),
+                // Lossless: validated to be at most MAX_STREAMS.
+                streams: opts.streams as u16,
+                compress: opts.compress.to_string(),
+                block_size: opts.block_size,
+                window: opts.window,
+                advertise: ssh.advertise,
+            })?;
+            let ready = far.ready("setting up the sender")?;
+            let Some(ticket) = ready.ticket else {
+                return Err(unexpected(&far, "no ticket"));
+            };
+            let ticket = Ticket::parse(&ticket)?;
+            let route = Route::new(&rsh, source, ticket, ready.port, encrypt, ssh.via_ssh);
+            let key = route.key();
+            let streams = opts.streams;
+            let (tx, rx) = crossbeam_channel::unbounded();
+            let received = std::thread::scope(|s| {
+                let route = &route;
+                // Control first (it decides direct or tunnel), then the data streams.
+                s.spawn(move || {
+                    let control = match route.dial(Role::Control) {
+                        Ok(c) => c,
+                        Err(e) => {
+                            eprintln!("haul: error: {e}");
+                            return;
+                        }
+                    };
+                    if tx.send((control, Role::Control)).is_err() {
+                        return;
+                    }
+                    std::thread::scope(|s2| {
+                        for _ in 0..streams {
+                            let tx = tx.clone();
+                            s2.spawn(move || match route.dial(Role::Data) {
+                                Ok(c) => {
+                                    let _ = tx.send((c, Role::Data));
+                                }
+                                Err(e) => eprintln!("haul: warning: a data stream failed: {e}"),
+                            });
+                        }
+                    });
+                });
+                let ropts = PipeRecvOptions {
+                    window: opts.window,
+                    progress: opts.progress,
+                    timeout: DEFAULT_TIMEOUT,
+                };
+                receive_pipe(out, key, rx, ropts)
+            });
+            let done = far.finish(Some(done_wait(&received)));
+            let report = received.map_err(|e| prefer_far(e, &far, done.as_ref()))?;
+            match done {
+                Some(d) if d.code != exit::OK => Err(far.done_error(&d)),
+                Some(_) => Ok(PipeOutcome::Received(report)),
+                None => Err(Error::Host {
+                    host: far.host.clone(),
+                    message: "the far end ended without confirming (see above)".into(),
+                    code: exit::NETWORK,
+                }),
+            }
+        }
+        PipeCopy::Local { .. } => Err(Error::Usage(
+            "a stream copy on this host needs no far end".into(),
+        )),
+    }
+}
