@@ -392,3 +392,26 @@ fn both_sides_stay_under_160_mib_resident_with_eight_streams_and_a_slow_consumer
         );
     }
 }
+
+/// A producer that says nothing for longer than the receiver's `--timeout` (a backup tool
+/// waiting for a checkpoint) is not a vanished sender: the sender's keepalives hold the
+/// transfer open, and the stream then arrives.
+#[test]
+fn a_producer_silent_longer_than_the_timeout_is_waited_for() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ticket = tmp.path().join("ticket");
+    let file = tmp.path().join("stream.bin");
+    let mut recv = start_recv(
+        None,
+        "127.0.0.1:0",
+        &ticket,
+        &["--timeout", "1", "--stream", file.to_str().unwrap()],
+        Stdio::piped(),
+    );
+    let got = drain(recv.take_stdout(), None, Arc::default(), None);
+    let send = start_send(None, &ticket, &["--from-command", "sleep 4; printf late"]);
+    let (sent, received) = (send.wait(), recv.wait());
+    got.join().unwrap();
+    assert_ok(&[&sent, &received]);
+    assert_eq!(fs::read(&file).unwrap(), b"late");
+}

@@ -37,6 +37,8 @@ use window::{Shared, Window};
 const POLL: Duration = Duration::from_millis(10);
 /// How often blocked reads wake to check whether the transfer is over.
 const TICK: Duration = Duration::from_millis(200);
+/// How often each side says it is still there when nothing else moves.
+const KEEPALIVE: Duration = Duration::from_secs(1);
 /// How long a new control connection has to say StreamStart.
 const REPLACE_WAIT: Duration = Duration::from_secs(5);
 /// Data connections allowed beyond the declared streams (re-dials overlap the old ones).
@@ -150,6 +152,7 @@ pub fn receive_pipe(
         control_rx,
         timeout: opts.timeout,
         acked: None,
+        acked_at: Instant::now(),
     };
     let result = session.run(&writer);
     shared.abort.store(true, Ordering::Release);
@@ -407,8 +410,9 @@ struct Session<'a> {
     control: Channel,
     control_rx: Receiver<Conn>,
     timeout: Duration,
-    /// The last (written, have) acknowledged.
+    /// The last (written, have) acknowledged, and when.
     acked: Option<(u64, u64)>,
+    acked_at: Instant,
 }
 
 impl Session<'_> {
@@ -427,6 +431,8 @@ impl Session<'_> {
             self.report()?;
             match self.control.read(Some(POLL)) {
                 Ok(Control::StreamEnd { len, digest }) => self.end(len, digest)?,
+                // A producer that has not written yet is not a vanished sender.
+                Ok(Control::Keepalive) => self.shared.touch(),
                 Ok(Control::Error { code, message }) => {
                     return Err(Error::Remote {
                         side: "sender",
@@ -474,13 +480,15 @@ impl Session<'_> {
             };
             (w.written, w.have, got)
         };
-        if self.acked != Some((written, have)) {
+        // Also repeated while nothing moves: the sender's sign that we are still here.
+        if self.acked != Some((written, have)) || self.acked_at.elapsed() >= KEEPALIVE {
             self.send(&Control::StreamAck {
                 written,
                 have,
                 window: self.shared.window,
             })?;
             self.acked = Some((written, have));
+            self.acked_at = Instant::now();
         }
         if lost {
             self.send(&Control::StreamLost { have, got })?;
