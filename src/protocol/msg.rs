@@ -79,6 +79,11 @@ pub enum Control {
         /// Offsets of the blocks held beyond `have`.
         got: Vec<u64>,
     },
+    /// Sender → receiver on a pipe transfer with nothing else to say for a while (a
+    /// producer that has not written yet, e.g. a backup tool waiting for a checkpoint):
+    /// the sender is still there. The receiver answers nothing; its acknowledgements,
+    /// repeated while nothing moves, are the same sign of life the other way.
+    Keepalive,
     /// Sender → receiver: the stream ended after `len` bytes, whose BLAKE3 is `digest`.
     /// The receiver answers `Done` once every byte is with the consumer (and, for a
     /// file, durable), or `Error`.
@@ -246,6 +251,7 @@ impl Control {
             Control::StreamAck { .. } => "StreamAck",
             Control::StreamLost { .. } => "StreamLost",
             Control::StreamEnd { .. } => "StreamEnd",
+            Control::Keepalive => "Keepalive",
             Control::Protect(_) => "Protect",
         }
     }
@@ -323,6 +329,7 @@ mod tests {
                 len: 0,
                 digest: [3; 32],
             },
+            Control::Keepalive,
             Control::Protect(
                 vec![super::super::FilterRule {
                     include: false,
