@@ -124,7 +124,10 @@ fn send_options(t: &Transfer, quiet: bool) -> SendOptions {
         progress: !quiet,
         sync: t.sync,
         retries: t.retries,
-        select: t.select.clone(),
+        select: crate::plan::select::Selection {
+            quiet,
+            ..t.select.clone()
+        },
     }
 }
 

@@ -59,6 +59,7 @@ pub(super) fn selection(a: &FilterArgs, delete: bool) -> Result<Selection> {
             (false, false) => Links::Keep,
         },
         one_file_system: a.one_file_system,
+        quiet: false,
     })
 }
 

@@ -24,6 +24,8 @@ pub struct Selection {
     pub links: Links,
     /// `-x`: do not descend into a directory on another file system than its source.
     pub one_file_system: bool,
+    /// `-q`: no warning for symlinks that lead outside the source.
+    pub quiet: bool,
 }
 
 /// Which symlinks the walk follows (sending what they point to) instead of sending them.

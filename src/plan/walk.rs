@@ -204,7 +204,7 @@ pub fn walk(
             return Ok(());
         }
     }
-    if w.outside > OUTSIDE_NAMED {
+    if w.outside > OUTSIDE_NAMED && !select.quiet {
         crate::progress::warn(&format!(
             "{} more symlinks point outside the source (sent as links)",
             w.outside - OUTSIDE_NAMED
@@ -380,7 +380,7 @@ impl Walker<'_> {
             return;
         }
         self.outside += 1;
-        if self.outside <= OUTSIDE_NAMED {
+        if self.outside <= OUTSIDE_NAMED && !self.select.quiet {
             crate::progress::warn(&format!(
                 "{} is a symlink to {}, outside the source: sent as a link, without what it \
                  points to (-L or --copy-unsafe-links send that)",

@@ -263,6 +263,7 @@ mod tests {
                     files_from: Some(crate::plan::select::FileList::parse(b"a\nb/c\n", false)),
                     links: crate::plan::select::Links::CopyUnsafe,
                     one_file_system: true,
+                    quiet: false,
                 },
             },
             Request::Go {
