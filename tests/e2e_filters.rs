@@ -492,4 +492,43 @@ fn pull_over_ssh_applies_excludes_at_the_far_end() {
     }
     out.assert_code(0);
     assert_eq!(listing(&h), listing(&r));
+
+    // --files-from is read here and its list walked there.
+    let files = tmp.path().join("files");
+    fs::write(
+        &files,
+        "base/1/123
+log/
+",
+    )
+    .unwrap();
+    let (r2, h2) = (tmp.path().join("r2"), tmp.path().join("h2"));
+    let st = Command::new("rsync")
+        .args(["-a", "-r", "--exclude", "sub/", "--files-from"])
+        .arg(&files)
+        .arg(&data)
+        .arg(&r2)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let h2s = h2.to_str().unwrap();
+    let fl = files.to_str().unwrap();
+    let args = [
+        "copy",
+        "-q",
+        "-e",
+        &rsh,
+        "--remote-haul",
+        haul_bin(),
+        "--exclude",
+        "sub/",
+        "--files-from",
+        fl,
+        far.as_str(),
+        h2s,
+    ];
+    let os: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+    let out = Haul::new().run(&os);
+    out.assert_code(0);
+    assert_eq!(listing(&h2), listing(&r2));
 }
