@@ -144,6 +144,10 @@ pub struct AcceptArgs {
     /// Do not recreate FIFOs.
     #[arg(long)]
     pub no_specials: bool,
+    /// A symlink to a directory at the destination stands for that directory (rsync's -K;
+    /// only links that were there before the run and belong to you or root).
+    #[arg(short = 'K', long)]
+    pub keep_dirlinks: bool,
 }
 
 /// Options of `copy` between hosts.

@@ -429,6 +429,29 @@ fn symlink_options_match_rsync() {
 }
 
 #[test]
+fn keep_dirlinks_matches_rsync() {
+    if !have_rsync() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let data = pg_tree(tmp.path());
+    fs::create_dir_all(data.join("pg_wal/archive_status")).unwrap();
+    fs::write(data.join("pg_wal/000000010000000000000001"), "wal").unwrap();
+    // The destination keeps its WAL on another disk, through a symlink.
+    let prefill = |d: &Path| {
+        fs::create_dir_all(d.join("wal_disk")).unwrap();
+        fs::create_dir_all(d.join("data")).unwrap();
+        fs::write(d.join("wal_disk/old_segment"), "old").unwrap();
+        symlink("../wal_disk", d.join("data/pg_wal")).unwrap();
+    };
+    for args in [&["-K"][..], &["--keep-dirlinks", "--delete"], &[]] {
+        let b = run_both(&data, args, prefill);
+        assert_same(&format!("{args:?}"), &b);
+        assert_eq!(b.haul.0, 0, "{}", b.stderr);
+    }
+}
+
+#[test]
 fn a_symlink_loop_under_copy_links_ends() {
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("src");

@@ -456,6 +456,7 @@ fn accept_config(a: &AcceptArgs) -> Accept {
         group: !a.no_group,
         devices: !a.no_devices,
         specials: !a.no_specials,
+        keep_dirlinks: a.keep_dirlinks,
     }
 }
 

@@ -26,6 +26,9 @@ pub struct Accept {
     pub devices: bool,
     /// Recreate FIFOs (else skip them).
     pub specials: bool,
+    /// `-K`: a symlink to a directory already at the destination (not made by this run,
+    /// owned by the receiving user or root) stands for the directory the sender sends.
+    pub keep_dirlinks: bool,
 }
 
 impl Default for Accept {
@@ -35,6 +38,7 @@ impl Default for Accept {
             group: true,
             devices: true,
             specials: true,
+            keep_dirlinks: false,
         }
     }
 }

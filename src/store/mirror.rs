@@ -20,7 +20,9 @@ impl Store {
         let seen = self.seen.lock().map(|s| s.clone()).unwrap_or_default();
         let protect = self.protect.lock().map(|p| p.clone()).unwrap_or_default();
         for dir in dirs {
-            let fd = fsops::open_dir(&self.root, dir).map_err(|x| self.dest_err(dir, x))?;
+            let fd = self
+                .at(dir, fsops::open_dir)
+                .map_err(|x| self.dest_err(dir, x))?;
             for name in list(&fd).map_err(|x| self.dest_err(dir, x))? {
                 if name.starts_with(fsops::PARTIAL_PREFIX.as_bytes()) {
                     continue;

@@ -115,6 +115,8 @@ impl Store {
             settled: Mutex::new(HashSet::new()),
             seen: Mutex::new(HashSet::new()),
             protect: Mutex::new(Default::default()),
+            dirlinks: Mutex::new(HashMap::new()),
+            made_links: Mutex::new(HashSet::new()),
             options: Mutex::new((SyncOptions::default(), [0u8; 32])),
             accept: Mutex::new(Accept::default()),
             linker: AtomicU8::new(0),
@@ -291,7 +293,9 @@ impl Store {
             .map(|mut t| std::mem::take(&mut *t))
             .unwrap_or_default();
         for (path, e) in &dirs {
-            let fd = fsops::open_dir(&self.root, path).map_err(|x| self.dest_err(path, x))?;
+            let fd = self
+                .at(path, fsops::open_dir)
+                .map_err(|x| self.dest_err(path, x))?;
             fsops::apply_meta_fd(&fd, e, self.as_root).map_err(|x| self.dest_err(path, x))?;
             if let Some((parent, _)) = path.split_last() {
                 touched.insert(parent);
@@ -299,7 +303,8 @@ impl Store {
             touched.insert(path.clone());
         }
         for dir in &touched {
-            fsops::sync_dir(&self.root, dir).map_err(|x| self.dest_err(dir, x))?;
+            self.at(dir, fsops::sync_dir)
+                .map_err(|x| self.dest_err(dir, x))?;
         }
         Ok(Summary {
             files: self.stats.done_files.load(Ordering::Relaxed),

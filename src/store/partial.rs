@@ -216,7 +216,7 @@ impl Store {
         let (parent, work) = state.work_name()?;
         let err = |x| self.dest_err(&state.path, x);
         if !state.precreated && self.linker.load(Ordering::Relaxed) < 2 {
-            match fsops::open_anonymous(&self.root, &parent) {
+            match self.at(&parent, fsops::open_anonymous) {
                 Ok(fd) => {
                     state.anonymous.store(true, Ordering::Relaxed);
                     return Ok(File::from(fd));
@@ -227,15 +227,17 @@ impl Store {
             }
         }
         if !state.precreated {
-            let pfd = fsops::open_dir(&self.root, &parent).map_err(err)?;
+            let pfd = self.at(&parent, fsops::open_dir).map_err(err)?;
             return fsops::create_new(&pfd, &work, OFlags::WRONLY).map_err(err);
         }
         // Made at manifest time and opened again by name: it must still be that file (and,
         // unless it is the old version written in place, still ours alone: an inode number
         // can be reused by a file someone else made).
-        let path = fsops::join(&parent, &work);
         let flags = OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK;
-        let f = fsops::open_beneath(&self.root, &path, flags, Mode::empty())
+        let f = self
+            .at(&parent, |fd, dir| {
+                fsops::open_beneath(fd, &fsops::join(dir, &work), flags, Mode::empty())
+            })
             .map(File::from)
             .map_err(err)?;
         let m = f.metadata().map_err(err)?;
@@ -301,7 +303,7 @@ impl Store {
             .path
             .split_last()
             .ok_or(ProtocolError::Malformed("file at the root path"))?;
-        let pfd = fsops::open_dir(&self.root, &parent).map_err(err)?;
+        let pfd = self.at(&parent, fsops::open_dir).map_err(err)?;
         if state.anonymous.load(Ordering::Relaxed) {
             self.link_into_place(&file, &pfd, name, &state.entry)
                 .map_err(err)?;
@@ -329,7 +331,7 @@ impl Store {
                 continue;
             }
             if let Some((parent, name)) = state.path.split_last() {
-                if let Ok(pfd) = fsops::open_dir(&self.root, &parent) {
+                if let Ok(pfd) = self.at(&parent, fsops::open_dir) {
                     let _ = fsops::remove_if_present(&pfd, &fsops::partial_name(name));
                     let _ = fsops::remove_if_present(&pfd, &fsops::journal_name(name));
                 }

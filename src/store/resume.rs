@@ -61,7 +61,7 @@ impl Store {
         let name = name.to_vec();
         let shown = path.clone();
         let err = |x| self.dest_err(&shown, x);
-        let pfd = fsops::open_dir(&self.root, &parent).map_err(err)?;
+        let pfd = self.at(&parent, fsops::open_dir).map_err(err)?;
         let existing = rustix::fs::statat(&pfd, name.as_slice(), AtFlags::SYMLINK_NOFOLLOW)
             .ok()
             .filter(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile);

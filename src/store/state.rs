@@ -53,6 +53,10 @@ pub struct Store {
     pub(super) seen: Mutex<HashSet<SafeRelPath>>,
     /// --delete keeps what these rules exclude (the sender's, `Control::Protect`).
     pub(super) protect: Mutex<crate::protocol::Filter>,
+    /// -K: directories reached through a symlink kept at the destination, opened once.
+    pub(super) dirlinks: Mutex<HashMap<SafeRelPath, Arc<OwnedFd>>>,
+    /// -K: symlinks this run made (never kept as a directory: the sender chose them).
+    pub(super) made_links: Mutex<HashSet<SafeRelPath>>,
     pub(super) options: Mutex<(SyncOptions, [u8; 32])>,
     /// What this receiver keeps of the sender's metadata (its own choice).
     pub(super) accept: Mutex<Accept>,
@@ -163,6 +167,35 @@ impl Store {
     pub(super) fn fail(&self, e: Error) {
         if let Ok(mut g) = self.error.lock() {
             g.get_or_insert(e);
+        }
+    }
+
+    /// Runs `f` on `path` resolved from where it starts: the root, or, with -K, the
+    /// directory a kept symlink on its way leads to (the longest such prefix) and the
+    /// rest of the path below it. Everything below is still resolved without symlinks.
+    pub(super) fn at<T>(
+        &self,
+        path: &SafeRelPath,
+        f: impl FnOnce(&OwnedFd, &SafeRelPath) -> io::Result<T>,
+    ) -> io::Result<T> {
+        let links = match self.dirlinks.lock() {
+            Ok(l) if !l.is_empty() => l,
+            _ => return f(&self.root, path),
+        };
+        let bytes = path.as_bytes();
+        let ends = (0..bytes.len())
+            .filter(|&i| bytes[i] == b'/')
+            .chain(std::iter::once(bytes.len()));
+        let found = ends.collect::<Vec<_>>().into_iter().rev().find_map(|end| {
+            let prefix = SafeRelPath::parse(&bytes[..end]).ok()?;
+            let fd = links.get(&prefix)?;
+            let rest = SafeRelPath::parse(bytes.get(end + 1..).unwrap_or_default()).ok()?;
+            Some((Arc::clone(fd), rest))
+        });
+        drop(links);
+        match found {
+            Some((fd, rest)) => f(&fd, &rest),
+            None => f(&self.root, path),
         }
     }
 
