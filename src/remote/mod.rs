@@ -263,6 +263,7 @@ fn send_request(
         sync: t.sync,
         listen,
         advertise,
+        limit: t.limit,
     }
 }
 

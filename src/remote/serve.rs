@@ -74,6 +74,7 @@ pub fn run(uploaded: bool) -> i32 {
             sync,
             listen,
             advertise,
+            limit,
         }) => {
             let opts = compress
                 .parse::<Compression>()
@@ -85,6 +86,7 @@ pub fn run(uploaded: bool) -> i32 {
                     progress: false,
                     sync,
                     retries: DEFAULT_RETRIES,
+                    limit,
                 });
             match opts {
                 Ok(o) => serve_send(&out, input, &finished, &paths, o, listen, advertise),
@@ -108,6 +110,7 @@ pub fn run(uploaded: bool) -> i32 {
             block_size,
             window,
             advertise,
+            limit,
         }) => {
             watch_stdin(input, Arc::clone(&finished));
             let req = pipe::SendStream {
@@ -118,6 +121,7 @@ pub fn run(uploaded: bool) -> i32 {
                 block_size,
                 window,
                 advertise,
+                limit,
             };
             pipe::serve_send_stream(&out, req).map(|b| (0, b))
         }

@@ -29,7 +29,7 @@ use crate::protocol::{Accept, SyncOptions};
 use crate::transport::PROTOCOL_VERSION;
 
 /// Version of this line protocol; bumped whenever `Request` or `Reply` change shape.
-pub const SERVE_VERSION: u16 = 2;
+pub const SERVE_VERSION: u16 = 3;
 /// Every message line starts with this.
 const MSG_PREFIX: &str = "haul-msg ";
 /// Greeting lines start with this.
@@ -75,6 +75,8 @@ pub enum Request {
         listen: bool,
         /// Advertise this address in the ticket instead of the host's own ones.
         advertise: Option<IpAddr>,
+        /// Bandwidth cap, bytes per second on the wire (`--limit`).
+        limit: Option<u64>,
     },
     /// Receive one stream into the file `dest`, or into the standard input of `command`
     /// (run with `sh -c`; its standard output goes to our standard error).
@@ -105,6 +107,8 @@ pub enum Request {
         window: u64,
         /// Advertise this address in the ticket instead of our own.
         advertise: Option<IpAddr>,
+        /// Bandwidth cap, bytes per second on the wire (`--limit`).
+        limit: Option<u64>,
     },
     /// Sender only: start.
     Go {
@@ -250,6 +254,7 @@ mod tests {
                 },
                 listen: true,
                 advertise: None,
+                limit: Some(10 << 20),
             },
             Request::Go {
                 rename: Some(b"new".to_vec()),
@@ -270,6 +275,7 @@ mod tests {
                 block_size: 4 << 20,
                 window: 64 << 20,
                 advertise: None,
+                limit: None,
             },
         ];
         for r in reqs {

@@ -28,6 +28,8 @@ pub struct SendOptions {
     pub sync: SyncOptions,
     /// How often a dropped connection is re-dialed before giving up.
     pub retries: u32,
+    /// Bandwidth cap in bytes per second of wire bytes, all streams together.
+    pub limit: Option<u64>,
 }
 
 /// What the sender reports when the receiver confirmed the transfer.
