@@ -116,6 +116,15 @@ pub enum CommandArgs {
         #[command(flatten)]
         remote: RemoteArgs,
     },
+    /// Change the bandwidth cap of a running `haul send` or `haul copy` of yours.
+    Limit {
+        /// Bytes per second (K, M, G: KiB, MiB, GiB), or `off`.
+        #[arg(value_name = "RATE|off")]
+        rate: String,
+        /// The transfer's process id (needed when several run).
+        #[arg(long, value_name = "PID")]
+        pid: Option<u32>,
+    },
     /// The far end of a remote copy, started over ssh: reads its instructions on stdin.
     #[command(hide = true)]
     Serve {
@@ -198,6 +207,13 @@ pub struct TransferArgs {
     /// at most 256M); the receiver's own --buffer may lower it.
     #[arg(long, value_name = "SIZE")]
     pub buffer: Option<String>,
+    /// Cap the bandwidth at RATE bytes per second on the wire, all streams together
+    /// (K, M, G: KiB, MiB, GiB); change it while running with `haul limit`.
+    #[arg(long, value_name = "RATE")]
+    pub limit: Option<String>,
+    /// rsync's spelling of --limit: a bare number is KiB per second.
+    #[arg(long, value_name = "RATE", hide = true, conflicts_with = "limit")]
+    pub bwlimit: Option<String>,
     /// Re-dial a dropped connection up to N times (at once, then after 0.25 s doubling to 4 s)
     /// before failing (default 5).
     #[arg(long, value_name = "N")]

@@ -98,6 +98,7 @@ fn run_command(cfg: &Config) -> Result<()> {
                 Outcome::Between => Ok(()),
             }
         }
+        Command::Limit { rate, pid } => run_limit(*rate, *pid),
         Command::Serve { probe: true, .. } => {
             let mut out = std::io::stdout().lock();
             writeln!(out, "{}", crate::remote::wire::greeting(None))
@@ -115,6 +116,37 @@ fn run_command(cfg: &Config) -> Result<()> {
     }
 }
 
+/// `haul limit`: tells a running sender of this user its new cap.
+fn run_limit(rate: Option<u64>, pid: Option<u32>) -> Result<()> {
+    use crate::send::pace::control;
+    let running = control::running();
+    let pid = match (pid, running.as_slice()) {
+        (Some(p), _) => p,
+        (None, [one]) => *one,
+        (None, []) => {
+            return Err(Error::Usage(format!(
+                "no running haul transfer of yours found (in {})",
+                control::dir().display()
+            )))
+        }
+        (None, many) => {
+            let list: Vec<String> = many.iter().map(u32::to_string).collect();
+            return Err(Error::Usage(format!(
+                "several transfers run (pids {}): say which with --pid",
+                list.join(", ")
+            )));
+        }
+    };
+    let reply = control::tell(pid, rate)
+        .map_err(|e| Error::Usage(format!("cannot reach the transfer with pid {pid}: {e}")))?;
+    if !reply.starts_with("ok") {
+        return Err(Error::Usage(format!(
+            "the transfer with pid {pid} said: {reply}"
+        )));
+    }
+    Ok(())
+}
+
 /// The sender's options for a transfer configured as `t`.
 fn send_options(t: &Transfer, quiet: bool) -> SendOptions {
     SendOptions {
@@ -128,6 +160,7 @@ fn send_options(t: &Transfer, quiet: bool) -> SendOptions {
             quiet,
             ..t.select.clone()
         },
+        limit: t.limit,
     }
 }
 

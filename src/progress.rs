@@ -28,6 +28,8 @@ pub struct Counters {
     pub units: AtomicU64,
     /// Connections re-established after they dropped.
     pub reconnects: AtomicU64,
+    /// The sender's bandwidth cap in bytes per second (0: none).
+    pub limit: AtomicU64,
 }
 
 impl Counters {
@@ -83,9 +85,10 @@ impl Progress {
                     bar.set_length(counters.total_bytes.load(Ordering::Relaxed));
                     bar.set_position(counters.done_bytes.load(Ordering::Relaxed));
                     bar.set_message(format!(
-                        "files {}/{}",
+                        "files {}/{}{}",
                         counters.done_files.load(Ordering::Relaxed),
-                        counters.total_files.load(Ordering::Relaxed)
+                        counters.total_files.load(Ordering::Relaxed),
+                        cap_note(&counters)
                     ));
                     std::thread::sleep(Duration::from_millis(200));
                 }
@@ -125,7 +128,11 @@ impl Progress {
                     let wire = counters.wire_bytes.load(Ordering::Relaxed);
                     bar.set_position(done);
                     if wire > 0 {
-                        bar.set_message(format!("ratio {:.2}", done as f64 / wire as f64));
+                        bar.set_message(format!(
+                            "ratio {:.2}{}",
+                            done as f64 / wire as f64,
+                            cap_note(&counters)
+                        ));
                     }
                     std::thread::sleep(Duration::from_millis(200));
                 }
@@ -151,6 +158,14 @@ impl Progress {
 impl Drop for Progress {
     fn drop(&mut self) {
         self.stop_now();
+    }
+}
+
+/// " limit 10.00 MiB/s" while a bandwidth cap is set, else nothing.
+fn cap_note(c: &Counters) -> String {
+    match c.limit.load(Ordering::Relaxed) {
+        0 => String::new(),
+        r => format!(" limit {}/s", human(r)),
     }
 }
 

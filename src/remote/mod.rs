@@ -264,6 +264,7 @@ fn send_request(
         listen,
         advertise,
         select: t.select.clone(),
+        limit: t.limit,
     }
 }
 

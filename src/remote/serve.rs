@@ -75,6 +75,7 @@ pub fn run(uploaded: bool) -> i32 {
             listen,
             advertise,
             select,
+            limit,
         }) => {
             let opts = compress
                 .parse::<Compression>()
@@ -87,6 +88,7 @@ pub fn run(uploaded: bool) -> i32 {
                     sync,
                     retries: DEFAULT_RETRIES,
                     select,
+                    limit,
                 });
             match opts {
                 Ok(o) => serve_send(&out, input, &finished, &paths, o, listen, advertise),
@@ -110,6 +112,7 @@ pub fn run(uploaded: bool) -> i32 {
             block_size,
             window,
             advertise,
+            limit,
         }) => {
             watch_stdin(input, Arc::clone(&finished));
             let req = pipe::SendStream {
@@ -120,6 +123,7 @@ pub fn run(uploaded: bool) -> i32 {
                 block_size,
                 window,
                 advertise,
+                limit,
             };
             pipe::serve_send_stream(&out, req).map(|b| (0, b))
         }

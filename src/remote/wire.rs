@@ -79,6 +79,8 @@ pub enum Request {
         /// What the walk takes: filter rules, the --files-from list (read on the local
         /// host), symlinks followed, -x.
         select: Selection,
+        /// Bandwidth cap, bytes per second on the wire (`--limit`).
+        limit: Option<u64>,
     },
     /// Receive one stream into the file `dest`, or into the standard input of `command`
     /// (run with `sh -c`; its standard output goes to our standard error).
@@ -109,6 +111,8 @@ pub enum Request {
         window: u64,
         /// Advertise this address in the ticket instead of our own.
         advertise: Option<IpAddr>,
+        /// Bandwidth cap, bytes per second on the wire (`--limit`).
+        limit: Option<u64>,
     },
     /// Sender only: start.
     Go {
@@ -265,6 +269,7 @@ mod tests {
                     one_file_system: true,
                     quiet: false,
                 },
+                limit: Some(10 << 20),
             },
             Request::Go {
                 rename: Some(b"new".to_vec()),
@@ -285,6 +290,7 @@ mod tests {
                 block_size: 4 << 20,
                 window: 64 << 20,
                 advertise: None,
+                limit: None,
             },
         ];
         for r in reqs {

@@ -22,6 +22,7 @@ use crate::transport::{Conn, Role};
 
 mod dial;
 mod link;
+pub mod pace;
 pub mod pipe;
 mod report;
 mod worker;
@@ -48,6 +49,9 @@ where
     walk::check_sources(sources)?;
     let started = Instant::now();
     let counters = Arc::new(Counters::default());
+    let pace = Arc::new(pace::Pacer::new(Arc::clone(&counters), opts.limit));
+    let _control = pace::control::listen(&pace);
+    let pace = &*pace;
     let progress = Progress::start(Arc::clone(&counters), opts.progress);
     let start = Control::Start {
         streams: opts.streams as u16,
@@ -74,6 +78,7 @@ where
                         dial: &redial,
                         retries: opts.retries,
                         stream: i,
+                        pace,
                     };
                     let r = worker::run(&link, queue, key, opts, counters, failures);
                     if r.is_err() {

@@ -30,6 +30,8 @@ pub struct SendOptions {
     pub retries: u32,
     /// What the walk takes (filters, --files-from, symlinks followed, -x).
     pub select: crate::plan::select::Selection,
+    /// Bandwidth cap in bytes per second of wire bytes, all streams together.
+    pub limit: Option<u64>,
 }
 
 /// What the sender reports when the receiver confirmed the transfer.
