@@ -15,6 +15,17 @@ pub struct Cli {
     /// At the end, print the transfer's summary as one JSON object on stdout.
     #[arg(long, global = true)]
     pub json: bool,
+    /// List the entries sent, created and deleted, by name (as rsync -v).
+    #[arg(short, long, global = true)]
+    pub verbose: bool,
+    /// List every change in rsync's form, e.g. `>f.st...... path` (as rsync -i).
+    #[arg(short, long, global = true)]
+    pub itemize_changes: bool,
+    /// At the end, print rsync-like totals (files, sizes, literal and matched data).
+    #[arg(long, global = true)]
+    pub stats: bool,
+    #[command(flatten)]
+    pub rsync: RsyncHabits,
     /// What to do.
     #[command(subcommand)]
     pub command: CommandArgs,
@@ -127,6 +138,54 @@ pub enum CommandArgs {
     },
 }
 
+/// rsync options that name what haul always does, accepted so that rsync habits (`-avP`)
+/// work: hidden from `--help`, ignored.
+#[derive(Debug, Args)]
+pub struct RsyncHabits {
+    /// -a, --archive: recursive, links, perms, times, owner, group, devices (always).
+    #[arg(short = 'a', long = "archive", global = true, hide = true)]
+    pub archive: bool,
+    /// -r, --recursive (always).
+    #[arg(short = 'r', long = "recursive", global = true, hide = true)]
+    pub recursive: bool,
+    /// -l, --links: symlinks as symlinks (always).
+    #[arg(short = 'l', long = "links", global = true, hide = true)]
+    pub links: bool,
+    /// -H, --hard-links (always, within the transfer).
+    #[arg(short = 'H', long = "hard-links", global = true, hide = true)]
+    pub hard_links: bool,
+    /// -S, --sparse (holes are always found and kept).
+    #[arg(short = 'S', long = "sparse", global = true, hide = true)]
+    pub sparse: bool,
+    /// -z (compression is on across a network; --compress chooses).
+    #[arg(short = 'z', global = true, hide = true)]
+    pub z: bool,
+    /// -P: --partial --progress.
+    #[arg(short = 'P', global = true, hide = true)]
+    pub p_upper: bool,
+    /// --partial (partial files are always kept and resumed).
+    #[arg(long = "partial", global = true, hide = true)]
+    pub partial: bool,
+    /// --progress (a bar is drawn whenever stderr is a terminal).
+    #[arg(long = "progress", global = true, hide = true)]
+    pub progress: bool,
+    /// -t, --times (always).
+    #[arg(short = 't', long = "times", global = true, hide = true)]
+    pub times: bool,
+    /// -p, --perms (always).
+    #[arg(short = 'p', long = "perms", global = true, hide = true)]
+    pub perms: bool,
+    /// -o, --owner (always, when the receiver is root).
+    #[arg(short = 'o', long = "owner", global = true, hide = true)]
+    pub owner: bool,
+    /// -g, --group (always, when the receiver is root).
+    #[arg(short = 'g', long = "group", global = true, hide = true)]
+    pub group: bool,
+    /// -D: --devices --specials (always; devices when the receiver is root).
+    #[arg(short = 'D', global = true, hide = true)]
+    pub d_upper: bool,
+}
+
 /// What the receiving side keeps of the sender's metadata (rsync's names). For a pull from
 /// a host you do not fully trust.
 #[derive(Debug, Args)]
@@ -197,6 +256,10 @@ pub struct TransferArgs {
     /// at most 256M); the receiver's own --buffer may lower it.
     #[arg(long, value_name = "SIZE")]
     pub buffer: Option<String>,
+    /// Show what would change (with -v or -i, each change) but send, create, write and
+    /// delete nothing.
+    #[arg(short = 'n', long)]
+    pub dry_run: bool,
     /// Re-dial a dropped connection up to N times (at once, then after 0.25 s doubling to 4 s)
     /// before failing (default 5).
     #[arg(long, value_name = "N")]

@@ -32,6 +32,7 @@
 mod accept;
 mod data;
 mod frame;
+mod item;
 mod limits;
 mod msg;
 mod path;
@@ -41,6 +42,7 @@ mod seal;
 pub use accept::Accept;
 pub use data::{encode_data_header, hashed_parts, set_hash, Codec, DataHeader, Segment};
 pub use frame::{Frame, FrameHeader, FrameKind, ReadError, FRAME_HEADER_LEN};
+pub use item::{Change, Item, ItemKind, Listing};
 pub use limits::{
     CONTROL_MAC_LEN, DATA_FIXED_LEN, DEFAULT_BLOCK_SIZE, FRAME_TAG_LEN, MAX_BLOCK, MAX_CONTROL_LEN,
     MAX_DATA_LEN, MAX_SEGMENTS, MAX_STREAMS,

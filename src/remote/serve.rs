@@ -23,7 +23,7 @@ use crate::config::{DEFAULT_RETRIES, DEFAULT_TIMEOUT};
 use crate::error::{exit, Error, Result};
 use crate::plan::layout::{dest_layout, is_single_file};
 use crate::plan::walk::{self, Source};
-use crate::protocol::Accept;
+use crate::protocol::{Accept, Listing};
 use crate::receive::{incoming, receive, ReceiveOptions};
 use crate::send::{send, ticket_dialer, SendOptions};
 use crate::session::lost;
@@ -62,9 +62,11 @@ pub fn run(uploaded: bool) -> i32 {
             advertise,
             everywhere,
             accept,
+            dry_run,
         }) => {
             watch_stdin(input, Arc::clone(&finished));
-            serve_receive(&out, &dest, single_file, advertise, everywhere, accept)
+            let how = (advertise, everywhere, accept, dry_run);
+            serve_receive(&out, &dest, single_file, how)
         }
         Ok(Request::Send {
             paths,
@@ -74,6 +76,7 @@ pub fn run(uploaded: bool) -> i32 {
             sync,
             listen,
             advertise,
+            listing,
         }) => {
             let opts = compress
                 .parse::<Compression>()
@@ -85,6 +88,7 @@ pub fn run(uploaded: bool) -> i32 {
                     progress: false,
                     sync,
                     retries: DEFAULT_RETRIES,
+                    listing,
                 });
             match opts {
                 Ok(o) => serve_send(&out, input, &finished, &paths, o, listen, advertise),
@@ -178,12 +182,13 @@ fn serve_receive(
     out: &Out,
     dest: &[u8],
     single_file: bool,
-    advertise: Option<IpAddr>,
-    everywhere: bool,
-    accept: Accept,
+    (advertise, everywhere, accept, dry_run): (Option<IpAddr>, bool, Accept, bool),
 ) -> Result<(u64, u64)> {
     let (root, rename) = dest_layout(single_file, &path_of(dest));
-    let store = Store::open(&root)?;
+    let store = match dry_run {
+        true => Store::open_dry(&root)?,
+        false => Store::open(&root)?,
+    };
     store.set_accept(accept);
     let (listener, ticket, port) = listen(advertise, everywhere)?;
     let key = ticket.secret.block_key();
@@ -198,6 +203,7 @@ fn serve_receive(
     let opts = ReceiveOptions {
         progress: false,
         timeout: DEFAULT_TIMEOUT,
+        listing: Listing::default(),
     };
     let report = receive(store, key, rx, opts)?;
     if report.sender_failed > 0 {

@@ -25,11 +25,11 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{Accept, SyncOptions};
+use crate::protocol::{Accept, Listing, SyncOptions};
 use crate::transport::PROTOCOL_VERSION;
 
 /// Version of this line protocol; bumped whenever `Request` or `Reply` change shape.
-pub const SERVE_VERSION: u16 = 2;
+pub const SERVE_VERSION: u16 = 3;
 /// Every message line starts with this.
 const MSG_PREFIX: &str = "haul-msg ";
 /// Greeting lines start with this.
@@ -56,6 +56,9 @@ pub enum Request {
         /// What to keep of the sender's metadata.
         #[serde(default)]
         accept: Accept,
+        /// `--dry-run`: open the destination without creating it.
+        #[serde(default)]
+        dry_run: bool,
     },
     /// Be the sender of `paths`.
     Send {
@@ -75,6 +78,10 @@ pub enum Request {
         listen: bool,
         /// Advertise this address in the ticket instead of the host's own ones.
         advertise: Option<IpAddr>,
+        /// What this far sender prints (on its stderr) per change the receiver reports
+        /// (remote to remote, `-v`/`-i`).
+        #[serde(default)]
+        listing: Listing,
     },
     /// Receive one stream into the file `dest`, or into the standard input of `command`
     /// (run with `sh -c`; its standard output goes to our standard error).
@@ -237,6 +244,7 @@ mod tests {
                     owner: false,
                     ..Accept::default()
                 },
+                dry_run: true,
             },
             Request::Send {
                 paths: vec![b"a/".to_vec(), b"b".to_vec()],
@@ -247,9 +255,15 @@ mod tests {
                     checksum: true,
                     inplace: false,
                     delete: true,
+                    dry_run: true,
+                    items: true,
                 },
                 listen: true,
                 advertise: None,
+                listing: Listing {
+                    itemize: true,
+                    ..Listing::default()
+                },
             },
             Request::Go {
                 rename: Some(b"new".to_vec()),
@@ -303,6 +317,12 @@ mod tests {
         let g = parse_greeting(&greeting(Some("ab12"))).unwrap();
         assert_eq!(g.hash.as_deref(), Some("ab12"));
         assert!(!parse_greeting("haul-serve 9 1").unwrap().compatible());
+        // Version 3: `Receive` carries dry_run, `Send` a listing; a version-2 far end
+        // cannot read them and is replaced by an upload.
+        assert_eq!(SERVE_VERSION, 3);
+        assert!(!parse_greeting(&format!("haul-serve 2 {PROTOCOL_VERSION}"))
+            .unwrap()
+            .compatible());
         assert!(parse_greeting("haul-serve x").is_none());
         assert!(parse_greeting("Welcome!").is_none());
         assert!(parse_greeting("haul-serve 1 1 h extra").is_none());
