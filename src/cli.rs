@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{ArgAction, Args, Parser, Subcommand};
 
 /// Move very large data between hosts over parallel, encrypted, verified streams.
 #[derive(Debug, Parser)]
@@ -16,11 +16,11 @@ pub struct Cli {
     #[arg(long, global = true)]
     pub json: bool,
     /// List the entries sent, created and deleted, by name (as rsync -v).
-    #[arg(short, long, global = true)]
-    pub verbose: bool,
+    #[arg(short, long, global = true, action = ArgAction::Count)]
+    pub verbose: u8,
     /// List every change in rsync's form, e.g. `>f.st...... path` (as rsync -i).
-    #[arg(short, long, global = true)]
-    pub itemize_changes: bool,
+    #[arg(short, long, global = true, action = ArgAction::Count)]
+    pub itemize_changes: u8,
     /// At the end, print rsync-like totals (files, sizes, literal and matched data).
     #[arg(long, global = true)]
     pub stats: bool,
@@ -143,47 +143,47 @@ pub enum CommandArgs {
 #[derive(Debug, Args)]
 pub struct RsyncHabits {
     /// -a, --archive: recursive, links, perms, times, owner, group, devices (always).
-    #[arg(short = 'a', long = "archive", global = true, hide = true)]
-    pub archive: bool,
+    #[arg(short = 'a', long = "archive", global = true, hide = true, action = ArgAction::Count)]
+    pub archive: u8,
     /// -r, --recursive (always).
-    #[arg(short = 'r', long = "recursive", global = true, hide = true)]
-    pub recursive: bool,
+    #[arg(short = 'r', long = "recursive", global = true, hide = true, action = ArgAction::Count)]
+    pub recursive: u8,
     /// -l, --links: symlinks as symlinks (always).
-    #[arg(short = 'l', long = "links", global = true, hide = true)]
-    pub links: bool,
+    #[arg(short = 'l', long = "links", global = true, hide = true, action = ArgAction::Count)]
+    pub links: u8,
     /// -H, --hard-links (always, within the transfer).
-    #[arg(short = 'H', long = "hard-links", global = true, hide = true)]
-    pub hard_links: bool,
+    #[arg(short = 'H', long = "hard-links", global = true, hide = true, action = ArgAction::Count)]
+    pub hard_links: u8,
     /// -S, --sparse (holes are always found and kept).
-    #[arg(short = 'S', long = "sparse", global = true, hide = true)]
-    pub sparse: bool,
+    #[arg(short = 'S', long = "sparse", global = true, hide = true, action = ArgAction::Count)]
+    pub sparse: u8,
     /// -z (compression is on across a network; --compress chooses).
-    #[arg(short = 'z', global = true, hide = true)]
-    pub z: bool,
+    #[arg(short = 'z', global = true, hide = true, action = ArgAction::Count)]
+    pub z: u8,
     /// -P: --partial --progress.
-    #[arg(short = 'P', global = true, hide = true)]
-    pub p_upper: bool,
+    #[arg(short = 'P', global = true, hide = true, action = ArgAction::Count)]
+    pub p_upper: u8,
     /// --partial (partial files are always kept and resumed).
-    #[arg(long = "partial", global = true, hide = true)]
-    pub partial: bool,
+    #[arg(long = "partial", global = true, hide = true, action = ArgAction::Count)]
+    pub partial: u8,
     /// --progress (a bar is drawn whenever stderr is a terminal).
-    #[arg(long = "progress", global = true, hide = true)]
-    pub progress: bool,
+    #[arg(long = "progress", global = true, hide = true, action = ArgAction::Count)]
+    pub progress: u8,
     /// -t, --times (always).
-    #[arg(short = 't', long = "times", global = true, hide = true)]
-    pub times: bool,
+    #[arg(short = 't', long = "times", global = true, hide = true, action = ArgAction::Count)]
+    pub times: u8,
     /// -p, --perms (always).
-    #[arg(short = 'p', long = "perms", global = true, hide = true)]
-    pub perms: bool,
+    #[arg(short = 'p', long = "perms", global = true, hide = true, action = ArgAction::Count)]
+    pub perms: u8,
     /// -o, --owner (always, when the receiver is root).
-    #[arg(short = 'o', long = "owner", global = true, hide = true)]
-    pub owner: bool,
+    #[arg(short = 'o', long = "owner", global = true, hide = true, action = ArgAction::Count)]
+    pub owner: u8,
     /// -g, --group (always, when the receiver is root).
-    #[arg(short = 'g', long = "group", global = true, hide = true)]
-    pub group: bool,
+    #[arg(short = 'g', long = "group", global = true, hide = true, action = ArgAction::Count)]
+    pub group: u8,
     /// -D: --devices --specials (always; devices when the receiver is root).
-    #[arg(short = 'D', global = true, hide = true)]
-    pub d_upper: bool,
+    #[arg(short = 'D', global = true, hide = true, action = ArgAction::Count)]
+    pub d_upper: u8,
 }
 
 /// What the receiving side keeps of the sender's metadata (rsync's names). For a pull from

@@ -343,8 +343,8 @@ impl Config {
             quiet: cli.quiet,
             json: cli.json,
             listing: Listing {
-                verbose: cli.verbose,
-                itemize: cli.itemize_changes,
+                verbose: cli.verbose > 0,
+                itemize: cli.itemize_changes > 0,
                 outgoing: false,
                 stderr: cli.json,
             },

@@ -121,6 +121,7 @@ impl Store {
                     rustix::fs::readlinkat(&pfd, name, Vec::new()).ok()
                 });
                 change.content = now.as_ref().map(|t| t.as_bytes()) != Some(&target[..]);
+                change.time = mtime_differs;
                 return;
             }
             _ => change.time = mtime_differs,
