@@ -156,3 +156,91 @@ impl Store {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::protocol::SyncOptions;
+
+    fn entry(id: u64, path: &str, kind: EntryKind) -> Entry {
+        Entry {
+            id,
+            path: path.as_bytes().to_vec(),
+            kind,
+            mode: 0o644,
+            mtime_sec: 1_700_000_000,
+            mtime_nsec: 0,
+            uid: 0,
+            gid: 0,
+        }
+    }
+
+    fn dry(store: &Store, delete: bool) {
+        let opts = SyncOptions {
+            dry_run: true,
+            delete,
+            items: true,
+            ..SyncOptions::default()
+        };
+        store.configure(1 << 20, opts, [9; 32]);
+        store.collect_items(true);
+    }
+
+    #[test]
+    fn a_dry_run_into_a_missing_root_creates_nothing_and_lists_everything() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("a/b");
+        let store = Arc::new(Store::open_dry(&root).unwrap());
+        dry(&store, true);
+        store.start();
+        let file = EntryKind::File {
+            size: 5,
+            data_bytes: 5,
+        };
+        let need = store
+            .apply_entries(vec![
+                entry(0, "", EntryKind::Dir),
+                entry(1, "d", EntryKind::Dir),
+                entry(2, "d/f", file),
+            ])
+            .unwrap();
+        assert!(need.is_empty(), "a dry run wants no data");
+        let summary = store.finish().unwrap();
+        assert!(!tmp.path().join("a").exists());
+        assert_eq!((summary.files, summary.dry_run), (1, true));
+        let items = store.take_items();
+        assert_eq!(items.len(), 3);
+        assert!(items.iter().all(|i| i.change.new));
+    }
+
+    #[test]
+    fn a_dry_run_lists_deletions_and_keeps_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir(tmp.path().join("old")).unwrap();
+        std::fs::write(tmp.path().join("old/x"), "x").unwrap();
+        let store = Arc::new(Store::open_dry(tmp.path()).unwrap());
+        dry(&store, true);
+        store.start();
+        store
+            .apply_entries(vec![entry(0, "", EntryKind::Dir)])
+            .unwrap();
+        let summary = store.finish().unwrap();
+        assert_eq!(summary.deleted, 2);
+        assert!(tmp.path().join("old/x").exists());
+        let gone: Vec<_> = store
+            .take_items()
+            .into_iter()
+            .filter(|i| i.change.deleted)
+            .map(|i| (i.path, i.kind))
+            .collect();
+        assert_eq!(
+            gone,
+            [
+                (b"old/x".to_vec(), ItemKind::File),
+                (b"old".to_vec(), ItemKind::Dir)
+            ]
+        );
+    }
+}
