@@ -501,4 +501,14 @@ fn over_ssh_push_itemizes_and_pull_dry_runs() {
     out.assert_code(0);
     assert_eq!(lines(&out.stdout), ["src/a"], "{}", out.describe());
     assert_eq!(snapshot(&back), before);
+    // Remote to remote: the far sender lists, its stderr shown with its host name.
+    let third = tmp.path().join("third");
+    let out = run(&["-i", &far_src, &format!("localhost:{}", third.display())]);
+    out.assert_code(0);
+    assert!(
+        out.stderr.contains("haul: 127.0.0.1: <f+++++++++ src/a"),
+        "{}",
+        out.describe()
+    );
+    assert_trees_equal(&dst.join("src"), &third.join("src"));
 }
