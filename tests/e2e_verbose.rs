@@ -511,4 +511,14 @@ fn over_ssh_push_itemizes_and_pull_dry_runs() {
         out.describe()
     );
     assert_trees_equal(&dst.join("src"), &third.join("src"));
+    // Its summary line says what --delete removed.
+    fs::write(third.join("src/extra"), "x").unwrap();
+    let out = run(&[
+        "--delete",
+        &far_src,
+        &format!("localhost:{}", third.display()),
+    ]);
+    out.assert_code(0);
+    assert!(out.stderr.contains(", deleted 1"), "{}", out.describe());
+    assert!(!third.join("src/extra").exists());
 }

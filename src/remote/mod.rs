@@ -39,7 +39,7 @@ use crate::config::{RemoteCopy, RemotePath, SshOptions, DEFAULT_TIMEOUT};
 use crate::error::{exit, Error, Result};
 use crate::plan::layout::{dest_layout, is_single_file};
 use crate::plan::walk::{self, Source};
-use crate::progress::summary_line;
+use crate::progress::{summary_line, summary_tail};
 use crate::protocol::{Accept, Listing, SyncOptions};
 use crate::receive::{receive, ReceiveOptions, ReceiveReport};
 use crate::send::{send, SendOptions, SendReport};
@@ -325,14 +325,15 @@ fn between(
         (Some(s), _) if s.code == exit::OK => {
             if !f.quiet {
                 eprintln!(
-                    "{}",
+                    "{}{}",
                     summary_line(
                         &format!("copied {} -> {}:", sender.host, receiver.host),
                         s.files,
                         s.bytes,
                         s.bytes,
                         started,
-                    )
+                    ),
+                    summary_tail(0, s.deleted)
                 );
             }
             Ok(())

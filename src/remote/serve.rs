@@ -102,7 +102,7 @@ pub fn run(uploaded: bool) -> i32 {
             advertise,
         }) => {
             watch_stdin(input, Arc::clone(&finished));
-            pipe::serve_receive_stream(&out, &dest, command, window, advertise).map(|b| (0, b))
+            pipe::serve_receive_stream(&out, &dest, command, window, advertise).map(|b| (0, b, 0))
         }
         Ok(Request::SendStream {
             path,
@@ -123,7 +123,7 @@ pub fn run(uploaded: bool) -> i32 {
                 window,
                 advertise,
             };
-            pipe::serve_send_stream(&out, req).map(|b| (0, b))
+            pipe::serve_send_stream(&out, req).map(|b| (0, b, 0))
         }
         Ok(Request::Go { .. }) => Err(Error::Usage("Go before Send".into())),
         // The local side went away before saying anything: nobody to tell.
@@ -131,15 +131,16 @@ pub fn run(uploaded: bool) -> i32 {
         Err(Some(e)) => Err(e),
     };
     finished.store(true, Ordering::SeqCst);
-    let (code, message, files, bytes) = match result {
-        Ok((files, bytes)) => (exit::OK, String::new(), files, bytes),
-        Err(e) => (e.exit_code(), e.to_string(), 0, 0),
+    let (code, message, files, bytes, deleted) = match result {
+        Ok((files, bytes, deleted)) => (exit::OK, String::new(), files, bytes, deleted),
+        Err(e) => (e.exit_code(), e.to_string(), 0, 0, 0),
     };
     out.line(&wire::encode(&Reply::Done {
         code,
         message,
         files,
         bytes,
+        deleted,
     }));
     code
 }
@@ -183,7 +184,7 @@ fn serve_receive(
     dest: &[u8],
     single_file: bool,
     (advertise, everywhere, accept, dry_run): (Option<IpAddr>, bool, Accept, bool),
-) -> Result<(u64, u64)> {
+) -> Result<(u64, u64, u64)> {
     let (root, rename) = dest_layout(single_file, &path_of(dest));
     let store = match dry_run {
         true => Store::open_dry(&root)?,
@@ -212,7 +213,8 @@ fn serve_receive(
             first: "see the sender's output".into(),
         });
     }
-    Ok((report.summary.files, report.summary.bytes))
+    let s = &report.summary;
+    Ok((s.files, s.bytes, s.deleted))
 }
 
 fn serve_send(
@@ -223,7 +225,7 @@ fn serve_send(
     opts: SendOptions,
     listen_here: bool,
     advertise: Option<IpAddr>,
-) -> Result<(u64, u64)> {
+) -> Result<(u64, u64, u64)> {
     let mut sources: Vec<Source> = paths
         .iter()
         .map(|p| Source::from_arg(&path_of(p)))
@@ -289,11 +291,10 @@ fn serve_send(
             return Err(Error::Usage("no ticket to dial".into()));
         }
     };
-    let files = report.summary.files;
-    let bytes = report.summary.bytes;
+    let s = &report.summary;
     match report.partial_error() {
         Some(e) => Err(e),
-        None => Ok((files, bytes)),
+        None => Ok((s.files, s.bytes, s.deleted)),
     }
 }
 

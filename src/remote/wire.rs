@@ -149,6 +149,9 @@ pub enum Reply {
         files: u64,
         /// Bytes of file data moved.
         bytes: u64,
+        /// Entries removed by `--delete` (for the summary line).
+        #[serde(default)]
+        deleted: u64,
     },
 }
 
@@ -297,6 +300,7 @@ mod tests {
             message: "disk full".into(),
             files: 1,
             bytes: 2,
+            deleted: 3,
         };
         assert_eq!(decode::<Reply>(&encode(&done)).unwrap(), done);
     }
