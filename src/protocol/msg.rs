@@ -80,6 +80,11 @@ pub enum Control {
         /// Offsets of the blocks held beyond `have`.
         got: Vec<u64>,
     },
+    /// Sender → receiver on a pipe transfer with nothing else to say for a while (a
+    /// producer that has not written yet, e.g. a backup tool waiting for a checkpoint):
+    /// the sender is still there. The receiver answers nothing; its acknowledgements,
+    /// repeated while nothing moves, are the same sign of life the other way.
+    Keepalive,
     /// Sender → receiver: the stream ended after `len` bytes, whose BLAKE3 is `digest`.
     /// The receiver answers `Done` once every byte is with the consumer (and, for a
     /// file, durable), or `Error`.
@@ -259,6 +264,7 @@ impl Control {
             Control::StreamLost { .. } => "StreamLost",
             Control::StreamEnd { .. } => "StreamEnd",
             Control::Items(_) => "Items",
+            Control::Keepalive => "Keepalive",
         }
     }
 }
@@ -335,6 +341,7 @@ mod tests {
                 len: 0,
                 digest: [3; 32],
             },
+            Control::Keepalive,
         ];
         let mut sealer = Sealer::new([9; 32], false);
         let mut reader = FrameReader::new(Opener::new([9; 32], true));

@@ -11,8 +11,8 @@
 //! (a file is durable and in place; a command exited 0) before `Done` is said.
 
 mod sink;
+mod window;
 
-use std::collections::BTreeMap;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -31,11 +31,14 @@ use crate::session::{frame_reader, is_forged, is_tick, lost, Channel};
 use crate::transport::{Conn, Role};
 
 pub use sink::{Output, PipeTo};
+use window::{Shared, Window};
 
 /// How often the control loop wakes to send acknowledgements.
 const POLL: Duration = Duration::from_millis(10);
 /// How often blocked reads wake to check whether the transfer is over.
 const TICK: Duration = Duration::from_millis(200);
+/// How often each side says it is still there when nothing else moves.
+const KEEPALIVE: Duration = Duration::from_secs(1);
 /// How long a new control connection has to say StreamStart.
 const REPLACE_WAIT: Duration = Duration::from_secs(5);
 /// Data connections allowed beyond the declared streams (re-dials overlap the old ones).
@@ -65,96 +68,6 @@ pub struct PipeRecvReport {
     pub started: Instant,
     /// Connections that replaced dropped ones.
     pub reconnects: u64,
-}
-
-/// The reorder window.
-#[derive(Default)]
-struct Window {
-    /// Blocks arrived and not yet written, by offset.
-    blocks: BTreeMap<u64, Vec<u8>>,
-    /// Bytes handed to the consumer.
-    written: u64,
-    /// Every byte before this has arrived.
-    have: u64,
-    /// Length and digest, once the sender said.
-    end: Option<(u64, [u8; 32])>,
-}
-
-struct Shared {
-    key: [u8; 32],
-    block: u64,
-    window: u64,
-    win: Mutex<Window>,
-    arrived: Condvar,
-    /// A data connection broke since the last `StreamLost`.
-    lost: AtomicBool,
-    /// The writer is inside a write to the consumer.
-    writing: AtomicBool,
-    abort: AtomicBool,
-    fatal: Mutex<Option<Error>>,
-    forged: Forgeries,
-    active: AtomicUsize,
-    max_active: usize,
-    data_conns: AtomicUsize,
-    control_conns: AtomicUsize,
-    last_activity: Mutex<Instant>,
-    counters: Arc<Counters>,
-}
-
-impl Shared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Window> {
-        self.win.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn touch(&self) {
-        if let Ok(mut t) = self.last_activity.lock() {
-            *t = Instant::now();
-        }
-    }
-
-    fn idle_for(&self) -> Duration {
-        self.last_activity
-            .lock()
-            .map(|t| t.elapsed())
-            .unwrap_or_default()
-    }
-
-    fn fail(&self, e: Error) {
-        if let Ok(mut f) = self.fatal.lock() {
-            f.get_or_insert(e);
-        }
-        self.abort.store(true, Ordering::Release);
-        self.arrived.notify_all();
-    }
-
-    fn take_fatal(&self) -> Option<Error> {
-        self.fatal.lock().ok().and_then(|mut f| f.take())
-    }
-
-    /// Takes one verified block; duplicates are dropped, a block outside the window or
-    /// past the announced end is the sender breaking the protocol.
-    fn insert(&self, offset: u64, data: Vec<u8>) -> Result<()> {
-        let len = data.len() as u64;
-        let mut w = self.lock();
-        if offset < w.written || w.blocks.contains_key(&offset) {
-            return Ok(());
-        }
-        if offset + len > w.written + self.window {
-            return Err(ProtocolError::Malformed("stream block beyond the window").into());
-        }
-        if let Some((end, _)) = w.end {
-            if offset + len > end || (len < self.block && offset + len != end) {
-                return Err(ProtocolError::Malformed("stream block past its end").into());
-            }
-        }
-        w.blocks.insert(offset, data);
-        while let Some(b) = w.blocks.get(&w.have) {
-            w.have += b.len() as u64;
-        }
-        drop(w);
-        self.arrived.notify_all();
-        Ok(())
-    }
 }
 
 /// Receives one stream into `out`. `incoming` yields authenticated connections; the first
@@ -187,6 +100,7 @@ pub fn receive_pipe(
         block: u64::from(block),
         window,
         win: Mutex::new(Window::default()),
+        spare: Mutex::new(Vec::new()),
         arrived: Condvar::new(),
         lost: AtomicBool::new(false),
         writing: AtomicBool::new(false),
@@ -238,6 +152,7 @@ pub fn receive_pipe(
         control_rx,
         timeout: opts.timeout,
         acked: None,
+        acked_at: Instant::now(),
     };
     let result = session.run(&writer);
     shared.abort.store(true, Ordering::Release);
@@ -361,6 +276,7 @@ fn write_loop(mut out: Output, shared: &Shared) -> Result<Option<(u64, [u8; 32])
         r?;
         hasher.update(&b);
         let n = b.len() as u64;
+        shared.recycle(b);
         Counters::add(&shared.counters.done_bytes, n);
         shared.lock().written += n;
         shared.touch();
@@ -480,7 +396,7 @@ fn read_loop(mut conn: Conn, shared: &Shared) -> Result<bool> {
             return Err(ProtocolError::Malformed("stream block out of shape").into());
         }
         Counters::add(&shared.counters.units, 1);
-        shared.insert(seg.offset, bytes.to_vec())?;
+        shared.insert(seg.offset, shared.copy_in(bytes))?;
         shared.touch();
     }
 }
@@ -494,8 +410,9 @@ struct Session<'a> {
     control: Channel,
     control_rx: Receiver<Conn>,
     timeout: Duration,
-    /// The last (written, have) acknowledged.
+    /// The last (written, have) acknowledged, and when.
     acked: Option<(u64, u64)>,
+    acked_at: Instant,
 }
 
 impl Session<'_> {
@@ -514,6 +431,8 @@ impl Session<'_> {
             self.report()?;
             match self.control.read(Some(POLL)) {
                 Ok(Control::StreamEnd { len, digest }) => self.end(len, digest)?,
+                // A producer that has not written yet is not a vanished sender.
+                Ok(Control::Keepalive) => self.shared.touch(),
                 Ok(Control::Error { code, message }) => {
                     return Err(Error::Remote {
                         side: "sender",
@@ -561,13 +480,15 @@ impl Session<'_> {
             };
             (w.written, w.have, got)
         };
-        if self.acked != Some((written, have)) {
+        // Also repeated while nothing moves: the sender's sign that we are still here.
+        if self.acked != Some((written, have)) || self.acked_at.elapsed() >= KEEPALIVE {
             self.send(&Control::StreamAck {
                 written,
                 have,
                 window: self.shared.window,
             })?;
             self.acked = Some((written, have));
+            self.acked_at = Instant::now();
         }
         if lost {
             self.send(&Control::StreamLost { have, got })?;

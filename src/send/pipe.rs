@@ -13,27 +13,28 @@
 //! is reported with `StreamLost`, and the blocks it lists as missing go out again on any
 //! stream. Duplicates are harmless: the receiver keeps one copy of each offset.
 
+mod flow;
 mod source;
+mod stream;
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{select, Receiver, Sender};
+use crossbeam_channel::{Receiver, Sender};
 
-use super::dial::{backoff, gave_up, put, DataConn, Redial};
+use super::dial::Redial;
 use super::link::{Link, Polled};
-use crate::codec::{unit_hash, Compression, Encoder};
+use crate::codec::Compression;
 use crate::error::{Error, Result};
 use crate::progress::{Counters, Progress};
-use crate::protocol::{
-    encode_data_header, hashed_parts, set_hash, Codec, Control, FrameKind, ProtocolError, Segment,
-};
-use crate::transport::{Conn, Role, TransportError};
+use crate::protocol::{Control, ProtocolError};
+use crate::transport::{Conn, Role};
 
+use flow::{Block, Flow};
 pub use source::{describe_status, is_dash, PipeFrom};
 use source::{Input, Producer};
+use stream::Stream;
 
 /// How to send a stream.
 #[derive(Clone, Debug)]
@@ -69,79 +70,11 @@ pub struct PipeReport {
 
 /// How often the driver looks at the reader and the streams between control messages.
 const POLL: Duration = Duration::from_millis(20);
-/// How often an idle stream checks whether the transfer stopped.
-const TICK: Duration = Duration::from_millis(200);
-
-/// One block of the stream.
-struct Block {
-    offset: u64,
-    data: Vec<u8>,
-}
-
-impl Block {
-    fn end(&self) -> u64 {
-        self.offset + self.data.len() as u64
-    }
-}
-
-/// What the reader, the streams and the driver share.
-struct Flow {
-    state: Mutex<FlowState>,
-    moved: Condvar,
-    /// Bytes arrived at the receiver without a gap (mirrors `state.have`, read lock-free).
-    have: AtomicU64,
-    /// The transfer is over (mirrors `state.stop`).
-    stopped: AtomicBool,
-}
-
-#[derive(Default)]
-struct FlowState {
-    /// Bytes with the consumer.
-    written: u64,
-    have: u64,
-    /// Bytes that may be in flight beyond `written`; 0 until the receiver said.
-    window: u64,
-    /// Bytes read from the input.
-    read: u64,
-    /// Blocks read and not yet known to have arrived, in offset order.
-    replay: VecDeque<Arc<Block>>,
-    stop: bool,
-}
-
-impl Flow {
-    fn new() -> Flow {
-        Flow {
-            state: Mutex::new(FlowState::default()),
-            moved: Condvar::new(),
-            have: AtomicU64::new(0),
-            stopped: AtomicBool::new(false),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, FlowState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The receiver's account: prune what arrived, let the reader go on.
-    fn ack(&self, written: u64, have: u64, window: u64, own: u64) {
-        let mut g = self.lock();
-        g.written = g.written.max(written);
-        g.have = g.have.max(have);
-        g.window = window.min(own);
-        let have = g.have;
-        while g.replay.front().is_some_and(|b| b.end() <= have) {
-            g.replay.pop_front();
-        }
-        self.have.store(have, Ordering::Release);
-        self.moved.notify_all();
-    }
-
-    fn stop(&self) {
-        self.lock().stop = true;
-        self.stopped.store(true, Ordering::Release);
-        self.moved.notify_all();
-    }
-}
+/// How often the driver says it is still there when it has nothing else to say (well
+/// inside the receiver's `--timeout`, at least 1 s).
+const KEEPALIVE: Duration = Duration::from_millis(500);
+/// How long the receiver may say nothing before its control connection counts as dead.
+const SILENCE: Duration = Duration::from_secs(30);
 
 /// Sends the stream from `from`. `dial` opens one authenticated connection of a role.
 pub fn send_pipe<D>(
@@ -215,6 +148,8 @@ where
             own_window: opts.window,
             counters: &counters,
             end: None,
+            told: Instant::now(),
+            heard: Instant::now(),
         };
         let outcome = driver.run(&read_rx, &mut producer, &workers);
         flow.stop();
@@ -324,6 +259,9 @@ struct Driver<'a, 'l> {
     counters: &'a Counters,
     /// Length and digest, once the input ended (sent as StreamEnd).
     end: Option<(u64, [u8; 32])>,
+    /// When we last wrote on the control connection, and last heard on it.
+    told: Instant,
+    heard: Instant,
 }
 
 impl Driver<'_, '_> {
@@ -342,6 +280,7 @@ impl Driver<'_, '_> {
                     producer.finish()?;
                     self.end = Some((len, digest));
                     self.link.tell(&Control::StreamEnd { len, digest })?;
+                    self.told = Instant::now();
                 }
             }
             if workers.iter().any(|w| w.is_finished()) {
@@ -349,13 +288,29 @@ impl Driver<'_, '_> {
                     "a data stream could not be re-established",
                 )));
             }
-            match self.link.poll(POLL)? {
+            if self.told.elapsed() >= KEEPALIVE {
+                // A producer that has not written yet (a backup waiting for a checkpoint)
+                // must not look like a vanished sender.
+                self.link.tell(&Control::Keepalive)?;
+                self.told = Instant::now();
+            }
+            if self.heard.elapsed() >= SILENCE {
+                // The receiver acknowledges at least every few seconds: a control
+                // connection silent this long is dead without having said so.
+                let why = crate::session::lost(std::io::Error::other(format!(
+                    "nothing from the receiver for {} s",
+                    SILENCE.as_secs()
+                )));
+                self.link.reconnect(&why)?;
+                self.reconnected()?;
+            }
+            let polled = self.link.poll(POLL)?;
+            if !matches!(polled, Polled::Nothing) {
+                self.heard = Instant::now();
+            }
+            match polled {
                 Polled::Nothing => {}
-                Polled::Reconnected => {
-                    if let Some((len, digest)) = self.end {
-                        self.link.tell(&Control::StreamEnd { len, digest })?;
-                    }
-                }
+                Polled::Reconnected => self.reconnected()?,
                 Polled::Msg(Control::StreamAck {
                     written,
                     have,
@@ -391,6 +346,15 @@ impl Driver<'_, '_> {
         }
     }
 
+    /// A new control connection: it must learn the end again, if there was one.
+    fn reconnected(&mut self) -> Result<()> {
+        self.heard = Instant::now();
+        if let Some((len, digest)) = self.end {
+            self.link.tell(&Control::StreamEnd { len, digest })?;
+        }
+        Ok(())
+    }
+
     /// Queues again every block from `have` on that is not among `got`.
     fn resend(&mut self, have: u64, got: &[u64]) {
         let lost: Vec<Arc<Block>> = {
@@ -410,194 +374,5 @@ impl Driver<'_, '_> {
         for b in lost {
             let _ = self.again.send(b);
         }
-    }
-}
-
-/// One data stream of a pipe transfer.
-struct Stream<'a> {
-    link: &'a Redial<'a>,
-    conn: Option<DataConn>,
-    key: [u8; 32],
-    enc: Encoder,
-    flow: &'a Flow,
-    counters: &'a Counters,
-    /// Blocks written on the current connection that may not have arrived yet.
-    outstanding: VecDeque<Arc<Block>>,
-    cbuf: Vec<u8>,
-    hdr: Vec<u8>,
-    head: Vec<u8>,
-}
-
-impl<'a> Stream<'a> {
-    fn new(
-        link: &'a Redial<'a>,
-        key: [u8; 32],
-        compress: Compression,
-        flow: &'a Flow,
-        counters: &'a Counters,
-    ) -> Stream<'a> {
-        Stream {
-            link,
-            conn: None,
-            key,
-            enc: Encoder::new(compress),
-            flow,
-            counters,
-            outstanding: VecDeque::new(),
-            cbuf: Vec::new(),
-            hdr: Vec::new(),
-            head: Vec::new(),
-        }
-    }
-
-    /// Sends blocks (lost ones first) until both queues are closed or the transfer stops.
-    fn run(&mut self, work: &Receiver<Arc<Block>>, again: &Receiver<Arc<Block>>) -> Result<()> {
-        let mut work_open = true;
-        while !self.flow.stopped.load(Ordering::Acquire) {
-            let next = match again.try_recv() {
-                Ok(b) => Some(b),
-                Err(_) if work_open => select! {
-                    recv(again) -> b => match b {
-                        Ok(b) => Some(b),
-                        Err(_) => break,
-                    },
-                    recv(work) -> b => match b {
-                        Ok(b) => Some(b),
-                        Err(_) => {
-                            work_open = false;
-                            None
-                        }
-                    },
-                    default(TICK) => None,
-                },
-                Err(_) => select! {
-                    recv(again) -> b => match b {
-                        Ok(b) => Some(b),
-                        Err(_) => break,
-                    },
-                    default(TICK) => None,
-                },
-            };
-            let Some(b) = next else { continue };
-            if b.end() <= self.flow.have.load(Ordering::Acquire) {
-                continue;
-            }
-            self.send(b)?;
-        }
-        if let Some(c) = self.conn.as_mut() {
-            let _ = put(c, FrameKind::End, &[], 0, &mut self.head);
-            let _ = c.0.shutdown_write();
-        }
-        Ok(())
-    }
-
-    /// Sends `b`; after a broken connection, re-dials and first sends again what the old
-    /// one had in flight.
-    fn send(&mut self, b: Arc<Block>) -> Result<()> {
-        let mut failures = 0u32;
-        let mut why: Option<Error> = None;
-        loop {
-            if self.conn.is_none() {
-                match self.link.open() {
-                    Ok(c) => {
-                        if let Some(w) = &why {
-                            crate::progress::warn(&format!(
-                                "data stream {} reconnected ({w})",
-                                self.link.stream
-                            ));
-                            Counters::add(&self.counters.reconnects, 1);
-                        }
-                        self.conn = Some(c);
-                    }
-                    Err(
-                        e @ Error::Transport(
-                            TransportError::AuthRejected | TransportError::PeerUnauthenticated,
-                        ),
-                    ) => {
-                        return Err(match why {
-                            Some(w) => gave_up(&w, Some(e)),
-                            None => e,
-                        })
-                    }
-                    Err(e) => {
-                        failures += 1;
-                        if failures > self.link.retries {
-                            return Err(match why {
-                                Some(w) => gave_up(&w, Some(e)),
-                                None => e,
-                            });
-                        }
-                        why.get_or_insert(e);
-                        std::thread::sleep(backoff(failures));
-                        continue;
-                    }
-                }
-            }
-            let r = if why.is_some() {
-                self.replay().and_then(|()| self.write(&b))
-            } else {
-                self.write(&b)
-            };
-            match r {
-                Ok(()) => {
-                    self.outstanding.push_back(b);
-                    let have = self.flow.have.load(Ordering::Acquire);
-                    self.outstanding.retain(|o| o.end() > have);
-                    return Ok(());
-                }
-                Err(e) => {
-                    self.conn = None;
-                    failures += 1;
-                    if failures > self.link.retries {
-                        return Err(gave_up(&e, None));
-                    }
-                    std::thread::sleep(backoff(failures - 1));
-                    why = Some(e);
-                }
-            }
-        }
-    }
-
-    /// Sends again, on a new connection, what the old one may have lost.
-    fn replay(&mut self) -> Result<()> {
-        let have = self.flow.have.load(Ordering::Acquire);
-        self.outstanding.retain(|o| o.end() > have);
-        let blocks: Vec<Arc<Block>> = self.outstanding.iter().cloned().collect();
-        for o in blocks {
-            self.write(&o)?;
-        }
-        Ok(())
-    }
-
-    /// Compresses, hashes and writes one block as a data unit of file 0.
-    fn write(&mut self, b: &Block) -> Result<()> {
-        let Some(conn) = self.conn.as_mut() else {
-            return Err(crate::session::lost(std::io::Error::other(
-                "data stream not connected",
-            )));
-        };
-        let raw = &b.data[..];
-        let codec = self.enc.encode(raw, &mut self.cbuf);
-        let body: &[u8] = if codec == Codec::Raw { raw } else { &self.cbuf };
-        let seg = Segment {
-            file: 0,
-            offset: b.offset,
-            len: raw.len() as u32,
-            keep: false,
-        };
-        encode_data_header(&mut self.hdr, codec, raw.len() as u32, &[seg]);
-        let hash = unit_hash(&self.key, hashed_parts(&self.hdr), raw);
-        set_hash(&mut self.hdr, &hash);
-        let len = self.hdr.len() + body.len();
-        put(
-            conn,
-            FrameKind::Data,
-            &[&self.hdr, body],
-            len,
-            &mut self.head,
-        )?;
-        Counters::add(&self.counters.units, 1);
-        Counters::add(&self.counters.wire_bytes, len as u64);
-        Ok(())
     }
 }

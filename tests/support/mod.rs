@@ -4,6 +4,8 @@
 //! - [`compare`]: asserts that a destination tree equals its source, stat for stat.
 //! - [`process`]: runs `haul recv`, `send` and `copy` with timeouts, reading the ticket.
 //! - [`piped`]: children whose stdin/stdout are wired to each other, stderr read by line.
+//! - [`pipe_harness`]: pipe-mode runs with a ticket file, JSON fields, namespaces to cut
+//!   connections in, a peak-RSS watcher.
 //! - [`sshd`]: a throwaway OpenSSH server for the remote-copy tests.
 //!
 //! The helpers panic with a full explanation instead of returning errors: a test either
@@ -12,6 +14,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod compare;
+pub mod pipe_harness;
 pub mod piped;
 pub mod process;
 pub mod sshd;

@@ -1,0 +1,131 @@
+//! The reorder window of a pipe receiver and the state its threads share: verified
+//! blocks wait here, by offset, until the writer hands them to the consumer in order.
+//! It holds no connection and does no I/O; recycled block buffers keep its memory bounded.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::progress::Counters;
+use crate::protocol::ProtocolError;
+use crate::receive::integrity::Forgeries;
+
+/// The reorder window.
+#[derive(Default)]
+pub(super) struct Window {
+    /// Blocks arrived and not yet written, by offset.
+    pub(super) blocks: BTreeMap<u64, Vec<u8>>,
+    /// Bytes handed to the consumer.
+    pub(super) written: u64,
+    /// Every byte before this has arrived.
+    pub(super) have: u64,
+    /// Length and digest, once the sender said.
+    pub(super) end: Option<(u64, [u8; 32])>,
+}
+
+/// What the readers, the writer and the control loop share.
+pub(super) struct Shared {
+    pub(super) key: [u8; 32],
+    pub(super) block: u64,
+    pub(super) window: u64,
+    pub(super) win: Mutex<Window>,
+    /// Block buffers the writer is done with, for the readers to fill again.
+    pub(super) spare: Mutex<Vec<Vec<u8>>>,
+    pub(super) arrived: Condvar,
+    /// A data connection broke since the last `StreamLost`.
+    pub(super) lost: AtomicBool,
+    /// The writer is inside a write to the consumer.
+    pub(super) writing: AtomicBool,
+    pub(super) abort: AtomicBool,
+    pub(super) fatal: Mutex<Option<Error>>,
+    pub(super) forged: Forgeries,
+    pub(super) active: AtomicUsize,
+    pub(super) max_active: usize,
+    pub(super) data_conns: AtomicUsize,
+    pub(super) control_conns: AtomicUsize,
+    pub(super) last_activity: Mutex<Instant>,
+    pub(super) counters: Arc<Counters>,
+}
+
+impl Shared {
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, Window> {
+        self.win.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) fn touch(&self) {
+        if let Ok(mut t) = self.last_activity.lock() {
+            *t = Instant::now();
+        }
+    }
+
+    pub(super) fn idle_for(&self) -> Duration {
+        self.last_activity
+            .lock()
+            .map(|t| t.elapsed())
+            .unwrap_or_default()
+    }
+
+    pub(super) fn fail(&self, e: Error) {
+        if let Ok(mut f) = self.fatal.lock() {
+            f.get_or_insert(e);
+        }
+        self.abort.store(true, Ordering::Release);
+        self.arrived.notify_all();
+    }
+
+    pub(super) fn take_fatal(&self) -> Option<Error> {
+        self.fatal.lock().ok().and_then(|mut f| f.take())
+    }
+
+    /// A copy of `bytes` in a recycled block buffer.
+    ///
+    /// Recycling is what bounds memory, not tidiness: each reader thread allocates from
+    /// its own malloc arena and the writer frees into it, so with fresh buffers every
+    /// arena keeps as much of the window resident as it ever held (8 streams with the
+    /// default window peaked at 164 MiB, against ~110 MiB with one arena).
+    pub(super) fn copy_in(&self, bytes: &[u8]) -> Vec<u8> {
+        let spare = self.spare.lock().ok().and_then(|mut s| s.pop());
+        let mut v = spare.unwrap_or_else(|| Vec::with_capacity(self.block as usize));
+        v.clear();
+        v.extend_from_slice(bytes);
+        v
+    }
+
+    /// Keeps `v` for [`Shared::copy_in`], up to what a full window needs.
+    pub(super) fn recycle(&self, v: Vec<u8>) {
+        if let Ok(mut s) = self.spare.lock() {
+            if (s.len() as u64) < self.window / self.block + 1 {
+                s.push(v);
+            }
+        }
+    }
+
+    /// Takes one verified block; duplicates are dropped, a block outside the window or
+    /// past the announced end is the sender breaking the protocol.
+    pub(super) fn insert(&self, offset: u64, data: Vec<u8>) -> Result<()> {
+        let len = data.len() as u64;
+        let mut w = self.lock();
+        if offset < w.written || w.blocks.contains_key(&offset) {
+            drop(w);
+            self.recycle(data);
+            return Ok(());
+        }
+        if offset + len > w.written + self.window {
+            return Err(ProtocolError::Malformed("stream block beyond the window").into());
+        }
+        if let Some((end, _)) = w.end {
+            if offset + len > end || (len < self.block && offset + len != end) {
+                return Err(ProtocolError::Malformed("stream block past its end").into());
+            }
+        }
+        w.blocks.insert(offset, data);
+        while let Some(b) = w.blocks.get(&w.have) {
+            w.have += b.len() as u64;
+        }
+        drop(w);
+        self.arrived.notify_all();
+        Ok(())
+    }
+}

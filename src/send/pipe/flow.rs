@@ -1,0 +1,78 @@
+//! What the reading thread, the data streams and the driver of a pipe transfer share:
+//! the blocks read (kept until the receiver has them) and the receiver's account of how
+//! far the stream got, which is the credit the reader waits for.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+/// One block of the stream.
+pub(super) struct Block {
+    pub(super) offset: u64,
+    pub(super) data: Vec<u8>,
+}
+
+impl Block {
+    pub(super) fn end(&self) -> u64 {
+        self.offset + self.data.len() as u64
+    }
+}
+
+/// What the reader, the streams and the driver share.
+pub(super) struct Flow {
+    pub(super) state: Mutex<FlowState>,
+    pub(super) moved: Condvar,
+    /// Bytes arrived at the receiver without a gap (mirrors `state.have`, read lock-free).
+    pub(super) have: AtomicU64,
+    /// The transfer is over (mirrors `state.stop`).
+    pub(super) stopped: AtomicBool,
+}
+
+#[derive(Default)]
+pub(super) struct FlowState {
+    /// Bytes with the consumer.
+    pub(super) written: u64,
+    pub(super) have: u64,
+    /// Bytes that may be in flight beyond `written`; 0 until the receiver said.
+    pub(super) window: u64,
+    /// Bytes read from the input.
+    pub(super) read: u64,
+    /// Blocks read and not yet known to have arrived, in offset order.
+    pub(super) replay: VecDeque<Arc<Block>>,
+    pub(super) stop: bool,
+}
+
+impl Flow {
+    pub(super) fn new() -> Flow {
+        Flow {
+            state: Mutex::new(FlowState::default()),
+            moved: Condvar::new(),
+            have: AtomicU64::new(0),
+            stopped: AtomicBool::new(false),
+        }
+    }
+
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, FlowState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The receiver's account: prune what arrived, let the reader go on.
+    pub(super) fn ack(&self, written: u64, have: u64, window: u64, own: u64) {
+        let mut g = self.lock();
+        g.written = g.written.max(written);
+        g.have = g.have.max(have);
+        g.window = window.min(own);
+        let have = g.have;
+        while g.replay.front().is_some_and(|b| b.end() <= have) {
+            g.replay.pop_front();
+        }
+        self.have.store(have, Ordering::Release);
+        self.moved.notify_all();
+    }
+
+    pub(super) fn stop(&self) {
+        self.lock().stop = true;
+        self.stopped.store(true, Ordering::Release);
+        self.moved.notify_all();
+    }
+}

@@ -1,0 +1,214 @@
+//! One data stream of a pipe transfer: takes blocks (lost ones first), compresses, hashes
+//! and frames them as file data units of file 0; after a broken connection, re-dials and
+//! first sends again what the old one may have lost.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::{select, Receiver};
+
+use super::flow::{Block, Flow};
+use crate::codec::{unit_hash, Compression, Encoder};
+use crate::error::{Error, Result};
+use crate::progress::Counters;
+use crate::protocol::{encode_data_header, hashed_parts, set_hash, Codec, FrameKind, Segment};
+use crate::send::dial::{backoff, gave_up, put, DataConn, Redial};
+use crate::transport::TransportError;
+
+/// How often an idle stream checks whether the transfer stopped.
+const TICK: Duration = Duration::from_millis(200);
+
+/// One data stream of a pipe transfer.
+pub(super) struct Stream<'a> {
+    link: &'a Redial<'a>,
+    conn: Option<DataConn>,
+    key: [u8; 32],
+    enc: Encoder,
+    flow: &'a Flow,
+    counters: &'a Counters,
+    /// Blocks written on the current connection that may not have arrived yet.
+    outstanding: VecDeque<Arc<Block>>,
+    cbuf: Vec<u8>,
+    hdr: Vec<u8>,
+    head: Vec<u8>,
+}
+
+impl<'a> Stream<'a> {
+    pub(super) fn new(
+        link: &'a Redial<'a>,
+        key: [u8; 32],
+        compress: Compression,
+        flow: &'a Flow,
+        counters: &'a Counters,
+    ) -> Stream<'a> {
+        Stream {
+            link,
+            conn: None,
+            key,
+            enc: Encoder::new(compress),
+            flow,
+            counters,
+            outstanding: VecDeque::new(),
+            cbuf: Vec::new(),
+            hdr: Vec::new(),
+            head: Vec::new(),
+        }
+    }
+
+    /// Sends blocks (lost ones first) until both queues are closed or the transfer stops.
+    pub(super) fn run(
+        &mut self,
+        work: &Receiver<Arc<Block>>,
+        again: &Receiver<Arc<Block>>,
+    ) -> Result<()> {
+        let mut work_open = true;
+        while !self.flow.stopped.load(Ordering::Acquire) {
+            let next = match again.try_recv() {
+                Ok(b) => Some(b),
+                Err(_) if work_open => select! {
+                    recv(again) -> b => match b {
+                        Ok(b) => Some(b),
+                        Err(_) => break,
+                    },
+                    recv(work) -> b => match b {
+                        Ok(b) => Some(b),
+                        Err(_) => {
+                            work_open = false;
+                            None
+                        }
+                    },
+                    default(TICK) => None,
+                },
+                Err(_) => select! {
+                    recv(again) -> b => match b {
+                        Ok(b) => Some(b),
+                        Err(_) => break,
+                    },
+                    default(TICK) => None,
+                },
+            };
+            let Some(b) = next else { continue };
+            if b.end() <= self.flow.have.load(Ordering::Acquire) {
+                continue;
+            }
+            self.send(b)?;
+        }
+        if let Some(c) = self.conn.as_mut() {
+            let _ = put(c, FrameKind::End, &[], 0, &mut self.head);
+            let _ = c.0.shutdown_write();
+        }
+        Ok(())
+    }
+
+    /// Sends `b`; after a broken connection, re-dials and first sends again what the old
+    /// one had in flight.
+    fn send(&mut self, b: Arc<Block>) -> Result<()> {
+        let mut failures = 0u32;
+        let mut why: Option<Error> = None;
+        loop {
+            if self.conn.is_none() {
+                match self.link.open() {
+                    Ok(c) => {
+                        if let Some(w) = &why {
+                            crate::progress::warn(&format!(
+                                "data stream {} reconnected ({w})",
+                                self.link.stream
+                            ));
+                            Counters::add(&self.counters.reconnects, 1);
+                        }
+                        self.conn = Some(c);
+                    }
+                    Err(
+                        e @ Error::Transport(
+                            TransportError::AuthRejected | TransportError::PeerUnauthenticated,
+                        ),
+                    ) => {
+                        return Err(match why {
+                            Some(w) => gave_up(&w, Some(e)),
+                            None => e,
+                        })
+                    }
+                    Err(e) => {
+                        failures += 1;
+                        if failures > self.link.retries {
+                            return Err(match why {
+                                Some(w) => gave_up(&w, Some(e)),
+                                None => e,
+                            });
+                        }
+                        why.get_or_insert(e);
+                        std::thread::sleep(backoff(failures));
+                        continue;
+                    }
+                }
+            }
+            let r = if why.is_some() {
+                self.replay().and_then(|()| self.write(&b))
+            } else {
+                self.write(&b)
+            };
+            match r {
+                Ok(()) => {
+                    self.outstanding.push_back(b);
+                    let have = self.flow.have.load(Ordering::Acquire);
+                    self.outstanding.retain(|o| o.end() > have);
+                    return Ok(());
+                }
+                Err(e) => {
+                    self.conn = None;
+                    failures += 1;
+                    if failures > self.link.retries {
+                        return Err(gave_up(&e, None));
+                    }
+                    std::thread::sleep(backoff(failures - 1));
+                    why = Some(e);
+                }
+            }
+        }
+    }
+
+    /// Sends again, on a new connection, what the old one may have lost.
+    fn replay(&mut self) -> Result<()> {
+        let have = self.flow.have.load(Ordering::Acquire);
+        self.outstanding.retain(|o| o.end() > have);
+        let blocks: Vec<Arc<Block>> = self.outstanding.iter().cloned().collect();
+        for o in blocks {
+            self.write(&o)?;
+        }
+        Ok(())
+    }
+
+    /// Compresses, hashes and writes one block as a data unit of file 0.
+    fn write(&mut self, b: &Block) -> Result<()> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Err(crate::session::lost(std::io::Error::other(
+                "data stream not connected",
+            )));
+        };
+        let raw = &b.data[..];
+        let codec = self.enc.encode(raw, &mut self.cbuf);
+        let body: &[u8] = if codec == Codec::Raw { raw } else { &self.cbuf };
+        let seg = Segment {
+            file: 0,
+            offset: b.offset,
+            len: raw.len() as u32,
+            keep: false,
+        };
+        encode_data_header(&mut self.hdr, codec, raw.len() as u32, &[seg]);
+        let hash = unit_hash(&self.key, hashed_parts(&self.hdr), raw);
+        set_hash(&mut self.hdr, &hash);
+        let len = self.hdr.len() + body.len();
+        put(
+            conn,
+            FrameKind::Data,
+            &[&self.hdr, body],
+            len,
+            &mut self.head,
+        )?;
+        Counters::add(&self.counters.units, 1);
+        Counters::add(&self.counters.wire_bytes, len as u64);
+        Ok(())
+    }
+}
