@@ -1,9 +1,10 @@
 //! Command-line syntax (clap). Only syntax is checked here; `config` turns these raw
 //! arguments into a validated `Config`.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
-use clap::{ArgAction, Args, Parser, Subcommand};
+use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// Move very large data between hosts over parallel, encrypted, verified streams.
 #[derive(Debug, Parser)]
@@ -264,4 +265,98 @@ pub struct TransferArgs {
     /// before failing (default 5).
     #[arg(long, value_name = "N")]
     pub retries: Option<u32>,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+}
+
+/// What to send of the sources (rsync's spellings and rules).
+#[derive(Debug, Args)]
+pub struct FilterArgs {
+    /// Skip files matching PATTERN (rsync's rules: `/` anchors, trailing `/` = dirs only,
+    /// `*`, `**`, `?`, `[...]`; the first matching --include/--exclude wins).
+    #[arg(long, value_name = "PATTERN")]
+    pub exclude: Vec<OsString>,
+    /// Send files matching PATTERN even when a later --exclude matches them.
+    #[arg(long, value_name = "PATTERN")]
+    pub include: Vec<OsString>,
+    /// Read exclude patterns from FILE, one a line (`-`: stdin; `#`, `;` comments).
+    #[arg(long, value_name = "FILE")]
+    pub exclude_from: Vec<PathBuf>,
+    /// Read include patterns from FILE, one a line.
+    #[arg(long, value_name = "FILE")]
+    pub include_from: Vec<PathBuf>,
+    /// Send only the paths listed in FILE (relative to the one source directory), with
+    /// their parent directories and all below a listed directory.
+    #[arg(long, value_name = "FILE")]
+    pub files_from: Option<PathBuf>,
+    /// --files-from and the -from files are separated by NUL, not newline.
+    #[arg(short = '0', long)]
+    pub from0: bool,
+    /// Do not cross file system boundaries (mount points arrive empty).
+    #[arg(short = 'x', long)]
+    pub one_file_system: bool,
+    /// Follow symlinks: send what they point to.
+    #[arg(short = 'L', long)]
+    pub copy_links: bool,
+    /// Follow only symlinks that point outside the transfer (absolute, or above it).
+    #[arg(long)]
+    pub copy_unsafe_links: bool,
+    /// The include/exclude options in command-line order (filled by [`parse_from`]).
+    #[arg(skip)]
+    pub order: Vec<RuleArg>,
+}
+
+/// One include/exclude option, as given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuleArg {
+    /// `--exclude PATTERN`.
+    Exclude(OsString),
+    /// `--include PATTERN`.
+    Include(OsString),
+    /// `--exclude-from FILE`.
+    ExcludeFrom(PathBuf),
+    /// `--include-from FILE`.
+    IncludeFrom(PathBuf),
+}
+
+/// Parses the command line; exits with clap's message and code on a syntax error.
+pub fn parse() -> Cli {
+    parse_from(std::env::args_os()).unwrap_or_else(|e| e.exit())
+}
+
+/// Parses `args` (the program name first), keeping the order of the include/exclude
+/// options, which clap keeps apart per option but rsync's first-match rule needs.
+pub fn parse_from<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let m = Cli::command().try_get_matches_from(args)?;
+    let mut cli = Cli::from_arg_matches(&m)?;
+    let (sub, filter) = match &mut cli.command {
+        CommandArgs::Send { transfer, .. } => ("send", &mut transfer.filter),
+        CommandArgs::Copy { transfer, .. } => ("copy", &mut transfer.filter),
+        _ => return Ok(cli),
+    };
+    let Some(m) = m.subcommand_matches(sub) else {
+        return Ok(cli);
+    };
+    let mut order: Vec<(usize, RuleArg)> = Vec::new();
+    let mut take = |id: &str, make: &dyn Fn(OsString) -> RuleArg| {
+        if let (Some(ix), Some(vals)) = (m.indices_of(id), m.get_many::<OsString>(id)) {
+            order.extend(ix.zip(vals.map(|v| make(v.clone()))));
+        }
+    };
+    take("exclude", &RuleArg::Exclude);
+    take("include", &RuleArg::Include);
+    let mut take_path = |id: &str, make: &dyn Fn(PathBuf) -> RuleArg| {
+        if let (Some(ix), Some(vals)) = (m.indices_of(id), m.get_many::<PathBuf>(id)) {
+            order.extend(ix.zip(vals.map(|v| make(v.clone()))));
+        }
+    };
+    take_path("exclude_from", &RuleArg::ExcludeFrom);
+    take_path("include_from", &RuleArg::IncludeFrom);
+    order.sort_by_key(|(i, _)| *i);
+    filter.order = order.into_iter().map(|(_, r)| r).collect();
+    Ok(cli)
 }

@@ -135,6 +135,10 @@ fn send_options(t: &Transfer, cfg: &Config, outgoing: bool) -> SendOptions {
         },
         retries: t.retries,
         listing,
+        select: crate::plan::select::Selection {
+            quiet: cfg.quiet,
+            ..t.select.clone()
+        },
     }
 }
 

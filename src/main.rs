@@ -1,13 +1,10 @@
 //! The `haul` binary: parse, validate, run, and map the outcome to an exit code.
 
-use clap::Parser;
-
-use haul::cli::Cli;
 use haul::config::Config;
 use haul::error::exit;
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = haul::cli::parse();
     let json = cli.json;
     let cfg = Config::from_cli(cli).inspect_err(|e| {
         // A run that fails prints its JSON object itself (cmd); here, a bad command line.

@@ -308,6 +308,7 @@ impl Session<'_> {
                     }
                 }
                 Control::Forget(ids) => store.discard(&ids)?,
+                Control::Protect(rules) => store.protect(rules),
                 Control::Finish { failed, units } => {
                     store.discard(&failed)?;
                     self.settle(units)?;

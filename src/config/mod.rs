@@ -8,6 +8,7 @@
 
 mod location;
 mod pipe;
+mod select;
 mod size;
 
 use std::net::{IpAddr, SocketAddr};
@@ -17,6 +18,7 @@ use std::time::Duration;
 use crate::cli::{AcceptArgs, Cli, CommandArgs, RemoteArgs, TransferArgs};
 use crate::codec::Compression;
 use crate::error::{Error, Result};
+use crate::plan::select::Selection;
 use crate::protocol::{Accept, Listing, SyncOptions, DEFAULT_BLOCK_SIZE, MAX_BLOCK, MAX_STREAMS};
 use crate::transport::Ticket;
 
@@ -64,6 +66,8 @@ pub struct Transfer {
     pub sync: SyncOptions,
     /// Re-dials of a dropped connection before failing.
     pub retries: u32,
+    /// What the walk takes: filters, --files-from, symlinks followed, -x.
+    pub select: Selection,
 }
 
 /// How to reach and start far ends.
@@ -449,6 +453,11 @@ fn stream_options(a: &TransferArgs, t: &Transfer) -> Result<Pipe> {
             "--checksum, --inplace, --delete and --dry-run apply to files, not to a stream".into(),
         ));
     }
+    if t.select != Selection::default() {
+        return Err(Error::Usage(
+            "filters, --files-from, -L and -x apply to files, not to a stream".into(),
+        ));
+    }
     pipe::pipe_options(a.size.as_deref(), a.buffer.as_deref(), t.block_size)
 }
 
@@ -499,6 +508,7 @@ fn transfer_config(
             items: false,
         },
         retries: a.retries.unwrap_or(DEFAULT_RETRIES),
+        select: select::selection(&a.filter, a.delete)?,
     })
 }
 

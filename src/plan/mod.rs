@@ -1,7 +1,10 @@
 //! What to send, in which order, and where it lands: the source walk (manifest entries,
 //! sparse maps, hardlinks), the largest-first work queue of blocks and packs, and
-//! rsync's destination layout rules.
+//! rsync's destination layout rules, and what the walk selects (filters, --files-from,
+//! symlinks followed, -x).
 
+mod extents;
 pub mod layout;
 pub mod queue;
+pub mod select;
 pub mod walk;

@@ -6,16 +6,19 @@
 //! receiver needs (it answers per batch).
 
 use std::collections::HashMap;
-use std::fs::{self, File};
+use std::fs;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use rustix::fs::SeekFrom;
-
 use crate::error::{Error, Result};
 use crate::protocol::{Entry, EntryKind};
+
+use super::select::{Links, Listed, Selection};
+
+use super::extents::data_extents;
+pub use super::extents::{open_source, Stamp};
 
 /// One thing to send, as the user named it.
 #[derive(Clone, Debug)]
@@ -69,38 +72,6 @@ pub struct FileData {
     pub stamp: Stamp,
     /// Its path at the destination (for re-sending it if it changes while read).
     pub dest: Vec<u8>,
-}
-
-/// What identifies a version of a file: which inode it is, its size, mtime and ctime
-/// (nanoseconds). A path swapped for another file (or a symlink, or a FIFO) between the
-/// walk and the read has another stamp, so what was read is never sent under its name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stamp {
-    /// Device and inode.
-    pub inode: (u64, u64),
-    /// Size.
-    pub size: u64,
-    /// Modification time, ns since the epoch.
-    pub mtime: i128,
-    /// Status change time, ns since the epoch.
-    pub ctime: i128,
-}
-
-impl Stamp {
-    /// Whether both stamps are of the same inode.
-    pub fn same_file(&self, other: &Stamp) -> bool {
-        self.inode == other.inode
-    }
-
-    /// The stamp of `meta`.
-    pub fn of(meta: &fs::Metadata) -> Stamp {
-        Stamp {
-            inode: (meta.dev(), meta.ino()),
-            size: meta.len(),
-            mtime: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
-            ctime: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
-        }
-    }
 }
 
 /// The entry for one regular file, walked again (after it changed while being read).
@@ -164,49 +135,105 @@ pub fn check_sources(sources: &[Source]) -> Result<()> {
     Ok(())
 }
 
-/// Walks `sources` in order, calling `emit` for each entry and `skip` for each
-/// unreadable directory. Stops early when `emit` returns false (the transfer ended).
+/// Walks `sources` in order, taking what `select` selects, calling `emit` for each entry
+/// and `skip` for each unreadable directory. Stops early when `emit` returns false (the
+/// transfer ended).
 pub fn walk(
     sources: &[Source],
+    select: &Selection,
     mut emit: impl FnMut(Walked) -> bool,
     mut skip: impl FnMut(Skipped),
 ) -> Result<()> {
+    select.check(sources.len())?;
     let mut w = Walker {
         next_id: 0,
         inodes: HashMap::new(),
+        select,
+        root_dev: 0,
+        base: 0,
+        ancestors: Vec::new(),
+        outside: 0,
     };
     for s in sources {
         let meta = fs::symlink_metadata(&s.path).map_err(|e| Error::Source {
             path: s.path.clone(),
             source: e,
         })?;
-        let rel = s.dest_name.clone().unwrap_or_default();
-        if s.dest_name.is_none() && !meta.is_dir() {
+        let (rel, base) = match &s.dest_name {
+            // --files-from: the listed paths are relative to the source directory.
+            _ if select.files_from.is_some() => (Vec::new(), 0),
+            Some(name) => (name.clone(), name.len() + 1),
             // `file/` is not a thing; treat as the file itself.
-            let name = s
-                .path
-                .file_name()
-                .map(|n| n.as_bytes().to_vec())
-                .unwrap_or_default();
-            if !w.visit(&s.path, name, &meta, &mut emit, &mut skip) {
-                return Ok(());
+            None if !meta.is_dir() => {
+                let name = s
+                    .path
+                    .file_name()
+                    .map(|n| n.as_bytes().to_vec())
+                    .unwrap_or_default();
+                let base = name.len() + 1;
+                (name, base)
             }
+            None => (Vec::new(), 0),
+        };
+        w.base = base;
+        let Some((path, meta)) = w.follow(s.path.clone(), &rel, meta, &mut skip) else {
+            continue;
+        };
+        if let Some(list) = &select.files_from {
+            if !meta.is_dir() {
+                return Err(Error::Usage(
+                    "--files-from needs a source directory (the listed paths are relative to it)"
+                        .into(),
+                ));
+            }
+            for p in list.paths().filter(|p| !p.is_empty()) {
+                let listed = path.join(std::ffi::OsStr::from_bytes(p));
+                if let Err(error) = fs::symlink_metadata(&listed) {
+                    skip(Skipped {
+                        path: listed,
+                        error,
+                    });
+                }
+            }
+        }
+        if select.filter.excluded(&rel, meta.is_dir()) {
             continue;
         }
-        if !w.visit(&s.path, rel, &meta, &mut emit, &mut skip) {
+        w.root_dev = meta.dev();
+        if !w.visit(&path, rel, &meta, &mut emit, &mut skip) {
             return Ok(());
         }
+    }
+    if w.outside > OUTSIDE_NAMED && !select.quiet {
+        crate::progress::warn(&format!(
+            "{} more symlinks point outside the source (sent as links)",
+            w.outside - OUTSIDE_NAMED
+        ));
     }
     Ok(())
 }
 
-struct Walker {
+/// Symlinks pointing outside the source named in a warning each; the rest are counted.
+const OUTSIDE_NAMED: u64 = 5;
+
+struct Walker<'a> {
     next_id: u64,
     /// (dev, ino) of multiply-linked files already sent → their destination path.
     inodes: HashMap<(u64, u64), Vec<u8>>,
+    select: &'a Selection,
+    /// The file system of the current source (for -x).
+    root_dev: u64,
+    /// Bytes of the current source's name and its `/` at the start of each path: what
+    /// follows is the path inside the source.
+    base: usize,
+    /// (dev, ino) of the directories being walked, outermost first: a followed symlink
+    /// to one of them would loop.
+    ancestors: Vec<(u64, u64)>,
+    /// Symlinks seen pointing outside the source.
+    outside: u64,
 }
 
-impl Walker {
+impl Walker<'_> {
     /// Emits `path` (and, for a directory, everything below it). False: stop.
     fn visit(
         &mut self,
@@ -222,7 +249,15 @@ impl Walker {
         if !emit(walked) {
             return false;
         }
-        if !meta.is_dir() {
+        if !meta.is_dir() || (self.select.one_file_system && meta.dev() != self.root_dev) {
+            return true;
+        }
+        let key = (meta.dev(), meta.ino());
+        if self.ancestors.contains(&key) {
+            skip(Skipped {
+                path: path.to_path_buf(),
+                error: io::Error::other("a followed symlink leads back to a directory above it"),
+            });
             return true;
         }
         let mut names = match fs::read_dir(path) {
@@ -251,28 +286,108 @@ impl Walker {
             }
         };
         names.sort();
+        self.ancestors.push(key);
+        let mut go_on = true;
         for name in names {
-            let child = path.join(&name);
-            let meta = match fs::symlink_metadata(&child) {
-                Ok(m) => m,
-                Err(e) => {
-                    skip(Skipped {
-                        path: child,
-                        error: e,
-                    });
-                    continue;
-                }
-            };
             let mut child_rel = rel.clone();
             if !child_rel.is_empty() {
                 child_rel.push(b'/');
             }
             child_rel.extend_from_slice(name.as_bytes());
+            let Some((child, meta)) = self.admit(path.join(&name), &child_rel, skip) else {
+                continue;
+            };
             if !self.visit(&child, child_rel, &meta, emit, skip) {
-                return false;
+                go_on = false;
+                break;
             }
         }
-        true
+        self.ancestors.pop();
+        go_on
+    }
+
+    /// Stats a directory's child and decides whether it is sent: `None` when the
+    /// selection leaves it out or it cannot be read.
+    fn admit(
+        &mut self,
+        path: PathBuf,
+        rel: &[u8],
+        skip: &mut impl FnMut(Skipped),
+    ) -> Option<(PathBuf, fs::Metadata)> {
+        let listed = match &self.select.files_from {
+            Some(list) => list.listed(rel),
+            None => Listed::Yes,
+        };
+        if listed == Listed::No {
+            return None;
+        }
+        let meta = match fs::symlink_metadata(&path) {
+            Ok(m) => m,
+            Err(error) => {
+                skip(Skipped { path, error });
+                return None;
+            }
+        };
+        let (path, meta) = self.follow(path, rel, meta, skip)?;
+        if (listed == Listed::Parent && !meta.is_dir())
+            || self.select.filter.excluded(rel, meta.is_dir())
+        {
+            return None;
+        }
+        Some((path, meta))
+    }
+
+    /// For a symlink the selection follows (-L, --copy-unsafe-links): the real path of
+    /// what it points to and its metadata; a file read later is opened there with the
+    /// usual checks. Anything else is returned as it is.
+    fn follow(
+        &mut self,
+        path: PathBuf,
+        rel: &[u8],
+        meta: fs::Metadata,
+        skip: &mut impl FnMut(Skipped),
+    ) -> Option<(PathBuf, fs::Metadata)> {
+        if !meta.file_type().is_symlink() || self.select.links == Links::Keep {
+            return Some((path, meta));
+        }
+        let target = match fs::read_link(&path) {
+            Ok(t) => t,
+            Err(error) => {
+                skip(Skipped { path, error });
+                return None;
+            }
+        };
+        if !self.select.follows(rel, target.as_os_str().as_bytes()) {
+            return Some((path, meta));
+        }
+        match fs::metadata(&path).and_then(|m| Ok((fs::canonicalize(&path)?, m))) {
+            Ok((real, m)) => Some((real, m)),
+            Err(e) => {
+                skip(Skipped {
+                    path,
+                    error: io::Error::new(e.kind(), format!("symlink has no referent ({e})")),
+                });
+                None
+            }
+        }
+    }
+
+    /// Warns (the first few times) that the symlink at `rel` points outside its source,
+    /// so what it points to is not sent.
+    fn note_outside(&mut self, rel: &[u8], target: &[u8]) {
+        let inside = rel.get(self.base..).unwrap_or_default();
+        if !super::select::unsafe_symlink(target, inside) {
+            return;
+        }
+        self.outside += 1;
+        if self.outside <= OUTSIDE_NAMED && !self.select.quiet {
+            crate::progress::warn(&format!(
+                "{} is a symlink to {}, outside the source: sent as a link, without what it \
+                 points to (-L or --copy-unsafe-links send that)",
+                crate::progress::escape(&String::from_utf8_lossy(rel)),
+                crate::progress::escape(&String::from_utf8_lossy(target)),
+            ));
+        }
     }
 
     fn entry(
@@ -290,9 +405,11 @@ impl Walker {
             EntryKind::Dir
         } else if ft.is_symlink() {
             match fs::read_link(path) {
-                Ok(t) => EntryKind::Symlink {
-                    target: t.as_os_str().as_bytes().to_vec(),
-                },
+                Ok(t) => {
+                    let target = t.as_os_str().as_bytes().to_vec();
+                    self.note_outside(&rel, &target);
+                    EntryKind::Symlink { target }
+                }
                 Err(e) => {
                     skip(Skipped {
                         path: path.to_path_buf(),
@@ -370,64 +487,9 @@ fn make_entry(id: u64, path: Vec<u8>, kind: EntryKind, meta: &fs::Metadata) -> E
     }
 }
 
-/// Opens a source file for reading as the walk saw it: never through a symlink that
-/// replaced it, and without blocking on a FIFO that replaced it (the caller compares the
-/// open file's [`Stamp`] with the walked one before using a byte).
-pub fn open_source(path: &Path) -> io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-}
-
-/// The byte ranges of `path` that hold data. A file whose allocated blocks cover its
-/// size is one range without a syscall; others are mapped with SEEK_DATA/SEEK_HOLE.
-fn data_extents(path: &Path, meta: &fs::Metadata) -> io::Result<Vec<(u64, u64)>> {
-    let size = meta.len();
-    if size == 0 {
-        return Ok(Vec::new());
-    }
-    if meta.blocks() * 512 >= size {
-        return Ok(vec![(0, size)]);
-    }
-    let f = open_source(path)?;
-    if !Stamp::of(&f.metadata()?).same_file(&Stamp::of(meta)) {
-        return Err(io::Error::other("replaced while being read"));
-    }
-    let mut out = Vec::new();
-    let mut pos = 0u64;
-    while pos < size {
-        let start = match rustix::fs::seek(&f, SeekFrom::Data(pos)) {
-            Ok(s) => s,
-            Err(rustix::io::Errno::NXIO) => break,
-            // File systems without SEEK_DATA: treat the rest as data.
-            Err(rustix::io::Errno::INVAL) => {
-                out.push((pos, size));
-                break;
-            }
-            Err(e) => return Err(e.into()),
-        };
-        if start >= size {
-            break;
-        }
-        let end = match rustix::fs::seek(&f, SeekFrom::Hole(start)) {
-            Ok(e) => e.min(size),
-            Err(e) => return Err(e.into()),
-        };
-        if end <= start {
-            break;
-        }
-        out.push((start, end));
-        pos = end;
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::{Seek, Write};
 
     #[test]
     fn rsync_trailing_slash_rule() {
@@ -441,22 +503,6 @@ mod tests {
     }
 
     #[test]
-    fn sparse_file_maps_to_data_ranges() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("sparse");
-        let mut f = File::create(&p).unwrap();
-        f.set_len(64 << 20).unwrap();
-        f.seek(io::SeekFrom::Start(8 << 20)).unwrap();
-        f.write_all(&vec![1u8; 1 << 20]).unwrap();
-        f.sync_all().unwrap();
-        let meta = fs::metadata(&p).unwrap();
-        let x = data_extents(&p, &meta).unwrap();
-        let total: u64 = x.iter().map(|(a, b)| b - a).sum();
-        assert!((1 << 20..4 << 20).contains(&total), "{x:?}");
-        assert!(x.iter().all(|&(a, b)| a < b && b <= 64 << 20));
-    }
-
-    #[test]
     fn walk_emits_parents_first_and_links_once() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("t");
@@ -467,6 +513,7 @@ mod tests {
         let mut got = Vec::new();
         walk(
             &[Source::from_arg(&root)],
+            &Selection::default(),
             |w| {
                 got.push(w.entry);
                 true
@@ -481,5 +528,66 @@ mod tests {
         assert_eq!(paths, ["t", "t/a", "t/a/b", "t/a/b/f", "t/a/g", "t/l"]);
         assert!(matches!(&got[4].kind, EntryKind::Hardlink { target } if target == b"t/a/b/f"));
         assert!(matches!(&got[5].kind, EntryKind::Symlink { target } if target == b"nowhere"));
+    }
+
+    fn paths(sources: &[Source], select: &Selection) -> Vec<String> {
+        let mut got = Vec::new();
+        walk(
+            sources,
+            select,
+            |w| {
+                got.push(String::from_utf8_lossy(&w.entry.path).into_owned());
+                true
+            },
+            |_| {},
+        )
+        .unwrap();
+        got
+    }
+
+    #[test]
+    fn excluded_directories_are_not_descended() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("t");
+        fs::create_dir_all(root.join("keep/skip/deep")).unwrap();
+        fs::write(root.join("keep/skip/deep/f"), b"x").unwrap();
+        fs::write(root.join("keep/g"), b"x").unwrap();
+        let select = Selection {
+            filter: vec![crate::protocol::FilterRule {
+                include: false,
+                pattern: b"skip/".to_vec(),
+            }]
+            .into(),
+            ..Selection::default()
+        };
+        assert_eq!(
+            paths(&[Source::from_arg(&root)], &select),
+            ["t", "t/keep", "t/keep/g"]
+        );
+    }
+
+    #[test]
+    fn one_file_system_stops_at_mount_points() {
+        // /dev/pts is its own file system wherever a terminal layer exists.
+        let (Ok(dev), Ok(pts)) = (fs::metadata("/dev"), fs::metadata("/dev/pts")) else {
+            eprintln!("SKIPPED: no /dev/pts");
+            return;
+        };
+        if dev.dev() == pts.dev() {
+            eprintln!("SKIPPED: /dev/pts is not a mount point here");
+            return;
+        }
+        let select = Selection {
+            one_file_system: true,
+            ..Selection::default()
+        };
+        let got = paths(&[Source::from_arg(Path::new("/dev/"))], &select);
+        assert!(got.iter().any(|p| p == "pts"), "{got:?}");
+        assert!(!got.iter().any(|p| p.starts_with("pts/")), "{got:?}");
+        let all = paths(
+            &[Source::from_arg(Path::new("/dev/"))],
+            &Selection::default(),
+        );
+        assert!(all.iter().any(|p| p.starts_with("pts/")), "{all:?}");
     }
 }

@@ -12,7 +12,8 @@
 //! `item` (what a transfer changes, and rsync's lines for it),
 //! `seal`
 //! (every frame's tag and every control message's MAC, per connection), `data` (the
-//! data-unit header), `msg` (control messages), `path` (safe relative paths).
+//! data-unit header), `msg` (control messages), `path` (safe relative paths), `filter`
+//! (rsync's include/exclude rules).
 //!
 //! # Streams and order
 //! One control stream, then N data streams. On the control stream the sender writes
@@ -22,6 +23,8 @@
 //! carry only [`FrameKind::Data`] frames and end with [`FrameKind::End`]. When everything
 //! is queued and sent, the sender writes [`Control::Finish`]; the receiver answers with
 //! [`Control::Done`] once every file is durable, or [`Control::Error`] at any point.
+//! With `--delete` and filter rules, [`Control::Protect`] follows `Start`: the rules, so
+//! the receiver keeps what they exclude.
 //!
 //! A pipe transfer (one byte stream, not files) opens with [`Control::StreamStart`]
 //! instead. Its blocks travel as data units of file 0 at block-aligned offsets, on any
@@ -33,6 +36,7 @@
 
 mod accept;
 mod data;
+mod filter;
 mod frame;
 mod item;
 mod limits;
@@ -43,6 +47,7 @@ mod seal;
 
 pub use accept::Accept;
 pub use data::{encode_data_header, hashed_parts, set_hash, Codec, DataHeader, Segment};
+pub use filter::{Filter, FilterRule, MAX_PATTERN, MAX_RULES};
 pub use frame::{Frame, FrameHeader, FrameKind, ReadError, FRAME_HEADER_LEN};
 pub use item::{Change, Item, ItemKind, Listing};
 pub use limits::{

@@ -94,6 +94,9 @@ pub enum Control {
         /// BLAKE3 of the whole stream.
         digest: [u8; 32],
     },
+    /// Sender → receiver, after `Start`, only with `--delete` and filter rules: the
+    /// rules; `--delete` keeps destination entries they exclude (rsync's default).
+    Protect(super::Filter),
     /// Receiver → sender, when `SyncOptions::items` asked for it: what changed at the
     /// destination (for `-v`/`-i`), sent before the `Need` answering a batch and before
     /// `Done` (deletions). The sender prints them and keeps waiting for its answer.
@@ -265,6 +268,7 @@ impl Control {
             Control::StreamEnd { .. } => "StreamEnd",
             Control::Items(_) => "Items",
             Control::Keepalive => "Keepalive",
+            Control::Protect(_) => "Protect",
         }
     }
 }
@@ -342,6 +346,13 @@ mod tests {
                 digest: [3; 32],
             },
             Control::Keepalive,
+            Control::Protect(
+                vec![super::super::FilterRule {
+                    include: false,
+                    pattern: b"pg_replslot/*".to_vec(),
+                }]
+                .into(),
+            ),
         ];
         let mut sealer = Sealer::new([9; 32], false);
         let mut reader = FrameReader::new(Opener::new([9; 32], true));

@@ -273,6 +273,7 @@ fn send_request(
         },
         listen,
         advertise,
+        select: t.select.clone(),
         listing: Listing {
             stderr: true,
             ..t.listing

@@ -76,6 +76,7 @@ pub fn run(uploaded: bool) -> i32 {
             sync,
             listen,
             advertise,
+            select,
             listing,
         }) => {
             let opts = compress
@@ -88,6 +89,7 @@ pub fn run(uploaded: bool) -> i32 {
                     progress: false,
                     sync,
                     retries: DEFAULT_RETRIES,
+                    select,
                     listing,
                 });
             match opts {

@@ -25,11 +25,12 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::plan::select::Selection;
 use crate::protocol::{Accept, Listing, SyncOptions};
 use crate::transport::PROTOCOL_VERSION;
 
 /// Version of this line protocol; bumped whenever `Request` or `Reply` change shape.
-pub const SERVE_VERSION: u16 = 3;
+pub const SERVE_VERSION: u16 = 4;
 /// Every message line starts with this.
 const MSG_PREFIX: &str = "haul-msg ";
 /// Greeting lines start with this.
@@ -78,6 +79,9 @@ pub enum Request {
         listen: bool,
         /// Advertise this address in the ticket instead of the host's own ones.
         advertise: Option<IpAddr>,
+        /// What the walk takes: filter rules, the --files-from list (read on the local
+        /// host), symlinks followed, -x.
+        select: Selection,
         /// What this far sender prints (on its stderr) per change the receiver reports
         /// (remote to remote, `-v`/`-i`).
         #[serde(default)]
@@ -263,6 +267,17 @@ mod tests {
                 },
                 listen: true,
                 advertise: None,
+                select: Selection {
+                    filter: vec![crate::protocol::FilterRule {
+                        include: false,
+                        pattern: b"postmaster.pid".to_vec(),
+                    }]
+                    .into(),
+                    files_from: Some(crate::plan::select::FileList::parse(b"a\nb/c\n", false)),
+                    links: crate::plan::select::Links::CopyUnsafe,
+                    one_file_system: true,
+                    quiet: false,
+                },
                 listing: Listing {
                     itemize: true,
                     ..Listing::default()
@@ -321,12 +336,14 @@ mod tests {
         let g = parse_greeting(&greeting(Some("ab12"))).unwrap();
         assert_eq!(g.hash.as_deref(), Some("ab12"));
         assert!(!parse_greeting("haul-serve 9 1").unwrap().compatible());
-        // Version 3: `Receive` carries dry_run, `Send` a listing; a version-2 far end
-        // cannot read them and is replaced by an upload.
-        assert_eq!(SERVE_VERSION, 3);
-        assert!(!parse_greeting(&format!("haul-serve 2 {PROTOCOL_VERSION}"))
-            .unwrap()
-            .compatible());
+        // Version 4: `Receive` carries dry_run, `Send` a listing, `Done` deleted (3 added
+        // the walk's selection); an older far end cannot read them and is replaced by an
+        // upload.
+        assert_eq!(SERVE_VERSION, 4);
+        for old in 2..SERVE_VERSION {
+            let line = format!("haul-serve {old} {PROTOCOL_VERSION}");
+            assert!(!parse_greeting(&line).unwrap().compatible());
+        }
         assert!(parse_greeting("haul-serve x").is_none());
         assert!(parse_greeting("Welcome!").is_none());
         assert!(parse_greeting("haul-serve 1 1 h extra").is_none());

@@ -62,6 +62,9 @@ where
         }
     };
     link.on_items(&print);
+    if opts.sync.delete && !opts.select.filter.is_empty() {
+        link.tell(&Control::Protect(opts.select.filter.clone()))?;
+    }
     let queue = WorkQueue::new(opts.block_size);
     let failures = Mutex::new(Failures::default());
     let mut registry = HashMap::new();
@@ -96,6 +99,7 @@ where
                 let tx2 = wtx.clone();
                 let r = walk::walk(
                     sources,
+                    &opts.select,
                     |w| wtx.send(WalkMsg::Entry(Box::new(w))).is_ok(),
                     |sk| {
                         let _ = tx2.send(WalkMsg::Skipped(sk));

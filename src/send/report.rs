@@ -30,6 +30,8 @@ pub struct SendOptions {
     pub retries: u32,
     /// What to print per change the receiver reports (`-v`, `-i`; with `sync.items`).
     pub listing: Listing,
+    /// What the walk takes (filters, --files-from, symlinks followed, -x).
+    pub select: crate::plan::select::Selection,
 }
 
 /// What the sender reports when the receiver confirmed the transfer.

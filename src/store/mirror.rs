@@ -1,7 +1,8 @@
 //! `--delete`: removes destination entries that are absent at the source, only inside
 //! directories the source sent (as rsync does), never following a symlink and never
-//! leaving the destination root. In a dry run it only lists what it would remove; either
-//! way each removal is an [`Item`] when items are collected (children before their
+//! leaving the destination root. What the sender's filter rules exclude stays (rsync's
+//! default without --delete-excluded). In a dry run it only lists what it would remove;
+//! either way each removal is an [`Item`] when items are collected (children before their
 //! directory, as rsync prints them).
 
 use std::io;
@@ -13,12 +14,13 @@ use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
 use super::fsops;
 use super::state::Store;
 use crate::error::Result;
-use crate::protocol::{Change, Item, ItemKind, SafeRelPath};
+use crate::protocol::{Change, Filter, Item, ItemKind, SafeRelPath};
 
 impl Store {
     /// Deletes, in each directory the sender sent, every entry it did not send.
     pub(super) fn delete_extraneous(&self, dirs: &[SafeRelPath]) -> Result<()> {
         let seen = self.seen.lock().map(|s| s.clone()).unwrap_or_default();
+        let protect = self.protect.lock().map(|p| p.clone()).unwrap_or_default();
         let dry = self.options().dry_run;
         for dir in dirs {
             let fd = match fsops::open_dir(&self.root, dir) {
@@ -33,15 +35,20 @@ impl Store {
                     continue;
                 }
                 let Ok(child) = dir.join(&name) else { continue };
-                if seen.contains(&child) {
+                if seen.contains(&child) || excluded(&protect, &fd, &name, &child) {
                     continue;
                 }
                 let mut gone = Vec::new();
-                remove_tree(&fd, &name, dry, &mut gone).map_err(|x| self.dest_err(&child, x))?;
+                let how = Removal {
+                    rules: &protect,
+                    dry,
+                };
+                remove_tree(&fd, &name, &child, &how, &mut gone)
+                    .map_err(|x| self.dest_err(&child, x))?;
                 self.deleted.fetch_add(gone.len() as u64, Ordering::Relaxed);
-                for (rel, is_dir) in gone {
+                for (path, is_dir) in gone {
                     self.note_item(Item {
-                        path: fsops::join(dir, &rel),
+                        path,
                         kind: if is_dir {
                             ItemKind::Dir
                         } else {
@@ -60,6 +67,23 @@ impl Store {
     }
 }
 
+/// How `remove_tree` removes: what stays (the sender's rules), and whether it only lists.
+struct Removal<'a> {
+    rules: &'a Filter,
+    dry: bool,
+}
+
+/// Whether the sender's rules exclude `name` (at `path`) in the directory `dir`: then it
+/// stays, as with rsync's --delete without --delete-excluded.
+fn excluded(rules: &Filter, dir: &OwnedFd, name: &[u8], path: &SafeRelPath) -> bool {
+    if rules.is_empty() {
+        return false;
+    }
+    let is_dir = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
+        .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory);
+    rules.excluded(path.as_bytes(), is_dir)
+}
+
 /// The names in a directory, without `.` and `..`.
 fn list(fd: &OwnedFd) -> io::Result<Vec<Vec<u8>>> {
     let mut out = Vec::new();
@@ -74,22 +98,25 @@ fn list(fd: &OwnedFd) -> io::Result<Vec<Vec<u8>>> {
     Ok(out)
 }
 
-/// Removes `name` in `parent` and, for a directory, everything below it (symlinks are
-/// removed, never followed); only lists them when `dry`. Adds each entry removed to
-/// `gone` (its path from `parent`, and whether it is a directory), children first.
+/// Removes `name` (at `path`) in `parent` and, for a directory, everything below it that
+/// the rules do not exclude (symlinks are removed, never followed); a directory that keeps
+/// an excluded entry stays, as with rsync. A dry run removes nothing. Adds each entry
+/// removed to `gone` (its path, and whether it is a directory), children first; returns
+/// whether `name` itself was removed.
 fn remove_tree(
     parent: &OwnedFd,
     name: &[u8],
-    dry: bool,
+    path: &SafeRelPath,
+    how: &Removal<'_>,
     gone: &mut Vec<(Vec<u8>, bool)>,
-) -> io::Result<()> {
+) -> io::Result<bool> {
     let st = rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW)?;
     if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
-        if !dry {
+        if !how.dry {
             rustix::fs::unlinkat(parent, name, AtFlags::empty())?;
         }
-        gone.push((name.to_vec(), false));
-        return Ok(());
+        gone.push((path.as_bytes().to_vec(), false));
+        return Ok(true);
     }
     let fd = rustix::fs::openat(
         parent,
@@ -99,22 +126,34 @@ fn remove_tree(
     )?;
     // A read-only directory cannot be emptied until it is writable (its mode read from
     // the descriptor: the name may have been swapped since the stat).
-    if let (Ok(st), false) = (rustix::fs::fstat(&fd), dry) {
-        let _ = rustix::fs::fchmod(&fd, Mode::from_raw_mode((st.st_mode & 0o7777) | 0o700));
+    let mode = match how.dry {
+        true => None,
+        false => rustix::fs::fstat(&fd).ok().map(|st| st.st_mode & 0o7777),
+    };
+    if let Some(m) = mode {
+        let _ = rustix::fs::fchmod(&fd, Mode::from_raw_mode(m | 0o700));
     }
-    let mut below = Vec::new();
+    let mut kept = false;
     for child in list(&fd)? {
-        remove_tree(&fd, &child, dry, &mut below)?;
+        let Ok(child_path) = path.join(&child) else {
+            kept = true;
+            continue;
+        };
+        if excluded(how.rules, &fd, &child, &child_path) {
+            kept = true;
+            continue;
+        }
+        kept |= !remove_tree(&fd, &child, &child_path, how, gone)?;
     }
-    if !dry {
+    if kept {
+        if let Some(m) = mode {
+            let _ = rustix::fs::fchmod(&fd, Mode::from_raw_mode(m));
+        }
+        return Ok(false);
+    }
+    if !how.dry {
         rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR)?;
     }
-    for (rel, is_dir) in below {
-        let mut p = name.to_vec();
-        p.push(b'/');
-        p.extend_from_slice(&rel);
-        gone.push((p, is_dir));
-    }
-    gone.push((name.to_vec(), true));
-    Ok(())
+    gone.push((path.as_bytes().to_vec(), true));
+    Ok(true)
 }

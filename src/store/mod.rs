@@ -140,6 +140,7 @@ impl Store {
             deleted: AtomicU64::new(0),
             settled: Mutex::new(HashSet::new()),
             seen: Mutex::new(HashSet::new()),
+            protect: Mutex::new(Default::default()),
             options: Mutex::new((SyncOptions::default(), [0u8; 32])),
             accept: Mutex::new(Accept::default()),
             linker: AtomicU8::new(0),
@@ -195,6 +196,13 @@ impl Store {
         self.block_size.store(block_size, Ordering::Relaxed);
         if let Ok(mut g) = self.options.lock() {
             *g = (options, key);
+        }
+    }
+
+    /// The sender's filter rules: `--delete` leaves alone what they exclude.
+    pub fn protect(&self, rules: crate::protocol::Filter) {
+        if let Ok(mut g) = self.protect.lock() {
+            *g = rules;
         }
     }
 

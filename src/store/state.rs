@@ -51,6 +51,8 @@ pub struct Store {
     pub(super) settled: Mutex<HashSet<u64>>,
     /// Every path in the manifest (kept only for --delete).
     pub(super) seen: Mutex<HashSet<SafeRelPath>>,
+    /// --delete keeps what these rules exclude (the sender's, `Control::Protect`).
+    pub(super) protect: Mutex<crate::protocol::Filter>,
     pub(super) options: Mutex<(SyncOptions, [u8; 32])>,
     /// What this receiver keeps of the sender's metadata (its own choice).
     pub(super) accept: Mutex<Accept>,

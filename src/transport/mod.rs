@@ -49,8 +49,9 @@ pub use tunnel::Tunnel;
 
 /// The version in every connection's hello; peers with another version are refused with
 /// [`TransportError::PeerIncompatible`]. 2: every frame tagged with the link key, control
-/// messages MACed, unit hashes over the segment table.
-pub const PROTOCOL_VERSION: u16 = 2;
+/// messages MACed, unit hashes over the segment table. 3: `Control::Keepalive` (pipe mode)
+/// and `Control::Protect` (filter rules for `--delete`) change the control message enum.
+pub const PROTOCOL_VERSION: u16 = 3;
 
 /// Which kind of connection this is within one transfer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

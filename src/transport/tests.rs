@@ -128,12 +128,12 @@ fn forged_client_proof_gets_rejected_verdict() {
     let (ticket, h, _rx) = start();
     let mut s = TcpStream::connect(ticket.addrs[0]).unwrap();
     s.set_read_timeout(Some(WAIT)).unwrap();
-    let mut hello = b"HAUL\x02\x00\x01".to_vec();
+    let mut hello = hello_bytes(1);
     hello.extend_from_slice(&[3; 32]);
     s.write_all(&hello).unwrap();
     let mut reply = [0u8; 71];
     s.read_exact(&mut reply).unwrap();
-    assert_eq!(&reply[..7], b"HAUL\x02\x00\x00");
+    assert_eq!(&reply[..7], hello_bytes(0));
     s.write_all(&[0u8; 32]).unwrap();
     let mut verdict = Vec::new();
     s.read_to_end(&mut verdict).unwrap();
@@ -213,7 +213,10 @@ fn version_mismatch_is_peer_incompatible() {
     let err = connect(&ticket, Role::Data, false).unwrap_err();
     assert!(matches!(
         err,
-        TransportError::PeerIncompatible { ours: 2, theirs: 9 }
+        TransportError::PeerIncompatible {
+            ours: PROTOCOL_VERSION,
+            theirs: 9
+        }
     ));
     assert_eq!(err.exit_code(), 7);
     server.join().unwrap();
@@ -225,7 +228,7 @@ fn version_mismatch_is_peer_incompatible() {
     s.write_all(b"HAUL\x09\x00\x00").unwrap();
     let mut reply = [0u8; 7];
     s.read_exact(&mut reply).unwrap();
-    assert_eq!(&reply, b"HAUL\x02\x00\x01");
+    assert_eq!(&reply[..], hello_bytes(1));
     drop(s);
     wait_until("the rejection", || h.rejected() == 1);
 }
@@ -320,4 +323,12 @@ fn exit_codes_follow_the_documented_classes() {
     assert!(TransportError::BadTicket("x".into())
         .to_string()
         .contains("copy the whole line"));
+}
+
+/// The first bytes of a hello in this version: magic, version (LE), then `last`.
+fn hello_bytes(last: u8) -> Vec<u8> {
+    let mut v = b"HAUL".to_vec();
+    v.extend_from_slice(&PROTOCOL_VERSION.to_le_bytes());
+    v.push(last);
+    v
 }

@@ -1,0 +1,118 @@
+//! What the sender knows of a source file's data: where its bytes are (sparse files are
+//! mapped with SEEK_DATA/SEEK_HOLE), the stamp that tells whether it changed, and how it
+//! is opened (never through a symlink, never blocking on a FIFO).
+
+use std::fs::{self, File};
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use rustix::fs::SeekFrom;
+
+/// What identifies a version of a file: which inode it is, its size, mtime and ctime
+/// (nanoseconds). A path swapped for another file (or a symlink, or a FIFO) between the
+/// walk and the read has another stamp, so what was read is never sent under its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    /// Device and inode.
+    pub inode: (u64, u64),
+    /// Size.
+    pub size: u64,
+    /// Modification time, ns since the epoch.
+    pub mtime: i128,
+    /// Status change time, ns since the epoch.
+    pub ctime: i128,
+}
+
+impl Stamp {
+    /// Whether both stamps are of the same inode.
+    pub fn same_file(&self, other: &Stamp) -> bool {
+        self.inode == other.inode
+    }
+
+    /// The stamp of `meta`.
+    pub fn of(meta: &fs::Metadata) -> Stamp {
+        Stamp {
+            inode: (meta.dev(), meta.ino()),
+            size: meta.len(),
+            mtime: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+            ctime: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+        }
+    }
+}
+
+/// Opens a source file for reading as the walk saw it: never through a symlink that
+/// replaced it, and without blocking on a FIFO that replaced it (the caller compares the
+/// open file's [`Stamp`] with the walked one before using a byte).
+pub fn open_source(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+}
+
+/// The byte ranges of `path` that hold data. A file whose allocated blocks cover its
+/// size is one range without a syscall; others are mapped with SEEK_DATA/SEEK_HOLE.
+pub(super) fn data_extents(path: &Path, meta: &fs::Metadata) -> io::Result<Vec<(u64, u64)>> {
+    let size = meta.len();
+    if size == 0 {
+        return Ok(Vec::new());
+    }
+    if meta.blocks() * 512 >= size {
+        return Ok(vec![(0, size)]);
+    }
+    let f = open_source(path)?;
+    if !Stamp::of(&f.metadata()?).same_file(&Stamp::of(meta)) {
+        return Err(io::Error::other("replaced while being read"));
+    }
+    let mut out = Vec::new();
+    let mut pos = 0u64;
+    while pos < size {
+        let start = match rustix::fs::seek(&f, SeekFrom::Data(pos)) {
+            Ok(s) => s,
+            Err(rustix::io::Errno::NXIO) => break,
+            // File systems without SEEK_DATA: treat the rest as data.
+            Err(rustix::io::Errno::INVAL) => {
+                out.push((pos, size));
+                break;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if start >= size {
+            break;
+        }
+        let end = match rustix::fs::seek(&f, SeekFrom::Hole(start)) {
+            Ok(e) => e.min(size),
+            Err(e) => return Err(e.into()),
+        };
+        if end <= start {
+            break;
+        }
+        out.push((start, end));
+        pos = end;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Seek, Write};
+
+    #[test]
+    fn sparse_file_maps_to_data_ranges() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("sparse");
+        let mut f = File::create(&p).unwrap();
+        f.set_len(64 << 20).unwrap();
+        f.seek(io::SeekFrom::Start(8 << 20)).unwrap();
+        f.write_all(&vec![1u8; 1 << 20]).unwrap();
+        f.sync_all().unwrap();
+        let meta = fs::metadata(&p).unwrap();
+        let x = data_extents(&p, &meta).unwrap();
+        let total: u64 = x.iter().map(|(a, b)| b - a).sum();
+        assert!((1 << 20..4 << 20).contains(&total), "{x:?}");
+        assert!(x.iter().all(|&(a, b)| a < b && b <= 64 << 20));
+    }
+}

@@ -1,0 +1,417 @@
+//! rsync's include/exclude rules (`--exclude`, `--include`, `--exclude-from`,
+//! `--include-from`), parsed and matched without I/O. The sender's walk asks
+//! [`Filter::excluded`] before it sends a name; with `--delete` the same rules travel to the
+//! receiver (`Control::Protect`), which keeps an excluded destination entry as rsync does
+//! without `--delete-excluded`.
+//!
+//! The rules, as rsync's man page ("INCLUDE/EXCLUDE PATTERN RULES") and its `exclude.c`
+//! apply them to a path relative to the transfer root: the first matching rule decides;
+//! no match means included. A leading `/` anchors a pattern at the root; a pattern with a
+//! `/` elsewhere (trailing one aside) or `**` is matched against the whole path, which
+//! for an unanchored pattern without `**` means its last components at any depth
+//! (`foo/bar` matches `x/foo/bar`), and a pattern with neither against the last
+//! component. A trailing `/` matches directories only; `dir/***` matches `dir` and all
+//! below. `*` does not cross `/`, `**` does, `?` is one character but `/`, `[...]` a
+//! class (`!` or `^` negates, `a-z` ranges), `\` escapes in a wildcard pattern. `+ ` and
+//! `- ` before a pattern make it an include or an exclude, as rsync reads them.
+//!
+//! Not here: merge files, `:` dir-merge, modifiers (`s`, `r`, `p`, `x`...), `!` (clear),
+//! `--filter`, `-F`, `--cvs-exclude`. Matching is a table walk, O(pattern × path): a
+//! hostile pattern cannot make it exponential.
+
+use serde::{Deserialize, Serialize};
+
+/// Most rules accepted from a peer.
+pub const MAX_RULES: usize = 100_000;
+/// Longest pattern accepted.
+pub const MAX_PATTERN: usize = 4096;
+
+/// One rule as the user wrote it: include or exclude, and the pattern.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FilterRule {
+    /// `--include` (else `--exclude`).
+    pub include: bool,
+    /// The pattern, raw bytes.
+    pub pattern: Vec<u8>,
+}
+
+impl FilterRule {
+    /// The rule for `pattern` given to `--exclude` (`include` false) or `--include`, or
+    /// read from an `-from` file: a leading `+ ` or `- ` overrides the sign, as in rsync.
+    /// `None` for a blank pattern.
+    pub fn parse(pattern: &[u8], include: bool) -> Option<FilterRule> {
+        let (include, pattern) = match pattern {
+            [b'+', b' ', rest @ ..] => (true, rest),
+            [b'-', b' ', rest @ ..] => (false, rest),
+            p => (include, p),
+        };
+        (!pattern.is_empty()).then(|| FilterRule {
+            include,
+            pattern: pattern.to_vec(),
+        })
+    }
+}
+
+/// An ordered rule list; empty: everything is included.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "Vec<FilterRule>", into = "Vec<FilterRule>")]
+pub struct Filter {
+    rules: Vec<Compiled>,
+}
+
+impl From<Vec<FilterRule>> for Filter {
+    /// Compiles the rules; from a peer, rules beyond [`MAX_RULES`] and patterns longer
+    /// than [`MAX_PATTERN`] are dropped (a local list is checked in `config`).
+    fn from(rules: Vec<FilterRule>) -> Filter {
+        Filter {
+            rules: rules
+                .into_iter()
+                .take(MAX_RULES)
+                .filter(|r| r.pattern.len() <= MAX_PATTERN && !r.pattern.is_empty())
+                .map(Compiled::new)
+                .collect(),
+        }
+    }
+}
+
+impl From<Filter> for Vec<FilterRule> {
+    fn from(f: Filter) -> Vec<FilterRule> {
+        f.rules.into_iter().map(|c| c.rule).collect()
+    }
+}
+
+impl Filter {
+    /// Whether there are no rules.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// Whether `path` (relative to the transfer root, `/`-separated, no leading `/`) is
+    /// excluded: the first rule that matches decides. The root itself never is.
+    pub fn excluded(&self, path: &[u8], is_dir: bool) -> bool {
+        if path.is_empty() {
+            return false;
+        }
+        self.rules
+            .iter()
+            .find(|r| r.matches(path, is_dir))
+            .is_some_and(|r| !r.rule.include)
+    }
+}
+
+/// A rule with its pattern taken apart as rsync's `add_rule` does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Compiled {
+    rule: FilterRule,
+    tokens: Vec<Token>,
+    anchored: bool,
+    dir_only: bool,
+    /// Slashes in the pattern (the trailing one aside).
+    slashes: usize,
+    /// Contains `**`.
+    wild2: bool,
+    /// Starts with `**`.
+    wild2_prefix: bool,
+    /// Ends with `/***`: also matches the directory itself.
+    wild3_suffix: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Token {
+    Byte(u8),
+    /// `?`
+    One,
+    /// `*`
+    Star,
+    /// `**` (or more stars)
+    StarStar,
+    /// `[...]`: ranges (inclusive) and whether negated.
+    Class(Vec<(u8, u8)>, bool),
+}
+
+impl Compiled {
+    fn new(rule: FilterRule) -> Compiled {
+        let mut p: &[u8] = &rule.pattern;
+        let mut dir_only = false;
+        if p.len() > 1 && p.ends_with(b"/") {
+            p = &p[..p.len() - 1];
+            dir_only = true;
+        }
+        let slashes = p.iter().filter(|&&b| b == b'/').count();
+        let wild2 = p.windows(2).any(|w| w == b"**");
+        let wild2_prefix = p.starts_with(b"**");
+        let wild3_suffix = p.ends_with(b"/***") || p == b"***";
+        let anchored = p.starts_with(b"/");
+        if anchored {
+            p = &p[1..];
+        }
+        let wild = p.iter().any(|b| matches!(b, b'*' | b'?' | b'['));
+        let tokens = if wild {
+            tokenize(p)
+        } else {
+            p.iter().map(|&b| Token::Byte(b)).collect()
+        };
+        Compiled {
+            rule,
+            tokens,
+            anchored,
+            dir_only,
+            slashes,
+            wild2,
+            wild2_prefix,
+            wild3_suffix,
+        }
+    }
+
+    /// rsync's `rule_matches`.
+    fn matches(&self, path: &[u8], is_dir: bool) -> bool {
+        if self.dir_only && !is_dir {
+            return false;
+        }
+        let mut name = path;
+        if self.slashes == 0 && !self.wild2 {
+            if let Some(i) = path.iter().rposition(|&b| b == b'/') {
+                name = &path[i + 1..];
+            }
+        }
+        let mut text = name.to_vec();
+        if is_dir && self.wild3_suffix {
+            text.push(b'/');
+        }
+        if !self.anchored && self.slashes > 0 && !self.wild2 {
+            // The last `slashes + 1` components, if there are that many.
+            let cuts: Vec<usize> = (0..text.len()).filter(|&i| text[i] == b'/').collect();
+            let start = match cuts.len() {
+                n if n > self.slashes => cuts[n - self.slashes - 1] + 1,
+                n if n == self.slashes => 0,
+                _ => return false,
+            };
+            return glob(&self.tokens, &text[start..]);
+        }
+        if !self.anchored && self.wild2 && !self.wild2_prefix {
+            // At the start, or after any slash.
+            return glob(&self.tokens, &text)
+                || text
+                    .iter()
+                    .enumerate()
+                    .filter(|&(_, &b)| b == b'/')
+                    .any(|(i, _)| glob(&self.tokens, &text[i + 1..]));
+        }
+        glob(&self.tokens, &text)
+    }
+}
+
+fn tokenize(p: &[u8]) -> Vec<Token> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < p.len() {
+        match p[i] {
+            b'\\' if i + 1 < p.len() => {
+                out.push(Token::Byte(p[i + 1]));
+                i += 2;
+            }
+            b'?' => {
+                out.push(Token::One);
+                i += 1;
+            }
+            b'*' => {
+                let n = p[i..].iter().take_while(|&&b| b == b'*').count();
+                out.push(if n > 1 { Token::StarStar } else { Token::Star });
+                i += n;
+            }
+            b'[' => match class(&p[i + 1..]) {
+                Some((tok, used)) => {
+                    out.push(tok);
+                    i += 1 + used;
+                }
+                None => {
+                    out.push(Token::Byte(b'['));
+                    i += 1;
+                }
+            },
+            b => {
+                out.push(Token::Byte(b));
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// Parses a class after its `[`: the token and how many bytes it used (through `]`), or
+/// `None` when it is not closed (then `[` is literal).
+fn class(p: &[u8]) -> Option<(Token, usize)> {
+    let mut i = 0;
+    let negated = matches!(p.first(), Some(b'!' | b'^'));
+    if negated {
+        i += 1;
+    }
+    let mut ranges = Vec::new();
+    let mut first = true;
+    while i < p.len() {
+        let mut c = p[i];
+        if c == b']' && !first {
+            return Some((Token::Class(ranges, negated), i + 1));
+        }
+        first = false;
+        if c == b'\\' && i + 1 < p.len() {
+            i += 1;
+            c = p[i];
+        }
+        if i + 2 < p.len() && p[i + 1] == b'-' && p[i + 2] != b']' {
+            ranges.push((c, p[i + 2]));
+            i += 3;
+        } else {
+            ranges.push((c, c));
+            i += 1;
+        }
+    }
+    None
+}
+
+/// Whether `tokens` match all of `text`: a table over pattern positions, one text byte at
+/// a time.
+fn glob(tokens: &[Token], text: &[u8]) -> bool {
+    // live[k]: the first k tokens match the text read so far.
+    let n = tokens.len();
+    let mut live = vec![false; n + 1];
+    live[0] = true;
+    close_stars(tokens, &mut live);
+    for &c in text {
+        let mut next = vec![false; n + 1];
+        for k in 0..n {
+            if !live[k] {
+                continue;
+            }
+            match &tokens[k] {
+                Token::Byte(b) if *b == c => next[k + 1] = true,
+                Token::One if c != b'/' => next[k + 1] = true,
+                Token::Class(r, neg)
+                    if c != b'/' && r.iter().any(|&(a, b)| a <= c && c <= b) != *neg =>
+                {
+                    next[k + 1] = true
+                }
+                // A star stays where it is while it eats a byte.
+                Token::Star if c != b'/' => next[k] = true,
+                Token::StarStar => next[k] = true,
+                _ => {}
+            }
+        }
+        close_stars(tokens, &mut next);
+        if !next.iter().any(|&x| x) {
+            return false;
+        }
+        live = next;
+    }
+    live[n]
+}
+
+/// Stars also match nothing: a live star makes the position after it live.
+fn close_stars(tokens: &[Token], live: &mut [bool]) {
+    for k in 0..tokens.len() {
+        if live[k] && matches!(tokens[k], Token::Star | Token::StarStar) {
+            live[k + 1] = true;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(rules: &[(&str, bool)]) -> Filter {
+        rules
+            .iter()
+            .filter_map(|(p, inc)| FilterRule::parse(p.as_bytes(), *inc))
+            .collect::<Vec<_>>()
+            .into()
+    }
+
+    fn ex(rules: &[&str], path: &str, dir: bool) -> bool {
+        f(&rules.iter().map(|r| (*r, false)).collect::<Vec<_>>()).excluded(path.as_bytes(), dir)
+    }
+
+    #[test]
+    fn plain_name_matches_last_component_at_any_depth() {
+        assert!(ex(&["postmaster.pid"], "postmaster.pid", false));
+        assert!(ex(&["postmaster.pid"], "data/postmaster.pid", false));
+        assert!(!ex(&["postmaster.pid"], "data/postmaster.pid.old", false));
+        assert!(!ex(&["pid"], "data/postmaster.pid", false));
+    }
+
+    #[test]
+    fn leading_slash_anchors() {
+        assert!(ex(&["/a"], "a", false));
+        assert!(!ex(&["/a"], "x/a", false));
+        assert!(ex(&["/x/a"], "x/a", false));
+        assert!(ex(&["/x/*"], "x/a", true));
+    }
+
+    #[test]
+    fn infix_slash_matches_trailing_components() {
+        // rsync: `foo/bar` excludes x/foo/bar as well (checked against rsync 3).
+        assert!(ex(&["foo/bar"], "foo/bar", true));
+        assert!(ex(&["foo/bar"], "x/foo/bar", true));
+        assert!(!ex(&["foo/bar"], "xfoo/bar", true));
+        assert!(!ex(&["foo/bar"], "bar", true));
+        assert!(ex(&["pg_replslot/*"], "data/pg_replslot/slot1", true));
+        assert!(!ex(&["pg_replslot/*"], "data/pg_replslot", true));
+        assert!(!ex(&["pg_replslot/*"], "data/pg_replslot/a/b", false));
+    }
+
+    #[test]
+    fn stars_and_classes() {
+        assert!(ex(&["*.log"], "a/b/c.log", false));
+        assert!(!ex(&["/*.log"], "a/c.log", false));
+        assert!(ex(&["/**.log"], "a/c.log", false));
+        assert!(ex(&["a/**/c"], "a/b/x/c", false));
+        assert!(!ex(&["a/**/c"], "a/c", false));
+        assert!(ex(&["a/**/c"], "z/a/b/c", false));
+        assert!(ex(&["file?.txt"], "file1.txt", false));
+        assert!(!ex(&["file?.txt"], "file12.txt", false));
+        assert!(ex(&["[ab]*"], "d/bx", false));
+        assert!(!ex(&["[!ab]*"], "d/bx", false));
+        assert!(ex(&["[a-c]x"], "bx", false));
+        assert!(ex(&["\\*"], "*", false));
+        assert!(!ex(&["\\*x?"], "ax1", false));
+    }
+
+    #[test]
+    fn trailing_slash_is_directories_only() {
+        assert!(ex(&["lost+found/"], "lost+found", true));
+        assert!(!ex(&["lost+found/"], "lost+found", false));
+        assert!(ex(&["cache/***"], "x/cache", true));
+        assert!(!ex(&["/cache/***"], "x/cache", true));
+        assert!(ex(&["/cache/***"], "cache", true));
+        assert!(ex(&["/cache/***"], "cache/a/b", false));
+    }
+
+    #[test]
+    fn first_match_wins() {
+        let r = f(&[("*/", true), ("*.conf", true), ("*", false)]);
+        assert!(!r.excluded(b"etc", true));
+        assert!(!r.excluded(b"etc/a.conf", false));
+        assert!(r.excluded(b"etc/a.txt", false));
+        let r = f(&[("keep.log", true), ("*.log", false)]);
+        assert!(!r.excluded(b"d/keep.log", false));
+        assert!(r.excluded(b"d/other.log", false));
+        assert!(!r.excluded(b"", true));
+    }
+
+    #[test]
+    fn prefixes_and_round_trip() {
+        let r = f(&[("+ *.c", false), ("- *", true)]);
+        assert!(!r.excluded(b"a.c", false));
+        assert!(r.excluded(b"a.h", false));
+        let bytes = postcard::to_stdvec(&r).unwrap();
+        let back: Filter = postcard::from_bytes(&bytes).unwrap();
+        assert_eq!(back, r);
+    }
+
+    #[test]
+    fn hostile_patterns_stay_polynomial() {
+        let p = "*a".repeat(200) + "b";
+        let t = "a".repeat(3000);
+        assert!(!ex(&[&p], &t, false));
+    }
+}
