@@ -19,7 +19,7 @@ use crate::cli::{AcceptArgs, Cli, CommandArgs, RemoteArgs, TransferArgs};
 use crate::codec::Compression;
 use crate::error::{Error, Result};
 use crate::plan::select::Selection;
-use crate::protocol::{Accept, SyncOptions, DEFAULT_BLOCK_SIZE, MAX_BLOCK, MAX_STREAMS};
+use crate::protocol::{Accept, Listing, SyncOptions, DEFAULT_BLOCK_SIZE, MAX_BLOCK, MAX_STREAMS};
 use crate::transport::Ticket;
 
 pub use location::{parse_listen, parse_location, split_command, Location, RemotePath, SpecError};
@@ -231,6 +231,10 @@ pub struct Config {
     pub quiet: bool,
     /// Print the summary as JSON on stdout.
     pub json: bool,
+    /// `-v`, `-i`: what to list per entry (`outgoing` is set where the direction is known).
+    pub listing: Listing,
+    /// `--stats`: rsync-like totals at the end.
+    pub stats: bool,
 }
 
 impl Config {
@@ -358,6 +362,13 @@ impl Config {
             command,
             quiet: cli.quiet,
             json: cli.json,
+            listing: Listing {
+                verbose: cli.verbose > 0,
+                itemize: cli.itemize_changes > 0,
+                outgoing: false,
+                stderr: cli.json,
+            },
+            stats: cli.stats,
         })
     }
 }
@@ -453,9 +464,9 @@ fn ssh_options(r: &RemoteArgs) -> Result<SshOptions> {
 
 /// A stream's options: its buffer (checked against the block size) and expected size.
 fn stream_options(a: &TransferArgs, t: &Transfer) -> Result<Pipe> {
-    if a.checksum || a.inplace || a.delete {
+    if a.checksum || a.inplace || a.delete || a.dry_run {
         return Err(Error::Usage(
-            "--checksum, --inplace and --delete apply to files, not to a stream".into(),
+            "--checksum, --inplace, --delete and --dry-run apply to files, not to a stream".into(),
         ));
     }
     if t.select != Selection::default() {
@@ -509,6 +520,8 @@ fn transfer_config(
             checksum: a.checksum,
             inplace: a.inplace,
             delete: a.delete,
+            dry_run: a.dry_run,
+            items: false,
         },
         retries: a.retries.unwrap_or(DEFAULT_RETRIES),
         select: select::selection(&a.filter, a.delete)?,
