@@ -4,7 +4,7 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// Move very large data between hosts over parallel, encrypted, verified streams.
 #[derive(Debug, Parser)]
@@ -16,6 +16,17 @@ pub struct Cli {
     /// At the end, print the transfer's summary as one JSON object on stdout.
     #[arg(long, global = true)]
     pub json: bool,
+    /// List the entries sent, created and deleted, by name (as rsync -v).
+    #[arg(short, long, global = true, action = ArgAction::Count)]
+    pub verbose: u8,
+    /// List every change in rsync's form, e.g. `>f.st...... path` (as rsync -i).
+    #[arg(short, long, global = true, action = ArgAction::Count)]
+    pub itemize_changes: u8,
+    /// At the end, print rsync-like totals (files, sizes, literal and matched data).
+    #[arg(long, global = true)]
+    pub stats: bool,
+    #[command(flatten)]
+    pub rsync: RsyncHabits,
     /// What to do.
     #[command(subcommand)]
     pub command: CommandArgs,
@@ -116,6 +127,15 @@ pub enum CommandArgs {
         #[command(flatten)]
         remote: RemoteArgs,
     },
+    /// Change the bandwidth cap of a running `haul send` or `haul copy` of yours.
+    Limit {
+        /// Bytes per second (K, M, G: KiB, MiB, GiB), or `off`.
+        #[arg(value_name = "RATE|off")]
+        rate: String,
+        /// The transfer's process id (needed when several run).
+        #[arg(long, value_name = "PID")]
+        pid: Option<u32>,
+    },
     /// The far end of a remote copy, started over ssh: reads its instructions on stdin.
     #[command(hide = true)]
     Serve {
@@ -126,6 +146,54 @@ pub enum CommandArgs {
         #[arg(long)]
         uploaded: bool,
     },
+}
+
+/// rsync options that name what haul always does, accepted so that rsync habits (`-avP`)
+/// work: hidden from `--help`, ignored.
+#[derive(Debug, Args)]
+pub struct RsyncHabits {
+    /// -a, --archive: recursive, links, perms, times, owner, group, devices (always).
+    #[arg(short = 'a', long = "archive", global = true, hide = true, action = ArgAction::Count)]
+    pub archive: u8,
+    /// -r, --recursive (always).
+    #[arg(short = 'r', long = "recursive", global = true, hide = true, action = ArgAction::Count)]
+    pub recursive: u8,
+    /// -l, --links: symlinks as symlinks (always).
+    #[arg(short = 'l', long = "links", global = true, hide = true, action = ArgAction::Count)]
+    pub links: u8,
+    /// -H, --hard-links (always, within the transfer).
+    #[arg(short = 'H', long = "hard-links", global = true, hide = true, action = ArgAction::Count)]
+    pub hard_links: u8,
+    /// -S, --sparse (holes are always found and kept).
+    #[arg(short = 'S', long = "sparse", global = true, hide = true, action = ArgAction::Count)]
+    pub sparse: u8,
+    /// -z (compression is on across a network; --compress chooses).
+    #[arg(short = 'z', global = true, hide = true, action = ArgAction::Count)]
+    pub z: u8,
+    /// -P: --partial --progress.
+    #[arg(short = 'P', global = true, hide = true, action = ArgAction::Count)]
+    pub p_upper: u8,
+    /// --partial (partial files are always kept and resumed).
+    #[arg(long = "partial", global = true, hide = true, action = ArgAction::Count)]
+    pub partial: u8,
+    /// --progress (a bar is drawn whenever stderr is a terminal).
+    #[arg(long = "progress", global = true, hide = true, action = ArgAction::Count)]
+    pub progress: u8,
+    /// -t, --times (always).
+    #[arg(short = 't', long = "times", global = true, hide = true, action = ArgAction::Count)]
+    pub times: u8,
+    /// -p, --perms (always).
+    #[arg(short = 'p', long = "perms", global = true, hide = true, action = ArgAction::Count)]
+    pub perms: u8,
+    /// -o, --owner (always, when the receiver is root).
+    #[arg(short = 'o', long = "owner", global = true, hide = true, action = ArgAction::Count)]
+    pub owner: u8,
+    /// -g, --group (always, when the receiver is root).
+    #[arg(short = 'g', long = "group", global = true, hide = true, action = ArgAction::Count)]
+    pub group: u8,
+    /// -D: --devices --specials (always; devices when the receiver is root).
+    #[arg(short = 'D', global = true, hide = true, action = ArgAction::Count)]
+    pub d_upper: u8,
 }
 
 /// What the receiving side keeps of the sender's metadata (rsync's names). For a pull from
@@ -202,6 +270,17 @@ pub struct TransferArgs {
     /// at most 256M); the receiver's own --buffer may lower it.
     #[arg(long, value_name = "SIZE")]
     pub buffer: Option<String>,
+    /// Cap the bandwidth at RATE bytes per second on the wire, all streams together
+    /// (K, M, G: KiB, MiB, GiB); change it while running with `haul limit`.
+    #[arg(long, value_name = "RATE")]
+    pub limit: Option<String>,
+    /// rsync's spelling of --limit: a bare number is KiB per second.
+    #[arg(long, value_name = "RATE", hide = true, conflicts_with = "limit")]
+    pub bwlimit: Option<String>,
+    /// Show what would change (with -v or -i, each change) but send, create, write and
+    /// delete nothing.
+    #[arg(short = 'n', long)]
+    pub dry_run: bool,
     /// Re-dial a dropped connection up to N times (at once, then after 0.25 s doubling to 4 s)
     /// before failing (default 5).
     #[arg(long, value_name = "N")]

@@ -10,13 +10,14 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::Instant;
 
 use crate::config::{Command, Config, TicketFrom, Transfer, DEFAULT_TIMEOUT};
 use crate::error::{Error, Result};
 use crate::plan::layout::copy_layout;
 use crate::plan::walk::{self, Source};
-use crate::progress::summary_line;
-use crate::protocol::Accept;
+use crate::progress::{dry_run_line, summary_line, summary_tail, Counters, Stats};
+use crate::protocol::{Accept, Listing, Summary, SyncOptions};
 use crate::receive::{incoming, receive, ReceiveOptions, ReceiveReport};
 use crate::remote::Outcome;
 use crate::send::{send, ticket_dialer, SendOptions, SendReport};
@@ -91,13 +92,15 @@ fn run_command(cfg: &Config) -> Result<()> {
             ssh,
             accept,
         } => {
-            let opts = send_options(transfer, cfg.quiet);
+            let outgoing = !matches!(plan, crate::config::RemoteCopy::Pull { .. });
+            let opts = send_options(transfer, cfg, outgoing);
             match crate::remote::run(plan, &opts, transfer.encrypt, *accept, ssh, cfg.quiet)? {
                 Outcome::Sent(report) => finish_send(&report, cfg),
                 Outcome::Received(report) => finish_recv(&report, cfg),
                 Outcome::Between => Ok(()),
             }
         }
+        Command::Limit { rate, pid } => run_limit(*rate, *pid),
         Command::Serve { probe: true, .. } => {
             let mut out = std::io::stdout().lock();
             writeln!(out, "{}", crate::remote::wire::greeting(None))
@@ -115,20 +118,99 @@ fn run_command(cfg: &Config) -> Result<()> {
     }
 }
 
-/// The sender's options for a transfer configured as `t`.
-fn send_options(t: &Transfer, quiet: bool) -> SendOptions {
+/// `haul limit`: tells a running sender of this user its new cap.
+fn run_limit(rate: Option<u64>, pid: Option<u32>) -> Result<()> {
+    use crate::send::pace::control;
+    let running = control::running();
+    let pid = match (pid, running.as_slice()) {
+        (Some(p), _) => p,
+        (None, [one]) => *one,
+        (None, []) => {
+            return Err(Error::Usage(format!(
+                "no running haul transfer of yours found (in {})",
+                control::dir().display()
+            )))
+        }
+        (None, many) => {
+            let list: Vec<String> = many.iter().map(u32::to_string).collect();
+            return Err(Error::Usage(format!(
+                "several transfers run (pids {}): say which with --pid",
+                list.join(", ")
+            )));
+        }
+    };
+    let reply = control::tell(pid, rate)
+        .map_err(|e| Error::Usage(format!("cannot reach the transfer with pid {pid}: {e}")))?;
+    if !reply.starts_with("ok") {
+        return Err(Error::Usage(format!(
+            "the transfer with pid {pid} said: {reply}"
+        )));
+    }
+    Ok(())
+}
+
+/// The sender's options for a transfer configured as `t`; `outgoing`: the data leaves
+/// this host (`<` in `-i` lines). The sender prints the changes the receiver reports.
+fn send_options(t: &Transfer, cfg: &Config, outgoing: bool) -> SendOptions {
+    let listing = Listing {
+        outgoing,
+        ..cfg.listing
+    };
     SendOptions {
         streams: t.streams,
         compress: t.compress,
         block_size: t.block_size,
-        progress: !quiet,
-        sync: t.sync,
+        progress: !cfg.quiet,
+        sync: SyncOptions {
+            items: listing.is_on(),
+            ..t.sync
+        },
         retries: t.retries,
+        listing,
         select: crate::plan::select::Selection {
-            quiet,
+            quiet: cfg.quiet,
             ..t.select.clone()
         },
+        limit: t.limit,
     }
+}
+
+/// The end of a file transfer: the summary line (or a dry run's), `--stats`.
+fn print_end(verb: &str, s: &Summary, c: &Counters, started: Instant, cfg: &Config) {
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    if cfg.stats {
+        let stats = Stats {
+            entries: load(&c.entries),
+            regular: load(&c.total_files),
+            dirs: load(&c.dirs),
+            transferred: s.files,
+            deleted: s.deleted,
+            total_size: load(&c.total_bytes),
+            literal: s.bytes,
+            matched: s.matched,
+            skipped: s.unchanged_bytes,
+            wire: load(&c.wire_bytes),
+            dry_run: s.dry_run,
+        };
+        let text = stats.text();
+        match cfg.listing.stderr || matches!(cfg.command, Command::Recv { .. }) {
+            true => eprintln!("{text}"),
+            false => println!("{text}"),
+        }
+    }
+    if cfg.quiet {
+        return;
+    }
+    if s.dry_run {
+        eprintln!("{}", dry_run_line(s.files, s.unchanged_files, s.deleted));
+        return;
+    }
+    let bytes = match verb {
+        "sent" => load(&c.done_bytes),
+        _ => s.bytes,
+    };
+    let line = summary_line(verb, s.files, bytes, load(&c.wire_bytes), started);
+    eprintln!("{line}{}", summary_tail(s.unchanged_bytes, s.deleted));
 }
 
 fn run_recv(
@@ -160,6 +242,11 @@ fn run_recv(
     let opts = ReceiveOptions {
         progress: !quiet,
         timeout: timeout.unwrap_or(DEFAULT_TIMEOUT),
+        // Its stdout is the ticket's.
+        listing: Listing {
+            stderr: true,
+            ..cfg.listing
+        },
     };
     let report = receive(store, key, rx, opts)?;
     finish_recv(&report, cfg)
@@ -168,9 +255,13 @@ fn run_recv(
 /// Prints the receiver's summary (and JSON report); the partial error when the sender
 /// skipped files.
 fn finish_recv(report: &ReceiveReport, cfg: &Config) -> Result<()> {
-    if !cfg.quiet {
-        eprintln!("{}", recv_summary(report));
-    }
+    print_end(
+        "received",
+        &report.summary,
+        &report.counters,
+        report.started,
+        cfg,
+    );
     if cfg.json {
         println!("{}", report.report().to_json());
     }
@@ -183,22 +274,9 @@ fn finish_recv(report: &ReceiveReport, cfg: &Config) -> Result<()> {
     Ok(())
 }
 
-/// The receiver's one-line summary.
-fn recv_summary(r: &ReceiveReport) -> String {
-    summary_line(
-        "received",
-        r.summary.files,
-        r.summary.bytes,
-        r.counters
-            .wire_bytes
-            .load(std::sync::atomic::Ordering::Relaxed),
-        r.started,
-    )
-}
-
 fn run_send(paths: &[PathBuf], ticket: &TicketFrom, t: &Transfer, cfg: &Config) -> Result<()> {
     let ticket = &resolve_ticket(ticket)?;
-    let opts = send_options(t, cfg.quiet);
+    let opts = send_options(t, cfg, true);
     let sources: Vec<Source> = paths.iter().map(|p| Source::from_arg(p)).collect();
     let dial = ticket_dialer(ticket, t.encrypt);
     let report = send(&sources, &opts, ticket.secret.block_key(), dial)?;
@@ -211,19 +289,13 @@ fn finish_send(report: &SendReport, cfg: &Config) -> Result<()> {
     if cfg.json {
         println!("{}", report.report().to_json());
     }
-    if !cfg.quiet {
-        let c = &report.counters;
-        eprintln!(
-            "{}",
-            summary_line(
-                "sent",
-                report.summary.files,
-                c.done_bytes.load(std::sync::atomic::Ordering::Relaxed),
-                c.wire_bytes.load(std::sync::atomic::Ordering::Relaxed),
-                report.started,
-            )
-        );
-    }
+    print_end(
+        "sent",
+        &report.summary,
+        &report.counters,
+        report.started,
+        cfg,
+    );
     match report.partial_error() {
         Some(e) => Err(e),
         None => Ok(()),
@@ -237,14 +309,15 @@ fn run_copy(
     accept: Accept,
     cfg: &Config,
 ) -> Result<()> {
-    let quiet = cfg.quiet;
     let (sources, dest) = copy_layout(paths, dest);
     walk::check_sources(&sources)?;
-    let store = Store::open(&dest)?;
+    let store = match t.sync.dry_run {
+        true => Store::open_dry(&dest)?,
+        false => Store::open(&dest)?,
+    };
     store.set_accept(accept);
     let key = *Secret::random().as_bytes();
-    let mut opts = send_options(t, quiet);
-    opts.progress = !quiet;
+    let opts = send_options(t, cfg, false);
     // One socket pair per connection; the receiving halves are handed over in order.
     let (tx, rx) = crossbeam_channel::unbounded();
     let mut ends = Vec::new();
@@ -261,6 +334,7 @@ fn run_copy(
             let opts = ReceiveOptions {
                 progress: false,
                 timeout: DEFAULT_TIMEOUT,
+                listing: Listing::default(),
             };
             receive(store, key, rx, opts)
         })

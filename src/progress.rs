@@ -16,6 +16,10 @@ pub struct Counters {
     pub total_bytes: AtomicU64,
     /// Regular files announced so far.
     pub total_files: AtomicU64,
+    /// Entries of every kind announced so far (for `--stats`).
+    pub entries: AtomicU64,
+    /// Directories announced so far (for `--stats`).
+    pub dirs: AtomicU64,
     /// Raw bytes sent (sender) or written (receiver).
     pub done_bytes: AtomicU64,
     /// Files completed.
@@ -28,6 +32,8 @@ pub struct Counters {
     pub units: AtomicU64,
     /// Connections re-established after they dropped.
     pub reconnects: AtomicU64,
+    /// The sender's bandwidth cap in bytes per second (0: none).
+    pub limit: AtomicU64,
 }
 
 impl Counters {
@@ -56,10 +62,23 @@ pub fn escape(s: &str) -> String {
     out
 }
 
+/// Raw name bytes as [`escape`] writes them; bytes that are not UTF-8 become `\#ooo`.
+pub fn escape_bytes(b: &[u8]) -> String {
+    let mut out = String::with_capacity(b.len());
+    for chunk in b.utf8_chunks() {
+        out.push_str(&escape(chunk.valid()));
+        for x in chunk.invalid() {
+            out.push_str(&format!("\\#{x:03o}"));
+        }
+    }
+    out
+}
+
 /// A progress bar on stderr while a transfer runs (only when stderr is a terminal).
 pub struct Progress {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    bar: Option<ProgressBar>,
 }
 
 impl Progress {
@@ -67,32 +86,57 @@ impl Progress {
     pub fn start(counters: Arc<Counters>, enabled: bool) -> Progress {
         let stop = Arc::new(AtomicBool::new(false));
         if !enabled || !std::io::stderr().is_terminal() {
-            return Progress { stop, thread: None };
+            return Progress {
+                stop,
+                thread: None,
+                bar: None,
+            };
         }
         let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr_with_hz(5));
         let style = ProgressStyle::with_template(
-            "{bar:30.cyan/blue} {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta} {msg}",
+            "{bar:25.cyan/blue} {percent}% {bytes}/{total_bytes} {binary_bytes_per_sec} \
+             {elapsed} eta {eta} {msg}",
         )
         .unwrap_or_else(|_| ProgressStyle::default_bar());
         bar.set_style(style.progress_chars("=> "));
         let stop2 = Arc::clone(&stop);
+        let shown = bar.clone();
         let thread = std::thread::Builder::new()
             .name("haul-progress".into())
             .spawn(move || {
                 while !stop2.load(Ordering::Relaxed) {
+                    let done = counters.done_bytes.load(Ordering::Relaxed);
+                    let wire = counters.wire_bytes.load(Ordering::Relaxed);
                     bar.set_length(counters.total_bytes.load(Ordering::Relaxed));
-                    bar.set_position(counters.done_bytes.load(Ordering::Relaxed));
+                    bar.set_position(done);
+                    let ratio = if wire > 0 && done > wire + wire / 50 {
+                        format!(" ratio {:.2}", done as f64 / wire as f64)
+                    } else {
+                        String::new()
+                    };
                     bar.set_message(format!(
-                        "files {}/{}",
+                        "files {}/{}{ratio}{}",
                         counters.done_files.load(Ordering::Relaxed),
-                        counters.total_files.load(Ordering::Relaxed)
+                        counters.total_files.load(Ordering::Relaxed),
+                        cap_note(&counters)
                     ));
                     std::thread::sleep(Duration::from_millis(200));
                 }
                 bar.finish_and_clear();
             })
             .ok();
-        Progress { stop, thread }
+        Progress {
+            stop,
+            thread,
+            bar: Some(shown),
+        }
+    }
+
+    /// A handle that prints lines without tearing this bar.
+    pub fn printer(&self) -> Printer {
+        Printer {
+            bar: self.bar.clone(),
+        }
     }
 
     /// Starts drawing a stream's progress when `enabled` and stderr is a terminal: bytes,
@@ -101,7 +145,11 @@ impl Progress {
     pub fn start_stream(counters: Arc<Counters>, enabled: bool) -> Progress {
         let stop = Arc::new(AtomicBool::new(false));
         if !enabled || !std::io::stderr().is_terminal() {
-            return Progress { stop, thread: None };
+            return Progress {
+                stop,
+                thread: None,
+                bar: None,
+            };
         }
         let total = counters.total_bytes.load(Ordering::Relaxed);
         let template = if total > 0 {
@@ -125,14 +173,22 @@ impl Progress {
                     let wire = counters.wire_bytes.load(Ordering::Relaxed);
                     bar.set_position(done);
                     if wire > 0 {
-                        bar.set_message(format!("ratio {:.2}", done as f64 / wire as f64));
+                        bar.set_message(format!(
+                            "ratio {:.2}{}",
+                            done as f64 / wire as f64,
+                            cap_note(&counters)
+                        ));
                     }
                     std::thread::sleep(Duration::from_millis(200));
                 }
                 bar.finish_and_clear();
             })
             .ok();
-        Progress { stop, thread }
+        Progress {
+            stop,
+            thread,
+            bar: None,
+        }
     }
 
     /// Stops and clears the bar.
@@ -154,6 +210,40 @@ impl Drop for Progress {
     }
 }
 
+/// " limit 10.00 MiB/s" while a bandwidth cap is set, else nothing.
+fn cap_note(c: &Counters) -> String {
+    match c.limit.load(Ordering::Relaxed) {
+        0 => String::new(),
+        r => format!(" limit {}/s", human(r)),
+    }
+}
+
+/// Prints the lines of `-v` and `-i` while a progress bar may be drawn.
+#[derive(Clone, Default)]
+pub struct Printer {
+    bar: Option<ProgressBar>,
+}
+
+impl Printer {
+    /// Prints one line on stdout, or stderr when `stderr`, without tearing the bar.
+    pub fn say(&self, line: &str, stderr: bool) {
+        let print = || {
+            if stderr {
+                eprintln!("{line}");
+            } else {
+                use std::io::Write;
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "{line}");
+                let _ = out.flush();
+            }
+        };
+        match &self.bar {
+            Some(b) => b.suspend(print),
+            None => print(),
+        }
+    }
+}
+
 /// The one-line summary printed at the end: files, bytes, time, rate, wire bytes.
 pub fn summary_line(verb: &str, files: u64, bytes: u64, wire: u64, started: Instant) -> String {
     let secs = started.elapsed().as_secs_f64().max(1e-3);
@@ -169,6 +259,104 @@ pub fn summary_line(verb: &str, files: u64, bytes: u64, wire: u64, started: Inst
         human((bytes as f64 / secs) as u64),
         human(wire),
     )
+}
+
+/// What the summary line adds after the bytes: bytes the destination already had, and
+/// entries `--delete` removed (empty when both are 0).
+pub fn summary_tail(skipped: u64, deleted: u64) -> String {
+    let mut s = String::new();
+    if skipped > 0 {
+        s.push_str(&format!(", {} skipped: already there", human(skipped)));
+    }
+    if deleted > 0 {
+        s.push_str(&format!(", deleted {deleted}"));
+    }
+    s
+}
+
+/// The summary of a dry run: what a real run would do.
+pub fn dry_run_line(files: u64, unchanged: u64, deleted: u64) -> String {
+    format!(
+        "haul: dry run: would send {files} files ({unchanged} up to date) and delete {deleted}; \
+         nothing was changed"
+    )
+}
+
+/// The totals `--stats` prints (rsync's names, where the meaning is the same).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Stats {
+    /// Entries in the manifest.
+    pub entries: u64,
+    /// Of which regular files.
+    pub regular: u64,
+    /// Of which directories.
+    pub dirs: u64,
+    /// Regular files sent (new or changed); `--json`'s `files`.
+    pub transferred: u64,
+    /// Entries deleted; `--json`'s `deleted`.
+    pub deleted: u64,
+    /// Data bytes of all regular files (holes not counted).
+    pub total_size: u64,
+    /// Bytes sent as data and written; `--json`'s `bytes_written`.
+    pub literal: u64,
+    /// Bytes of files sent that the destination already had (delta pieces, resumed ranges).
+    pub matched: u64,
+    /// Bytes of unchanged files and matched data; `--json`'s `bytes_skipped`.
+    pub skipped: u64,
+    /// Bytes of data frames on the wire; `--json`'s `bytes_wire`.
+    pub wire: u64,
+    /// Whether it was a dry run.
+    pub dry_run: bool,
+}
+
+impl Stats {
+    /// rsync-like lines, one total each.
+    pub fn text(&self) -> String {
+        let n = thousands;
+        let speedup = self.total_size as f64 / (self.wire.max(1)) as f64;
+        let mut s = format!(
+            "Number of files: {} (reg: {}, dir: {}, other: {})\n\
+             Number of regular files transferred: {}\n\
+             Number of deleted files: {}\n\
+             Total file size: {} bytes\n\
+             Total transferred file size: {} bytes\n\
+             Literal data: {} bytes\n\
+             Matched data: {} bytes\n\
+             Skipped (already there): {} bytes\n\
+             Total bytes on the wire: {}\n\
+             total size is {}  speedup is {speedup:.2}",
+            n(self.entries),
+            n(self.regular),
+            n(self.dirs),
+            n(self.entries.saturating_sub(self.regular + self.dirs)),
+            n(self.transferred),
+            n(self.deleted),
+            n(self.total_size),
+            n(self.literal + self.matched),
+            n(self.literal),
+            n(self.matched),
+            n(self.skipped),
+            n(self.wire),
+            n(self.total_size),
+        );
+        if self.dry_run {
+            s.push_str(" (DRY RUN)");
+        }
+        s
+    }
+}
+
+/// `n` with `,` between groups of three digits, as rsync writes totals.
+fn thousands(n: u64) -> String {
+    let d = n.to_string();
+    let mut out = String::new();
+    for (i, c) in d.chars().enumerate() {
+        if i > 0 && (d.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// The one-line summary of a stream: bytes, time, rate, wire bytes.
@@ -325,6 +513,30 @@ mod tests {
             failure_json("a \"b\" \\ c\nd", 4),
             r#"{"error":"a \"b\" \\ c\u000ad","exit_code":4}"#
         );
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_are_escaped() {
+        assert_eq!(escape_bytes(b"a\xffb\n"), "a\\#377b\\#012");
+    }
+
+    #[test]
+    fn stats_group_digits() {
+        assert_eq!(thousands(1234567), "1,234,567");
+        assert_eq!(thousands(12), "12");
+        let t = Stats {
+            entries: 3,
+            regular: 2,
+            dirs: 1,
+            literal: 1000,
+            ..Stats::default()
+        }
+        .text();
+        assert!(
+            t.contains("Number of files: 3 (reg: 2, dir: 1, other: 0)"),
+            "{t}"
+        );
+        assert!(t.contains("Literal data: 1,000 bytes"), "{t}");
     }
 
     #[test]

@@ -18,13 +18,17 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 mod integrity;
+mod listing;
 pub mod pipe;
+mod report;
+
+pub use report::{ReceiveOptions, ReceiveReport};
 
 use crate::codec::Decoder;
 use crate::error::{Error, Result};
-use crate::progress::{Counters, Progress};
+use crate::progress::{Counters, Printer, Progress};
 use crate::protocol::{
-    Control, DataHeader, EntryKind, FrameKind, ProtocolError, ReadError, Summary,
+    Control, DataHeader, FrameKind, Item, Listing, ProtocolError, ReadError, Summary,
 };
 use crate::session::{frame_reader, is_forged, is_tick, lost, Channel};
 use crate::store::{Store, WriterCache};
@@ -43,50 +47,6 @@ const MAX_ROUNDS: u32 = 50;
 /// Each active worker may hold a frame buffer of up to the largest frame, so more are
 /// closed at once.
 const DATA_CONN_SLACK: usize = 4;
-
-/// How the receiver runs.
-#[derive(Clone, Copy, Debug)]
-pub struct ReceiveOptions {
-    /// Draw a progress bar (when stderr is a terminal).
-    pub progress: bool,
-    /// Give up when the sender is gone (no connection, no data) this long.
-    pub timeout: Duration,
-}
-
-/// What the receiver reports at the end.
-#[derive(Debug)]
-pub struct ReceiveReport {
-    /// What was written.
-    pub summary: Summary,
-    /// How many files the sender could not read (they were not written).
-    pub sender_failed: u64,
-    /// Counters for the summary line.
-    pub counters: Arc<Counters>,
-    /// When the first connection arrived.
-    pub started: Instant,
-    /// Connections that replaced dropped ones.
-    pub reconnects: u64,
-}
-
-impl ReceiveReport {
-    /// The account `--json` prints.
-    pub fn report(&self) -> crate::progress::Report {
-        crate::progress::Report {
-            files: self.summary.files,
-            files_unchanged: self.summary.unchanged_files,
-            bytes_read: 0,
-            bytes_wire: self.counters.wire_bytes.load(Ordering::Relaxed),
-            bytes_skipped: self.summary.unchanged_bytes,
-            bytes_written: self.summary.bytes,
-            deleted: self.summary.deleted,
-            failed_files: self.sender_failed,
-            changed_files: 0,
-            reconnects: self.reconnects,
-            seconds: self.started.elapsed().as_secs_f64(),
-            stream_blake3: None,
-        }
-    }
-}
 
 /// State shared by the control loop and the data workers.
 struct Shared {
@@ -170,6 +130,7 @@ pub fn receive(
         integrity::first_start(&incoming, opts.timeout, &mut early_data, read_start)?;
     let started = Instant::now();
     store.configure(u64::from(block_size), options, key);
+    store.collect_items(options.items || opts.listing.is_on());
     let store = Arc::new(store);
     store.start();
     let counters = Arc::clone(&store.stats);
@@ -201,6 +162,9 @@ pub fn receive(
         control_rx,
         timeout: opts.timeout,
         cached: None,
+        listing: opts.listing,
+        send_items: options.items,
+        printer: bar.printer(),
     };
     let result = session.run(&counters);
     shared.abort.store(true, Ordering::Relaxed);
@@ -298,7 +262,13 @@ struct Session<'a> {
     control_rx: Receiver<Conn>,
     timeout: Duration,
     /// The last Entries batch answered (its first id) and the answer, for replays.
-    cached: Option<(u64, Control)>,
+    cached: Option<(u64, Vec<Control>)>,
+    /// What to print here per change.
+    listing: Listing,
+    /// Whether the sender asked for `Items`.
+    send_items: bool,
+    /// Prints without tearing the progress bar.
+    printer: Printer,
 }
 
 impl Session<'_> {
@@ -318,24 +288,24 @@ impl Session<'_> {
                 Control::Start { .. } => {}
                 Control::Entries(entries) => {
                     let first = entries.first().map(|e| e.id);
-                    if let (Some(f), Some((cf, reply))) = (first, &self.cached) {
+                    if let (Some(f), Some((cf, replies))) = (first, &self.cached) {
                         if f == *cf {
-                            let reply = reply.clone();
-                            self.reply(&reply)?;
+                            for reply in replies.clone() {
+                                self.reply(&reply)?;
+                            }
                             continue;
                         }
                     }
-                    for e in &entries {
-                        if let EntryKind::File { data_bytes, .. } = e.kind {
-                            Counters::add(&counters.total_files, 1);
-                            Counters::add(&counters.total_bytes, data_bytes);
-                        }
-                    }
-                    let reply = Control::Need(store.apply_entries(entries)?);
+                    listing::count_entries(counters, &entries);
+                    let need = store.apply_entries(entries)?;
+                    let mut replies = self.items(store.take_items());
+                    replies.push(Control::Need(need));
                     if let Some(f) = first {
-                        self.cached = Some((f, reply.clone()));
+                        self.cached = Some((f, replies.clone()));
                     }
-                    self.reply(&reply)?;
+                    for reply in &replies {
+                        self.reply(reply)?;
+                    }
                 }
                 Control::Forget(ids) => store.discard(&ids)?,
                 Control::Protect(rules) => store.protect(rules),
@@ -345,6 +315,9 @@ impl Session<'_> {
                     let missing = store.missing();
                     if missing.is_empty() {
                         let summary = store.finish()?;
+                        for reply in self.items(store.take_items()) {
+                            self.reply(&reply)?;
+                        }
                         return Ok((summary, failed.len() as u64));
                     }
                     rounds += 1;
@@ -365,6 +338,20 @@ impl Session<'_> {
                 }
                 other => return Err(ProtocolError::Unexpected(other.name().into()).into()),
             }
+        }
+    }
+
+    /// Prints `items` here when this side lists them, and returns the `Items` messages
+    /// for the sender when it asked.
+    fn items(&self, items: Vec<Item>) -> Vec<Control> {
+        for i in &items {
+            if let Some(line) = self.listing.line(i) {
+                self.printer.say(&line, self.listing.stderr);
+            }
+        }
+        match self.send_items {
+            true => listing::messages(items),
+            false => Vec::new(),
         }
     }
 

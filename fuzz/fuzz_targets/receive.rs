@@ -280,6 +280,9 @@ fuzz_target!(|data: &[u8]| {
             checksum: flags & 2 != 0,
             inplace: flags & 4 != 0,
             delete: flags & 8 != 0,
+            // Bit 0x40 is taken below; dry runs and itemized answers share it.
+            dry_run: flags & 0x41 == 0x41,
+            items: flags & 0x40 != 0,
         },
     };
 
@@ -296,6 +299,7 @@ fuzz_target!(|data: &[u8]| {
     let opts = ReceiveOptions {
         progress: false,
         timeout: Duration::from_millis(100),
+        listing: Default::default(),
     };
     let receiver = std::thread::spawn(move || {
         let r = receive(store, KEY, rx, opts);

@@ -29,6 +29,7 @@ pub(crate) fn pipe_options(t: &Transfer, p: &Pipe, quiet: bool) -> PipeOptions {
         retries: t.retries,
         progress: !quiet,
         size: p.size,
+        limit: t.limit,
     }
 }
 

@@ -1,12 +1,15 @@
-//! Parsing what the user typed: `[user@]host:path` locations (rsync's rules) and the
-//! `-e/--rsh` command line (split into words the way rsync does).
+//! Parsing what the user typed: `[user@]host:path` locations (rsync's rules), the
+//! `-e/--rsh` command line (split into words the way rsync does), `--listen` addresses.
 //!
 //! Pure functions on bytes and strings; nothing here runs a command or touches a file.
 
 use std::ffi::OsStr;
 use std::fmt;
+use std::net::{IpAddr, SocketAddr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
+
+use crate::error::{Error, Result};
 
 /// Where one command-line path lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -227,9 +230,34 @@ pub fn split_command(s: &str) -> Result<Vec<String>, SpecError> {
     Ok(words)
 }
 
+/// `--listen`: ADDR or ADDR:PORT (port 0: any).
+pub fn parse_listen(s: &str) -> Result<SocketAddr> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    let ip = s.trim_start_matches('[').trim_end_matches(']');
+    ip.parse::<IpAddr>()
+        .map(|ip| SocketAddr::new(ip, 0))
+        .map_err(|_| Error::Usage(format!("invalid --listen '{s}': use ADDR or ADDR:PORT")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn listen_forms() {
+        assert_eq!(
+            parse_listen("127.0.0.1:9").unwrap(),
+            "127.0.0.1:9".parse().unwrap()
+        );
+        assert_eq!(
+            parse_listen("127.0.0.1").unwrap(),
+            "127.0.0.1:0".parse().unwrap()
+        );
+        assert_eq!(parse_listen("::1").unwrap(), "[::1]:0".parse().unwrap());
+        assert!(parse_listen("nope").is_err());
+    }
 
     fn loc(s: &str) -> Location {
         parse_location(OsStr::new(s)).unwrap()

@@ -19,12 +19,12 @@ use crate::cli::{AcceptArgs, Cli, CommandArgs, RemoteArgs, TransferArgs};
 use crate::codec::Compression;
 use crate::error::{Error, Result};
 use crate::plan::select::Selection;
-use crate::protocol::{Accept, SyncOptions, DEFAULT_BLOCK_SIZE, MAX_BLOCK, MAX_STREAMS};
+use crate::protocol::{Accept, Listing, SyncOptions, DEFAULT_BLOCK_SIZE, MAX_BLOCK, MAX_STREAMS};
 use crate::transport::Ticket;
 
-pub use location::{parse_location, split_command, Location, RemotePath, SpecError};
+pub use location::{parse_listen, parse_location, split_command, Location, RemotePath, SpecError};
 pub use pipe::{Pipe, PipeCopy, DEFAULT_PIPE_BUFFER, MAX_PIPE_BUFFER};
-pub use size::parse_size;
+pub use size::{parse_rate, parse_size};
 
 use crate::receive::pipe::PipeTo;
 use crate::send::pipe::PipeFrom;
@@ -68,6 +68,8 @@ pub struct Transfer {
     pub retries: u32,
     /// What the walk takes: filters, --files-from, symlinks followed, -x.
     pub select: Selection,
+    /// Bandwidth cap, bytes per second on the wire.
+    pub limit: Option<u64>,
 }
 
 /// How to reach and start far ends.
@@ -204,6 +206,13 @@ pub enum Command {
         /// What the receiving side keeps of the sender's metadata.
         accept: Accept,
     },
+    /// Change a running transfer's cap.
+    Limit {
+        /// The new cap (`None`: off).
+        rate: Option<u64>,
+        /// Which transfer.
+        pid: Option<u32>,
+    },
     /// The far end of a remote copy (hidden).
     Serve {
         /// Only print the versions.
@@ -222,6 +231,10 @@ pub struct Config {
     pub quiet: bool,
     /// Print the summary as JSON on stdout.
     pub json: bool,
+    /// `-v`, `-i`: what to list per entry (`outgoing` is set where the direction is known).
+    pub listing: Listing,
+    /// `--stats`: rsync-like totals at the end.
+    pub stats: bool,
 }
 
 impl Config {
@@ -337,11 +350,25 @@ impl Config {
                 None => copy_command(paths, &transfer, accept_config(&accept), &remote)?,
             },
             CommandArgs::Serve { probe, uploaded } => Command::Serve { probe, uploaded },
+            CommandArgs::Limit { rate, pid } => Command::Limit {
+                rate: match rate.as_str() {
+                    "off" => None,
+                    r => Some(parse_rate(r, 1)?),
+                },
+                pid,
+            },
         };
         Ok(Config {
             command,
             quiet: cli.quiet,
             json: cli.json,
+            listing: Listing {
+                verbose: cli.verbose > 0,
+                itemize: cli.itemize_changes > 0,
+                outgoing: false,
+                stderr: cli.json,
+            },
+            stats: cli.stats,
         })
     }
 }
@@ -437,9 +464,9 @@ fn ssh_options(r: &RemoteArgs) -> Result<SshOptions> {
 
 /// A stream's options: its buffer (checked against the block size) and expected size.
 fn stream_options(a: &TransferArgs, t: &Transfer) -> Result<Pipe> {
-    if a.checksum || a.inplace || a.delete {
+    if a.checksum || a.inplace || a.delete || a.dry_run {
         return Err(Error::Usage(
-            "--checksum, --inplace and --delete apply to files, not to a stream".into(),
+            "--checksum, --inplace, --delete and --dry-run apply to files, not to a stream".into(),
         ));
     }
     if t.select != Selection::default() {
@@ -494,39 +521,23 @@ fn transfer_config(
             checksum: a.checksum,
             inplace: a.inplace,
             delete: a.delete,
+            dry_run: a.dry_run,
+            items: false,
         },
         retries: a.retries.unwrap_or(DEFAULT_RETRIES),
         select: select::selection(&a.filter, a.delete)?,
+        limit: match (&a.limit, &a.bwlimit) {
+            (Some(r), _) => Some(parse_rate(r, 1)?),
+            // rsync's --bwlimit: a bare number is KiB per second.
+            (None, Some(r)) => Some(parse_rate(r, 1024)?),
+            (None, None) => None,
+        },
     })
-}
-
-fn parse_listen(s: &str) -> Result<SocketAddr> {
-    if let Ok(a) = s.parse::<SocketAddr>() {
-        return Ok(a);
-    }
-    let ip = s.trim_start_matches('[').trim_end_matches(']');
-    ip.parse::<IpAddr>()
-        .map(|ip| SocketAddr::new(ip, 0))
-        .map_err(|_| Error::Usage(format!("invalid --listen '{s}': use ADDR or ADDR:PORT")))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn listen_forms() {
-        assert_eq!(
-            parse_listen("127.0.0.1:9").unwrap(),
-            "127.0.0.1:9".parse().unwrap()
-        );
-        assert_eq!(
-            parse_listen("127.0.0.1").unwrap(),
-            "127.0.0.1:0".parse().unwrap()
-        );
-        assert_eq!(parse_listen("::1").unwrap(), "[::1]:0".parse().unwrap());
-        assert!(parse_listen("nope").is_err());
-    }
 
     fn cfg(args: &[&str]) -> Result<Config> {
         use clap::Parser;

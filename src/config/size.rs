@@ -1,4 +1,6 @@
-//! Sizes as users write them on the command line ("4M", "64K", "1MiB").
+//! Sizes and rates as users write them on the command line ("4M", "64K", "1MiB").
+
+use crate::error::{Error, Result};
 
 /// Parses "4M", "64K", "1MiB", "65536".
 pub fn parse_size(s: &str) -> Option<u64> {
@@ -14,6 +16,22 @@ pub fn parse_size(s: &str) -> Option<u64> {
         _ => return None,
     };
     n.checked_mul(mult)
+}
+
+/// A rate in bytes per second: "10M", "500K", "1G"; a bare number is `unit` bytes.
+pub fn parse_rate(s: &str, unit: u64) -> Result<u64> {
+    let bare = s.bytes().all(|b| b.is_ascii_digit());
+    let n = if bare {
+        s.parse::<u64>().ok().and_then(|n| n.checked_mul(unit))
+    } else {
+        parse_size(s)
+    };
+    match n {
+        Some(n) if n > 0 => Ok(n),
+        _ => Err(Error::Usage(format!(
+            "invalid rate '{s}': use bytes per second, e.g. 10M (MiB/s) or 500K"
+        ))),
+    }
 }
 
 #[cfg(test)]

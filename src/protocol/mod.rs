@@ -9,6 +9,7 @@
 //! Non-goals: I/O, timing, retries (the drivers in `send` and `receive` own those).
 //!
 //! Layout: `limits` (every size bound), `frame` (the envelope), `reader` ([`FrameReader`]),
+//! `item` (what a transfer changes, and rsync's lines for it),
 //! `seal`
 //! (every frame's tag and every control message's MAC, per connection), `data` (the
 //! data-unit header), `msg` (control messages), `path` (safe relative paths), `filter`
@@ -17,7 +18,8 @@
 //! # Streams and order
 //! One control stream, then N data streams. On the control stream the sender writes
 //! [`Control::Start`], then for each manifest batch [`Control::Entries`], which the
-//! receiver answers with [`Control::Need`] (the ids whose data it wants). Data streams
+//! receiver answers with [`Control::Need`] (the ids whose data it wants), preceded, when
+//! `Start` asked for them, by [`Control::Items`] (what changes, for `-v`/`-i`). Data streams
 //! carry only [`FrameKind::Data`] frames and end with [`FrameKind::End`]. When everything
 //! is queued and sent, the sender writes [`Control::Finish`]; the receiver answers with
 //! [`Control::Done`] once every file is durable, or [`Control::Error`] at any point.
@@ -36,6 +38,7 @@ mod accept;
 mod data;
 mod filter;
 mod frame;
+mod item;
 mod limits;
 mod msg;
 mod path;
@@ -46,6 +49,7 @@ pub use accept::Accept;
 pub use data::{encode_data_header, hashed_parts, set_hash, Codec, DataHeader, Segment};
 pub use filter::{Filter, FilterRule, MAX_PATTERN, MAX_RULES};
 pub use frame::{Frame, FrameHeader, FrameKind, ReadError, FRAME_HEADER_LEN};
+pub use item::{Change, Item, ItemKind, Listing};
 pub use limits::{
     CONTROL_MAC_LEN, DATA_FIXED_LEN, DEFAULT_BLOCK_SIZE, FRAME_TAG_LEN, MAX_BLOCK, MAX_CONTROL_LEN,
     MAX_DATA_LEN, MAX_SEGMENTS, MAX_STREAMS,

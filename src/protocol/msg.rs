@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::item::Item;
 use super::limits::{CONTROL_MAC_LEN, MAX_CONTROL_LEN};
 use super::seal::Sealer;
 use super::ProtocolError;
@@ -96,6 +97,10 @@ pub enum Control {
     /// Sender → receiver, after `Start`, only with `--delete` and filter rules: the
     /// rules; `--delete` keeps destination entries they exclude (rsync's default).
     Protect(super::Filter),
+    /// Receiver → sender, when `SyncOptions::items` asked for it: what changed at the
+    /// destination (for `-v`/`-i`), sent before the `Need` answering a batch and before
+    /// `Done` (deletions). The sender prints them and keeps waiting for its answer.
+    Items(Vec<Item>),
 }
 
 /// How the receiver treats files it already has (set by the sender's user).
@@ -107,6 +112,11 @@ pub struct SyncOptions {
     pub inplace: bool,
     /// Remove destination entries that are not in the source.
     pub delete: bool,
+    /// `--dry-run`: answer the manifest with what a real run would do (no data is wanted)
+    /// and create, write or delete nothing.
+    pub dry_run: bool,
+    /// Send `Control::Items` (what changes, for the sender's `-v`/`-i`).
+    pub items: bool,
 }
 
 /// What the receiver wants of one regular file.
@@ -154,6 +164,11 @@ pub struct Summary {
     pub unchanged_bytes: u64,
     /// Entries removed by --delete.
     pub deleted: u64,
+    /// Bytes of files sent that were not sent: matching delta pieces, resumed ranges
+    /// (part of `unchanged_bytes`).
+    pub matched: u64,
+    /// A dry run: `files` and `deleted` say what a real run would do; nothing changed.
+    pub dry_run: bool,
 }
 
 /// One manifest entry: a path and what to create there.
@@ -251,6 +266,7 @@ impl Control {
             Control::StreamAck { .. } => "StreamAck",
             Control::StreamLost { .. } => "StreamLost",
             Control::StreamEnd { .. } => "StreamEnd",
+            Control::Items(_) => "Items",
             Control::Keepalive => "Keepalive",
             Control::Protect(_) => "Protect",
         }

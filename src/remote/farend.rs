@@ -281,11 +281,13 @@ impl FarEnd {
                 message,
                 files,
                 bytes,
+                deleted,
             } => Err(self.done_error(&Done {
                 code,
                 message,
                 files,
                 bytes,
+                deleted,
             })),
         }
     }
@@ -314,6 +316,7 @@ impl FarEnd {
                 message,
                 files,
                 bytes,
+                deleted,
             }) = wire::decode::<Reply>(&line)
             {
                 done = Some(Done {
@@ -321,6 +324,7 @@ impl FarEnd {
                     message,
                     files,
                     bytes,
+                    deleted,
                 });
                 break;
             }
@@ -384,6 +388,8 @@ pub struct Done {
     pub files: u64,
     /// Bytes moved.
     pub bytes: u64,
+    /// Entries removed by `--delete`.
+    pub deleted: u64,
 }
 
 enum Greeted {

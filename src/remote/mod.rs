@@ -39,8 +39,8 @@ use crate::config::{RemoteCopy, RemotePath, SshOptions, DEFAULT_TIMEOUT};
 use crate::error::{exit, Error, Result};
 use crate::plan::layout::{dest_layout, is_single_file};
 use crate::plan::walk::{self, Source};
-use crate::progress::summary_line;
-use crate::protocol::Accept;
+use crate::progress::{summary_line, summary_tail};
+use crate::protocol::{Accept, Listing, SyncOptions};
 use crate::receive::{receive, ReceiveOptions, ReceiveReport};
 use crate::send::{send, SendOptions, SendReport};
 use crate::store::Store;
@@ -156,6 +156,7 @@ fn push(
         advertise: f.ssh.advertise,
         everywhere: false,
         accept: f.accept,
+        dry_run: opts.sync.dry_run,
     })?;
     let ready = far.ready("setting up the receiver")?;
     let (ticket, port, rename) = match ready.ticket {
@@ -189,7 +190,10 @@ fn pull(
     };
     let ticket = Ticket::parse(&ticket)?;
     let (root, rename) = dest_layout(single_file, dest);
-    let store = Store::open(&root)?;
+    let store = match opts.sync.dry_run {
+        true => Store::open_dry(&root)?,
+        false => Store::open(&root)?,
+    };
     store.set_accept(f.accept);
     far.send(&Request::Go {
         rename,
@@ -229,6 +233,7 @@ fn pull(
         let opts = ReceiveOptions {
             progress: !f.quiet,
             timeout: DEFAULT_TIMEOUT,
+            listing: opts.listing,
         };
         receive(store, key, rx, opts)
     });
@@ -260,10 +265,20 @@ fn send_request(
         streams: t.streams as u16,
         compress: t.compress.to_string(),
         block_size: t.block_size,
-        sync: t.sync,
+        // A pull's local receiver prints itself; remote to remote, the far sender does
+        // (its stderr is shown here with its host name).
+        sync: SyncOptions {
+            items: !listen && t.listing.is_on(),
+            ..t.sync
+        },
         listen,
         advertise,
         select: t.select.clone(),
+        limit: t.limit,
+        listing: Listing {
+            stderr: true,
+            ..t.listing
+        },
     }
 }
 
@@ -293,6 +308,7 @@ fn between(
         advertise: f.ssh.advertise,
         everywhere: true,
         accept: f.accept,
+        dry_run: opts.sync.dry_run,
     })?;
     let ready = receiver.ready("setting up the receiver")?;
     let (ticket, rename) = match ready.ticket {
@@ -311,14 +327,15 @@ fn between(
         (Some(s), _) if s.code == exit::OK => {
             if !f.quiet {
                 eprintln!(
-                    "{}",
+                    "{}{}",
                     summary_line(
                         &format!("copied {} -> {}:", sender.host, receiver.host),
                         s.files,
                         s.bytes,
                         s.bytes,
                         started,
-                    )
+                    ),
+                    summary_tail(0, s.deleted)
                 );
             }
             Ok(())

@@ -72,6 +72,7 @@ pub fn run(
                 block_size: opts.block_size,
                 window: opts.window,
                 advertise: ssh.advertise,
+                limit: opts.limit,
             })?;
             let ready = far.ready("setting up the sender")?;
             let Some(ticket) = ready.ticket else {

@@ -23,7 +23,7 @@ use crate::config::{DEFAULT_RETRIES, DEFAULT_TIMEOUT};
 use crate::error::{exit, Error, Result};
 use crate::plan::layout::{dest_layout, is_single_file};
 use crate::plan::walk::{self, Source};
-use crate::protocol::Accept;
+use crate::protocol::{Accept, Listing};
 use crate::receive::{incoming, receive, ReceiveOptions};
 use crate::send::{send, ticket_dialer, SendOptions};
 use crate::session::lost;
@@ -62,9 +62,11 @@ pub fn run(uploaded: bool) -> i32 {
             advertise,
             everywhere,
             accept,
+            dry_run,
         }) => {
             watch_stdin(input, Arc::clone(&finished));
-            serve_receive(&out, &dest, single_file, advertise, everywhere, accept)
+            let how = (advertise, everywhere, accept, dry_run);
+            serve_receive(&out, &dest, single_file, how)
         }
         Ok(Request::Send {
             paths,
@@ -75,6 +77,8 @@ pub fn run(uploaded: bool) -> i32 {
             listen,
             advertise,
             select,
+            limit,
+            listing,
         }) => {
             let opts = compress
                 .parse::<Compression>()
@@ -87,6 +91,8 @@ pub fn run(uploaded: bool) -> i32 {
                     sync,
                     retries: DEFAULT_RETRIES,
                     select,
+                    limit,
+                    listing,
                 });
             match opts {
                 Ok(o) => serve_send(&out, input, &finished, &paths, o, listen, advertise),
@@ -100,7 +106,7 @@ pub fn run(uploaded: bool) -> i32 {
             advertise,
         }) => {
             watch_stdin(input, Arc::clone(&finished));
-            pipe::serve_receive_stream(&out, &dest, command, window, advertise).map(|b| (0, b))
+            pipe::serve_receive_stream(&out, &dest, command, window, advertise).map(|b| (0, b, 0))
         }
         Ok(Request::SendStream {
             path,
@@ -110,6 +116,7 @@ pub fn run(uploaded: bool) -> i32 {
             block_size,
             window,
             advertise,
+            limit,
         }) => {
             watch_stdin(input, Arc::clone(&finished));
             let req = pipe::SendStream {
@@ -120,8 +127,9 @@ pub fn run(uploaded: bool) -> i32 {
                 block_size,
                 window,
                 advertise,
+                limit,
             };
-            pipe::serve_send_stream(&out, req).map(|b| (0, b))
+            pipe::serve_send_stream(&out, req).map(|b| (0, b, 0))
         }
         Ok(Request::Go { .. }) => Err(Error::Usage("Go before Send".into())),
         // The local side went away before saying anything: nobody to tell.
@@ -129,15 +137,16 @@ pub fn run(uploaded: bool) -> i32 {
         Err(Some(e)) => Err(e),
     };
     finished.store(true, Ordering::SeqCst);
-    let (code, message, files, bytes) = match result {
-        Ok((files, bytes)) => (exit::OK, String::new(), files, bytes),
-        Err(e) => (e.exit_code(), e.to_string(), 0, 0),
+    let (code, message, files, bytes, deleted) = match result {
+        Ok((files, bytes, deleted)) => (exit::OK, String::new(), files, bytes, deleted),
+        Err(e) => (e.exit_code(), e.to_string(), 0, 0, 0),
     };
     out.line(&wire::encode(&Reply::Done {
         code,
         message,
         files,
         bytes,
+        deleted,
     }));
     code
 }
@@ -180,12 +189,13 @@ fn serve_receive(
     out: &Out,
     dest: &[u8],
     single_file: bool,
-    advertise: Option<IpAddr>,
-    everywhere: bool,
-    accept: Accept,
-) -> Result<(u64, u64)> {
+    (advertise, everywhere, accept, dry_run): (Option<IpAddr>, bool, Accept, bool),
+) -> Result<(u64, u64, u64)> {
     let (root, rename) = dest_layout(single_file, &path_of(dest));
-    let store = Store::open(&root)?;
+    let store = match dry_run {
+        true => Store::open_dry(&root)?,
+        false => Store::open(&root)?,
+    };
     store.set_accept(accept);
     let (listener, ticket, port) = listen(advertise, everywhere)?;
     let key = ticket.secret.block_key();
@@ -200,6 +210,7 @@ fn serve_receive(
     let opts = ReceiveOptions {
         progress: false,
         timeout: DEFAULT_TIMEOUT,
+        listing: Listing::default(),
     };
     let report = receive(store, key, rx, opts)?;
     if report.sender_failed > 0 {
@@ -208,7 +219,8 @@ fn serve_receive(
             first: "see the sender's output".into(),
         });
     }
-    Ok((report.summary.files, report.summary.bytes))
+    let s = &report.summary;
+    Ok((s.files, s.bytes, s.deleted))
 }
 
 fn serve_send(
@@ -219,7 +231,7 @@ fn serve_send(
     opts: SendOptions,
     listen_here: bool,
     advertise: Option<IpAddr>,
-) -> Result<(u64, u64)> {
+) -> Result<(u64, u64, u64)> {
     let mut sources: Vec<Source> = paths
         .iter()
         .map(|p| Source::from_arg(&path_of(p)))
@@ -285,11 +297,10 @@ fn serve_send(
             return Err(Error::Usage("no ticket to dial".into()));
         }
     };
-    let files = report.summary.files;
-    let bytes = report.summary.bytes;
+    let s = &report.summary;
     match report.partial_error() {
         Some(e) => Err(e),
-        None => Ok((files, bytes)),
+        None => Ok((s.files, s.bytes, s.deleted)),
     }
 }
 

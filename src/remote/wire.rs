@@ -26,11 +26,11 @@ use std::net::IpAddr;
 use serde::{Deserialize, Serialize};
 
 use crate::plan::select::Selection;
-use crate::protocol::{Accept, SyncOptions};
+use crate::protocol::{Accept, Listing, SyncOptions};
 use crate::transport::PROTOCOL_VERSION;
 
 /// Version of this line protocol; bumped whenever `Request` or `Reply` change shape.
-pub const SERVE_VERSION: u16 = 3;
+pub const SERVE_VERSION: u16 = 4;
 /// Every message line starts with this.
 const MSG_PREFIX: &str = "haul-msg ";
 /// Greeting lines start with this.
@@ -57,6 +57,9 @@ pub enum Request {
         /// What to keep of the sender's metadata.
         #[serde(default)]
         accept: Accept,
+        /// `--dry-run`: open the destination without creating it.
+        #[serde(default)]
+        dry_run: bool,
     },
     /// Be the sender of `paths`.
     Send {
@@ -79,6 +82,12 @@ pub enum Request {
         /// What the walk takes: filter rules, the --files-from list (read on the local
         /// host), symlinks followed, -x.
         select: Selection,
+        /// Bandwidth cap, bytes per second on the wire (`--limit`).
+        limit: Option<u64>,
+        /// What this far sender prints (on its stderr) per change the receiver reports
+        /// (remote to remote, `-v`/`-i`).
+        #[serde(default)]
+        listing: Listing,
     },
     /// Receive one stream into the file `dest`, or into the standard input of `command`
     /// (run with `sh -c`; its standard output goes to our standard error).
@@ -109,6 +118,8 @@ pub enum Request {
         window: u64,
         /// Advertise this address in the ticket instead of our own.
         advertise: Option<IpAddr>,
+        /// Bandwidth cap, bytes per second on the wire (`--limit`).
+        limit: Option<u64>,
     },
     /// Sender only: start.
     Go {
@@ -146,6 +157,9 @@ pub enum Reply {
         files: u64,
         /// Bytes of file data moved.
         bytes: u64,
+        /// Entries removed by `--delete` (for the summary line).
+        #[serde(default)]
+        deleted: u64,
     },
 }
 
@@ -241,6 +255,7 @@ mod tests {
                     owner: false,
                     ..Accept::default()
                 },
+                dry_run: true,
             },
             Request::Send {
                 paths: vec![b"a/".to_vec(), b"b".to_vec()],
@@ -251,6 +266,8 @@ mod tests {
                     checksum: true,
                     inplace: false,
                     delete: true,
+                    dry_run: true,
+                    items: true,
                 },
                 listen: true,
                 advertise: None,
@@ -264,6 +281,11 @@ mod tests {
                     links: crate::plan::select::Links::CopyUnsafe,
                     one_file_system: true,
                     quiet: false,
+                },
+                limit: Some(10 << 20),
+                listing: Listing {
+                    itemize: true,
+                    ..Listing::default()
                 },
             },
             Request::Go {
@@ -285,6 +307,7 @@ mod tests {
                 block_size: 4 << 20,
                 window: 64 << 20,
                 advertise: None,
+                limit: None,
             },
         ];
         for r in reqs {
@@ -298,6 +321,7 @@ mod tests {
             message: "disk full".into(),
             files: 1,
             bytes: 2,
+            deleted: 3,
         };
         assert_eq!(decode::<Reply>(&encode(&done)).unwrap(), done);
     }
@@ -318,6 +342,14 @@ mod tests {
         let g = parse_greeting(&greeting(Some("ab12"))).unwrap();
         assert_eq!(g.hash.as_deref(), Some("ab12"));
         assert!(!parse_greeting("haul-serve 9 1").unwrap().compatible());
+        // Version 4: `Receive` carries dry_run, `Send` a listing and a cap, `Done` deleted (3 added
+        // the walk's selection); an older far end cannot read them and is replaced by an
+        // upload.
+        assert_eq!(SERVE_VERSION, 4);
+        for old in 2..SERVE_VERSION {
+            let line = format!("haul-serve {old} {PROTOCOL_VERSION}");
+            assert!(!parse_greeting(&line).unwrap().compatible());
+        }
         assert!(parse_greeting("haul-serve x").is_none());
         assert!(parse_greeting("Welcome!").is_none());
         assert!(parse_greeting("haul-serve 1 1 h extra").is_none());

@@ -39,6 +39,8 @@ pub struct Redial<'a> {
     pub retries: u32,
     /// This stream's number, for messages.
     pub stream: usize,
+    /// The sender's bandwidth cap, shared by its streams.
+    pub pace: &'a super::pace::Pacer,
 }
 
 /// A data connection and the tags of the frames we write on it.
@@ -65,6 +67,7 @@ impl Redial<'_> {
         counters: &Counters,
     ) -> Result<()> {
         let len = parts.iter().map(|p| p.len()).sum();
+        self.pace.take(len + crate::protocol::FRAME_HEADER_LEN);
         let mut head = Vec::new();
         let mut attempt = 0;
         loop {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::dial::{backoff, gave_up};
 use crate::error::{Error, Result};
 use crate::progress::Counters;
-use crate::protocol::Control;
+use crate::protocol::{Control, Item};
 use crate::session::{is_tick, Channel};
 use crate::transport::{Conn, Role, TransportError};
 
@@ -30,6 +30,8 @@ pub(super) struct Link<'a> {
     chan: Channel,
     retries: u32,
     counters: &'a Counters,
+    /// Where the receiver's `Items` go (printed for `-v`/`-i`).
+    on_items: Option<&'a (dyn Fn(Vec<Item>) + Sync)>,
 }
 
 impl<'a> Link<'a> {
@@ -64,7 +66,27 @@ impl<'a> Link<'a> {
             chan,
             retries,
             counters,
+            on_items: None,
         })
+    }
+
+    /// Hands the receiver's `Items` to `f` (they may precede any answer).
+    pub(super) fn on_items(&mut self, f: &'a (dyn Fn(Vec<Item>) + Sync)) {
+        self.on_items = Some(f);
+    }
+
+    /// The next message that is not `Items` (those go to `on_items`).
+    fn read_answer(&mut self) -> Result<Control> {
+        loop {
+            match self.chan.read(None)? {
+                Control::Items(items) => {
+                    if let Some(f) = self.on_items {
+                        f(items);
+                    }
+                }
+                other => return Ok(other),
+            }
+        }
     }
 
     /// Re-dials after a failure, with backoff.
@@ -100,7 +122,7 @@ impl<'a> Link<'a> {
     pub(super) fn request(&mut self, msg: &Control) -> Result<Control> {
         let mut attempts = 0;
         loop {
-            let r = self.chan.write(msg).and_then(|()| self.chan.read(None));
+            let r = self.chan.write(msg).and_then(|()| self.read_answer());
             match r {
                 Ok(reply) => return Ok(reply),
                 Err(e @ Error::Transport(_)) if attempts < self.retries => {

@@ -16,12 +16,13 @@ use crate::error::{Error, Result};
 use crate::plan::queue::WorkQueue;
 use crate::plan::walk::{self, FileData, Skipped, Source, Walked};
 use crate::progress::{Counters, Progress};
-use crate::protocol::{Control, Entry, ProtocolError, Summary, WantKind};
+use crate::protocol::{Control, Entry, EntryKind, Item, ProtocolError, Summary, WantKind};
 use crate::session::lost;
 use crate::transport::{Conn, Role};
 
 mod dial;
 mod link;
+pub mod pace;
 pub mod pipe;
 mod report;
 mod worker;
@@ -48,6 +49,9 @@ where
     walk::check_sources(sources)?;
     let started = Instant::now();
     let counters = Arc::new(Counters::default());
+    let pace = Arc::new(pace::Pacer::new(Arc::clone(&counters), opts.limit));
+    let _control = pace::control::listen(&pace);
+    let pace = &*pace;
     let progress = Progress::start(Arc::clone(&counters), opts.progress);
     let start = Control::Start {
         streams: opts.streams as u16,
@@ -55,6 +59,13 @@ where
         options: opts.sync,
     };
     let mut link = Link::open(&dial, start, opts.retries, &counters)?;
+    let (printer, listing) = (progress.printer(), opts.listing);
+    let print = move |items: Vec<Item>| {
+        for line in items.iter().filter_map(|i| listing.line(i)) {
+            printer.say(&line, listing.stderr);
+        }
+    };
+    link.on_items(&print);
     if opts.sync.delete && !opts.select.filter.is_empty() {
         link.tell(&Control::Protect(opts.select.filter.clone()))?;
     }
@@ -74,6 +85,7 @@ where
                         dial: &redial,
                         retries: opts.retries,
                         stream: i,
+                        pace,
                     };
                     let r = worker::run(&link, queue, key, opts, counters, failures);
                     if r.is_err() {
@@ -229,6 +241,10 @@ fn run_manifest(
         let end = match msg {
             Ok(WalkMsg::Entry(w)) => {
                 let w = *w;
+                Counters::add(&counters.entries, 1);
+                if matches!(w.entry.kind, EntryKind::Dir) {
+                    Counters::add(&counters.dirs, 1);
+                }
                 if let Some(d) = w.data {
                     Counters::add(&counters.total_files, 1);
                     Counters::add(

@@ -25,6 +25,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use super::dial::Redial;
 use super::link::{Link, Polled};
+use super::pace::Pacer;
 use crate::codec::Compression;
 use crate::error::{Error, Result};
 use crate::progress::{Counters, Progress};
@@ -53,6 +54,8 @@ pub struct PipeOptions {
     pub progress: bool,
     /// The stream's expected length, if known (for percent and ETA).
     pub size: Option<u64>,
+    /// Bandwidth cap in bytes per second of wire bytes, all streams together.
+    pub limit: Option<u64>,
 }
 
 /// What the sender reports once the receiver confirmed the stream.
@@ -92,6 +95,9 @@ where
     if let Some(n) = opts.size {
         counters.total_bytes.store(n, Ordering::Relaxed);
     }
+    let pace = Arc::new(Pacer::new(Arc::clone(&counters), opts.limit));
+    let _control = super::pace::control::listen(&pace);
+    let pace = &*pace;
     let progress = Progress::start_stream(Arc::clone(&counters), opts.progress);
     let start = Control::StreamStart {
         streams: opts.streams as u16,
@@ -129,6 +135,7 @@ where
                         dial: &redial,
                         retries: opts.retries,
                         stream: i,
+                        pace,
                     };
                     let mut w = Stream::new(&link, key, opts.compress, flow, counters);
                     let r = w.run(&work_rx, &again_rx);

@@ -11,7 +11,7 @@ use std::time::Instant;
 use crate::codec::Compression;
 use crate::error::Error;
 use crate::progress::Counters;
-use crate::protocol::{Summary, SyncOptions};
+use crate::protocol::{Listing, Summary, SyncOptions};
 
 /// How to send.
 #[derive(Clone, Debug)]
@@ -28,8 +28,12 @@ pub struct SendOptions {
     pub sync: SyncOptions,
     /// How often a dropped connection is re-dialed before giving up.
     pub retries: u32,
+    /// What to print per change the receiver reports (`-v`, `-i`; with `sync.items`).
+    pub listing: Listing,
     /// What the walk takes (filters, --files-from, symlinks followed, -x).
     pub select: crate::plan::select::Selection,
+    /// Bandwidth cap in bytes per second of wire bytes, all streams together.
+    pub limit: Option<u64>,
 }
 
 /// What the sender reports when the receiver confirmed the transfer.

@@ -1,7 +1,9 @@
 //! `--delete`: removes destination entries that are absent at the source, only inside
 //! directories the source sent (as rsync does), never following a symlink and never
 //! leaving the destination root. What the sender's filter rules exclude stays (rsync's
-//! default without --delete-excluded).
+//! default without --delete-excluded). In a dry run it only lists what it would remove;
+//! either way each removal is an [`Item`] when items are collected (children before their
+//! directory, as rsync prints them).
 
 use std::io;
 use std::os::fd::OwnedFd;
@@ -12,17 +14,22 @@ use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
 use super::fsops;
 use super::state::Store;
 use crate::error::Result;
-use crate::protocol::{Filter, SafeRelPath};
+use crate::protocol::{Change, Filter, Item, ItemKind, SafeRelPath};
 
 impl Store {
     /// Deletes, in each directory the sender sent, every entry it did not send.
     pub(super) fn delete_extraneous(&self, dirs: &[SafeRelPath]) -> Result<()> {
         let seen = self.seen.lock().map(|s| s.clone()).unwrap_or_default();
         let protect = self.protect.lock().map(|p| p.clone()).unwrap_or_default();
+        let dry = self.options().dry_run;
         for dir in dirs {
-            let fd = self
-                .at(dir, fsops::open_dir)
-                .map_err(|x| self.dest_err(dir, x))?;
+            let fd = match self.at(dir, fsops::open_dir) {
+                Ok(fd) if !self.absent => fd,
+                // A dry run's new directory: nothing in it to delete.
+                Err(_) | Ok(_) if dry => continue,
+                Err(x) => return Err(self.dest_err(dir, x)),
+                Ok(fd) => fd,
+            };
             for name in list(&fd).map_err(|x| self.dest_err(dir, x))? {
                 if name.starts_with(fsops::PARTIAL_PREFIX.as_bytes()) {
                     continue;
@@ -31,13 +38,39 @@ impl Store {
                 if seen.contains(&child) || excluded(&protect, &fd, &name, &child) {
                     continue;
                 }
-                let n = remove_tree(&fd, &name, &protect, &child)
+                let mut gone = Vec::new();
+                let how = Removal {
+                    rules: &protect,
+                    dry,
+                };
+                remove_tree(&fd, &name, &child, &how, &mut gone)
                     .map_err(|x| self.dest_err(&child, x))?;
-                self.deleted.fetch_add(n.0, Ordering::Relaxed);
+                self.deleted.fetch_add(gone.len() as u64, Ordering::Relaxed);
+                for (path, is_dir) in gone {
+                    self.note_item(Item {
+                        path,
+                        kind: if is_dir {
+                            ItemKind::Dir
+                        } else {
+                            ItemKind::File
+                        },
+                        change: Change {
+                            deleted: true,
+                            ..Change::default()
+                        },
+                        target: Vec::new(),
+                    });
+                }
             }
         }
         Ok(())
     }
+}
+
+/// How `remove_tree` removes: what stays (the sender's rules), and whether it only lists.
+struct Removal<'a> {
+    rules: &'a Filter,
+    dry: bool,
 }
 
 /// Whether the sender's rules exclude `name` (at `path`) in the directory `dir`: then it
@@ -66,19 +99,24 @@ fn list(fd: &OwnedFd) -> io::Result<Vec<Vec<u8>>> {
 }
 
 /// Removes `name` (at `path`) in `parent` and, for a directory, everything below it that
-/// `rules` do not exclude (symlinks are removed, never followed); a directory that keeps
-/// an excluded entry stays, as with rsync. Returns how many entries were removed and
-/// whether `name` itself was.
+/// the rules do not exclude (symlinks are removed, never followed); a directory that keeps
+/// an excluded entry stays, as with rsync. A dry run removes nothing. Adds each entry
+/// removed to `gone` (its path, and whether it is a directory), children first; returns
+/// whether `name` itself was removed.
 fn remove_tree(
     parent: &OwnedFd,
     name: &[u8],
-    rules: &Filter,
     path: &SafeRelPath,
-) -> io::Result<(u64, bool)> {
+    how: &Removal<'_>,
+    gone: &mut Vec<(Vec<u8>, bool)>,
+) -> io::Result<bool> {
     let st = rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW)?;
     if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
-        rustix::fs::unlinkat(parent, name, AtFlags::empty())?;
-        return Ok((1, true));
+        if !how.dry {
+            rustix::fs::unlinkat(parent, name, AtFlags::empty())?;
+        }
+        gone.push((path.as_bytes().to_vec(), false));
+        return Ok(true);
     }
     let fd = rustix::fs::openat(
         parent,
@@ -88,30 +126,34 @@ fn remove_tree(
     )?;
     // A read-only directory cannot be emptied until it is writable (its mode read from
     // the descriptor: the name may have been swapped since the stat).
-    let mode = rustix::fs::fstat(&fd).ok().map(|st| st.st_mode & 0o7777);
+    let mode = match how.dry {
+        true => None,
+        false => rustix::fs::fstat(&fd).ok().map(|st| st.st_mode & 0o7777),
+    };
     if let Some(m) = mode {
         let _ = rustix::fs::fchmod(&fd, Mode::from_raw_mode(m | 0o700));
     }
-    let (mut n, mut kept) = (0, false);
+    let mut kept = false;
     for child in list(&fd)? {
         let Ok(child_path) = path.join(&child) else {
             kept = true;
             continue;
         };
-        if excluded(rules, &fd, &child, &child_path) {
+        if excluded(how.rules, &fd, &child, &child_path) {
             kept = true;
             continue;
         }
-        let (removed, gone) = remove_tree(&fd, &child, rules, &child_path)?;
-        n += removed;
-        kept |= !gone;
+        kept |= !remove_tree(&fd, &child, &child_path, how, gone)?;
     }
     if kept {
         if let Some(m) = mode {
             let _ = rustix::fs::fchmod(&fd, Mode::from_raw_mode(m));
         }
-        return Ok((n, false));
+        return Ok(false);
     }
-    rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR)?;
-    Ok((n + 1, true))
+    if !how.dry {
+        rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR)?;
+    }
+    gone.push((path.as_bytes().to_vec(), true));
+    Ok(true)
 }

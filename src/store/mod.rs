@@ -21,6 +21,7 @@
 //! - `resume`: what to ask for per regular file (quick check, resume, delta), on `partial`;
 //! - `other`: directories, symlinks, FIFOs, devices and hardlinks;
 //! - `mirror`: `--delete`;
+//! - `report`: what each entry changes (`-v`, `-i`) and a dry run's account (`-n`);
 //! - `fsops`, `journal` and `key`: file-system calls beneath the root, the resume journal,
 //!   and the receiver's private key that authenticates journals;
 //! - `tests`: unit tests against a local user who swaps and plants files in the destination.
@@ -31,6 +32,7 @@ mod key;
 mod mirror;
 mod other;
 mod partial;
+mod report;
 mod resume;
 mod state;
 #[cfg(test)]
@@ -42,7 +44,7 @@ pub use state::{Store, WriterCache};
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crossbeam_channel::Receiver;
@@ -61,6 +63,26 @@ const FINISHERS: usize = 8;
 impl Store {
     /// Opens (creating if needed) the destination root.
     pub fn open(root: &Path) -> Result<Store> {
+        Store::open_as(root, false)
+    }
+
+    /// Opens the destination root for a dry run (`-n`): creates nothing; a root that does
+    /// not exist yet is remembered as absent (everything beneath it would be new).
+    pub fn open_dry(root: &Path) -> Result<Store> {
+        Store::open_as(root, true)
+    }
+
+    fn open_as(root: &Path, dry: bool) -> Result<Store> {
+        let absent = dry && std::fs::symlink_metadata(root).is_err();
+        // An absent root is stood in for by its nearest existing ancestor, never looked in.
+        let root_dir = match absent {
+            true => root
+                .ancestors()
+                .skip(1)
+                .find(|p| p.is_dir())
+                .unwrap_or(Path::new("/")),
+            false => root,
+        };
         let created = !root.exists();
         if let Ok(m) = std::fs::metadata(root) {
             if !m.is_dir() {
@@ -71,22 +93,26 @@ impl Store {
                 });
             }
         }
-        std::fs::create_dir_all(root).map_err(|e| Error::destination(root, e))?;
+        if !dry {
+            std::fs::create_dir_all(root).map_err(|e| Error::destination(root, e))?;
+        }
         let fd = rustix::fs::open(
-            root,
+            root_dir,
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         )
         .map_err(|e| Error::destination(root, e.into()))?;
         // Fail now, not when the sender arrives: we must be able to create entries here.
-        rustix::fs::accessat(
-            &fd,
-            ".",
-            rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
-            rustix::fs::AtFlags::EACCESS,
-        )
-        .map_err(|e| Error::destination(root, e.into()))?;
-        if created {
+        if !dry {
+            rustix::fs::accessat(
+                &fd,
+                ".",
+                rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
+                rustix::fs::AtFlags::EACCESS,
+            )
+            .map_err(|e| Error::destination(root, e.into()))?;
+        }
+        if created && !dry {
             if let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty()) {
                 if let Ok(p) = File::open(parent) {
                     let _ = p.sync_all();
@@ -123,6 +149,11 @@ impl Store {
             journal_key: OnceLock::new(),
             ranges: AtomicU64::new(0),
             stats: Arc::new(Counters::default()),
+            collect: AtomicBool::new(false),
+            items: Mutex::new(Vec::new()),
+            matched: AtomicU64::new(0),
+            absent,
+            fresh: created && !dry,
         })
     }
 
@@ -182,6 +213,8 @@ impl Store {
     pub fn apply_entries(&self, entries: Vec<Entry>) -> Result<Vec<Want>> {
         let mut need = Vec::new();
         let delete = self.options().delete;
+        let dry = self.options().dry_run;
+        let look = dry || self.collecting();
         let accept = self.accept();
         let me = (
             rustix::process::geteuid().as_raw(),
@@ -203,6 +236,15 @@ impl Store {
             // but still "seen", so --delete leaves what the destination has by that name.
             if !accept.apply(&mut e, me.0, me.1) {
                 self.skipped.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            // Looked at before anything is made: what changes, or in a dry run, what would.
+            let item = if look { self.observe(&path, &e) } else { None };
+            if dry {
+                self.dry_entry(path, e, item.as_ref());
+                if let Some(i) = item {
+                    self.note_item(i);
+                }
                 continue;
             }
             match &e.kind {
@@ -231,6 +273,9 @@ impl Store {
                         h.push((path, target));
                     }
                 }
+            }
+            if let Some(i) = item {
+                self.note_item(i);
             }
         }
         Ok(need)
@@ -285,6 +330,9 @@ impl Store {
             let sent: Vec<SafeRelPath> = dirs.iter().map(|(p, _)| p.clone()).collect();
             self.delete_extraneous(&sent)?;
         }
+        if self.options().dry_run {
+            return Ok(self.summary());
+        }
         // Deepest first, so a read-only parent never blocks its children.
         dirs.sort_by_key(|(p, _)| std::cmp::Reverse(p.components().count()));
         let mut touched = self
@@ -306,7 +354,12 @@ impl Store {
             self.at(dir, fsops::sync_dir)
                 .map_err(|x| self.dest_err(dir, x))?;
         }
-        Ok(Summary {
+        Ok(self.summary())
+    }
+
+    /// The account of this transfer so far.
+    fn summary(&self) -> Summary {
+        Summary {
             files: self.stats.done_files.load(Ordering::Relaxed),
             other: self.other.load(Ordering::Relaxed),
             bytes: self.stats.done_bytes.load(Ordering::Relaxed),
@@ -314,6 +367,8 @@ impl Store {
             unchanged_files: self.unchanged_files.load(Ordering::Relaxed),
             unchanged_bytes: self.unchanged_bytes.load(Ordering::Relaxed),
             deleted: self.deleted.load(Ordering::Relaxed),
-        })
+            matched: self.matched.load(Ordering::Relaxed),
+            dry_run: self.options().dry_run,
+        }
     }
 }

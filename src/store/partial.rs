@@ -136,6 +136,7 @@ impl Store {
             } else {
                 self.unchanged_bytes
                     .fetch_add(len as u64, Ordering::Relaxed);
+                self.matched.fetch_add(len as u64, Ordering::Relaxed);
             }
             let prev = state
                 .remaining

@@ -117,6 +117,7 @@ impl Store {
                 remaining = data_bytes.saturating_sub(have_bytes);
                 self.unchanged_bytes
                     .fetch_add(have_bytes, Ordering::Relaxed);
+                self.matched.fetch_add(have_bytes, Ordering::Relaxed);
                 want = WantKind::Ranges(journal::missing(size, &have));
                 received = have.into_iter().collect();
                 journal = Some(j);

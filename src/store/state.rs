@@ -23,7 +23,7 @@ use crossbeam_channel::{Receiver, Sender};
 use super::fsops;
 use crate::error::{Error, Result};
 use crate::progress::Counters;
-use crate::protocol::{Accept, Entry, ProtocolError, SafeRelPath, SyncOptions};
+use crate::protocol::{Accept, Entry, Item, ProtocolError, SafeRelPath, SyncOptions};
 
 /// A file whose last byte is written, with an open descriptor, ready to finish.
 pub(super) type Completed = (Arc<FileState>, File);
@@ -71,6 +71,16 @@ pub struct Store {
     pub(super) ranges: AtomicU64,
     /// Progress counters.
     pub stats: Arc<Counters>,
+    /// Items are collected for `-v`/`-i` (see `report`).
+    pub(super) collect: AtomicBool,
+    /// What changed, since the driver last took them.
+    pub(super) items: Mutex<Vec<Item>>,
+    /// Bytes of files sent that were not sent (delta pieces, resumed ranges).
+    pub(super) matched: AtomicU64,
+    /// A dry run's root that does not exist: everything beneath it would be new.
+    pub(super) absent: bool,
+    /// The root was created by this run (so it counts as new, not as changed).
+    pub(super) fresh: bool,
 }
 
 /// A data stream's open partial file, kept between units of the same file.

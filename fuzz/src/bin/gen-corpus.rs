@@ -70,6 +70,7 @@ fn messages() -> Vec<(&'static str, Control)> {
                     checksum: true,
                     inplace: false,
                     delete: true,
+                    ..SyncOptions::default()
                 },
             },
         ),

@@ -73,6 +73,7 @@ pub(super) struct SendStream {
     pub(super) block_size: u64,
     pub(super) window: u64,
     pub(super) advertise: Option<IpAddr>,
+    pub(super) limit: Option<u64>,
 }
 
 /// Sends one stream to the local receiver, which dials us; returns its length.
@@ -109,6 +110,7 @@ pub(super) fn serve_send_stream(out_lines: &Out, req: SendStream) -> Result<u64>
         compress,
         block_size: req.block_size,
         window: req.window,
+        limit: req.limit,
         retries: DEFAULT_RETRIES,
         progress: false,
         size: None,

@@ -200,6 +200,7 @@ impl<'a> Stream<'a> {
         let hash = unit_hash(&self.key, hashed_parts(&self.hdr), raw);
         set_hash(&mut self.hdr, &hash);
         let len = self.hdr.len() + body.len();
+        self.link.pace.take(len + crate::protocol::FRAME_HEADER_LEN);
         put(
             conn,
             FrameKind::Data,

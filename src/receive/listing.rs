@@ -1,0 +1,41 @@
+//! The receiver's part in `-v`, `-i` and `--stats`: counting the manifest, and cutting the
+//! items a sender asked for into `Items` messages. Printing is the driver's.
+
+use crate::progress::Counters;
+use crate::protocol::{Control, Entry, EntryKind, Item};
+
+/// Names per `Items` message, in bytes: far below the control message bound.
+const ITEMS_BYTES: usize = 1 << 20;
+
+/// Counts a manifest batch for the progress bar and `--stats`.
+pub(super) fn count_entries(counters: &Counters, entries: &[Entry]) {
+    for e in entries {
+        Counters::add(&counters.entries, 1);
+        match e.kind {
+            EntryKind::File { data_bytes, .. } => {
+                Counters::add(&counters.total_files, 1);
+                Counters::add(&counters.total_bytes, data_bytes);
+            }
+            EntryKind::Dir => Counters::add(&counters.dirs, 1),
+            _ => {}
+        }
+    }
+}
+
+/// `items` as `Items` messages of at most about `ITEMS_BYTES` each (none for none).
+pub(super) fn messages(items: Vec<Item>) -> Vec<Control> {
+    let mut out = Vec::new();
+    let (mut batch, mut bytes) = (Vec::new(), 0);
+    for i in items {
+        bytes += i.path.len() + i.target.len() + 16;
+        batch.push(i);
+        if bytes > ITEMS_BYTES {
+            out.push(Control::Items(std::mem::take(&mut batch)));
+            bytes = 0;
+        }
+    }
+    if !batch.is_empty() {
+        out.push(Control::Items(batch));
+    }
+    out
+}

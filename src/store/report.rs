@@ -1,0 +1,246 @@
+//! What `-v`, `-i` and `--dry-run` need from the destination: each manifest entry compared
+//! with what is there (an [`Item`] saying what a run changes), and, in a dry run, the
+//! account of what a real run would do instead of doing it.
+//!
+//! It only looks (`fstatat` without following symlinks, `readlinkat`) and never creates,
+//! writes or removes anything; the parts that do (`resume`, `other`, `mirror`) are called
+//! only when it is not a dry run.
+
+use std::sync::atomic::Ordering;
+
+use rustix::fs::{AtFlags, FileType, Stat};
+
+use super::fsops;
+use super::state::Store;
+use crate::protocol::{Change, Entry, EntryKind, Item, ItemKind, SafeRelPath};
+
+impl Store {
+    /// Collect an [`Item`] for every entry that changes (for `-v`/`-i`), taken with
+    /// [`Store::take_items`]. Off by default: it costs a stat per entry.
+    pub fn collect_items(&self, on: bool) {
+        self.collect.store(on, Ordering::Relaxed);
+    }
+
+    /// The items collected since the last call.
+    pub fn take_items(&self) -> Vec<Item> {
+        self.items
+            .lock()
+            .map(|mut i| std::mem::take(&mut *i))
+            .unwrap_or_default()
+    }
+
+    /// Whether items are wanted.
+    pub(super) fn collecting(&self) -> bool {
+        self.collect.load(Ordering::Relaxed)
+    }
+
+    /// Keeps `item` when items are collected.
+    pub(super) fn note_item(&self, item: Item) {
+        if self.collecting() {
+            if let Ok(mut i) = self.items.lock() {
+                i.push(item);
+            }
+        }
+    }
+
+    /// What is at `path` now (not following a symlink); `None` when nothing is, or the
+    /// destination root itself does not exist yet (a dry run).
+    fn lookup(&self, path: &SafeRelPath) -> Option<Stat> {
+        if self.absent || (self.fresh && path.is_root()) {
+            return None;
+        }
+        let Some((parent, name)) = path.split_last() else {
+            return rustix::fs::fstat(&self.root).ok();
+        };
+        let pfd = self.at(&parent, fsops::open_dir).ok()?;
+        rustix::fs::statat(&pfd, name, AtFlags::SYMLINK_NOFOLLOW).ok()
+    }
+
+    /// What applying `e` at `path` changes, compared with what is there now; `None` when
+    /// nothing does. Call before applying it.
+    pub(super) fn observe(&self, path: &SafeRelPath, e: &Entry) -> Option<Item> {
+        let (kind, ftype, target) = match &e.kind {
+            EntryKind::Dir => (ItemKind::Dir, FileType::Directory, &[][..]),
+            EntryKind::File { .. } => (ItemKind::File, FileType::RegularFile, &[][..]),
+            EntryKind::Symlink { target } => (ItemKind::Symlink, FileType::Symlink, &target[..]),
+            EntryKind::Hardlink { target } => {
+                (ItemKind::Hardlink, FileType::RegularFile, &target[..])
+            }
+            EntryKind::Fifo => (ItemKind::Special, FileType::Fifo, &[][..]),
+            EntryKind::Device { block: true, .. } => {
+                (ItemKind::Device, FileType::BlockDevice, &[][..])
+            }
+            EntryKind::Device { .. } => (ItemKind::Device, FileType::CharacterDevice, &[][..]),
+        };
+        let here = self
+            .lookup(path)
+            .filter(|st| FileType::from_raw_mode(st.st_mode) == ftype);
+        let mut change = Change::default();
+        match here {
+            None => {
+                change.new = true;
+                change.sent = kind == ItemKind::File;
+            }
+            Some(st) => self.compare(path, e, &st, &mut change),
+        }
+        if kind == ItemKind::Hardlink && !change.new {
+            return None;
+        }
+        change.any().then(|| Item {
+            path: path.as_bytes().to_vec(),
+            kind,
+            change,
+            target: target.to_vec(),
+        })
+    }
+
+    /// Fills `change` for an entry whose destination `st` is of the same kind.
+    fn compare(&self, path: &SafeRelPath, e: &Entry, st: &Stat, change: &mut Change) {
+        let mtime_differs = st.st_mtime != e.mtime_sec || st.st_mtime_nsec as u32 != e.mtime_nsec;
+        match &e.kind {
+            EntryKind::File { size, .. } => {
+                let checksum = self.options().checksum;
+                change.size = st.st_size as u64 != *size;
+                change.time = mtime_differs;
+                // The quick check (`resume`): same size and mtime is up to date.
+                change.sent = change.size || change.time || checksum;
+                change.content = checksum;
+            }
+            EntryKind::Hardlink { target } => {
+                // Already a name of its target: nothing to do.
+                let same = SafeRelPath::parse(target)
+                    .ok()
+                    .and_then(|t| self.lookup(&t))
+                    .is_some_and(|t| (t.st_dev, t.st_ino) == (st.st_dev, st.st_ino));
+                change.new = !same;
+                return;
+            }
+            EntryKind::Symlink { target } => {
+                let now = path.split_last().and_then(|(parent, name)| {
+                    let pfd = self.at(&parent, fsops::open_dir).ok()?;
+                    rustix::fs::readlinkat(&pfd, name, Vec::new()).ok()
+                });
+                change.content = now.as_ref().map(|t| t.as_bytes()) != Some(&target[..]);
+                change.time = mtime_differs;
+                return;
+            }
+            _ => change.time = mtime_differs,
+        }
+        change.perms = st.st_mode & 0o7777 != e.mode & 0o7777;
+        change.owner = self.as_root && st.st_uid != e.uid;
+        change.group = self.as_root && st.st_gid != e.gid;
+    }
+
+    /// A dry run's account of `e` (whose `item` says what would change): counted as a
+    /// real run would count it; directories are remembered for `--delete`'s listing.
+    pub(super) fn dry_entry(&self, path: SafeRelPath, e: Entry, item: Option<&Item>) {
+        match e.kind {
+            EntryKind::File { data_bytes, .. } => {
+                if item.is_some_and(|i| i.change.sent) {
+                    self.stats.done_files.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    self.unchanged_files.fetch_add(1, Ordering::Relaxed);
+                    self.unchanged_bytes
+                        .fetch_add(data_bytes, Ordering::Relaxed);
+                }
+            }
+            EntryKind::Dir => {
+                self.other.fetch_add(1, Ordering::Relaxed);
+                if let Ok(mut d) = self.dirs.lock() {
+                    d.push((path, e));
+                }
+            }
+            _ => {
+                self.other.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::protocol::SyncOptions;
+
+    fn entry(id: u64, path: &str, kind: EntryKind) -> Entry {
+        Entry {
+            id,
+            path: path.as_bytes().to_vec(),
+            kind,
+            mode: 0o644,
+            mtime_sec: 1_700_000_000,
+            mtime_nsec: 0,
+            uid: 0,
+            gid: 0,
+        }
+    }
+
+    fn dry(store: &Store, delete: bool) {
+        let opts = SyncOptions {
+            dry_run: true,
+            delete,
+            items: true,
+            ..SyncOptions::default()
+        };
+        store.configure(1 << 20, opts, [9; 32]);
+        store.collect_items(true);
+    }
+
+    #[test]
+    fn a_dry_run_into_a_missing_root_creates_nothing_and_lists_everything() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("a/b");
+        let store = Arc::new(Store::open_dry(&root).unwrap());
+        dry(&store, true);
+        store.start();
+        let file = EntryKind::File {
+            size: 5,
+            data_bytes: 5,
+        };
+        let need = store
+            .apply_entries(vec![
+                entry(0, "", EntryKind::Dir),
+                entry(1, "d", EntryKind::Dir),
+                entry(2, "d/f", file),
+            ])
+            .unwrap();
+        assert!(need.is_empty(), "a dry run wants no data");
+        let summary = store.finish().unwrap();
+        assert!(!tmp.path().join("a").exists());
+        assert_eq!((summary.files, summary.dry_run), (1, true));
+        let items = store.take_items();
+        assert_eq!(items.len(), 3);
+        assert!(items.iter().all(|i| i.change.new));
+    }
+
+    #[test]
+    fn a_dry_run_lists_deletions_and_keeps_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir(tmp.path().join("old")).unwrap();
+        std::fs::write(tmp.path().join("old/x"), "x").unwrap();
+        let store = Arc::new(Store::open_dry(tmp.path()).unwrap());
+        dry(&store, true);
+        store.start();
+        store
+            .apply_entries(vec![entry(0, "", EntryKind::Dir)])
+            .unwrap();
+        let summary = store.finish().unwrap();
+        assert_eq!(summary.deleted, 2);
+        assert!(tmp.path().join("old/x").exists());
+        let gone: Vec<_> = store
+            .take_items()
+            .into_iter()
+            .filter(|i| i.change.deleted)
+            .map(|i| (i.path, i.kind))
+            .collect();
+        assert_eq!(
+            gone,
+            [
+                (b"old/x".to_vec(), ItemKind::File),
+                (b"old".to_vec(), ItemKind::Dir)
+            ]
+        );
+    }
+}
