@@ -67,19 +67,21 @@ for t in "${targets[@]}"; do
   echo "== fuzz $t for ${secs}s"
   end=$((SECONDS + secs))
   runs=0
+  merge_at=500
   while :; do
     left=$((end - SECONDS))
     [ "$left" -gt 0 ] || break
     # Each `receive` restart re-runs (and leaks for) every input in its working corpus
-    # first, which grows with each: past 500 files, merge it down to the inputs that add
-    # coverage (those runs are not counted below).
-    if [ "$(chunk_runs "$t" "$work")" != -1 ] && [ "$(find "$work" -type f | wc -l)" -gt 500 ]; then
+    # first, which grows with each: once it has doubled since the last merge (and passed
+    # 500 files), merge it down to the inputs that add coverage (runs not counted below).
+    if [ "$(chunk_runs "$t" "$work")" != -1 ] && [ "$(find "$work" -type f | wc -l)" -gt "$merge_at" ]; then
       rm -rf "$work.merged" && mkdir -p "$work.merged"
       if "$tdir/$host/release/$t" -merge=1 "$work.merged" "$work" -max_len="$(max_len "$t")" \
           -timeout="$(timeout_for "$t")" -rss_limit_mb=2048 >> "target/$t.merge.log" 2>&1; then
         rm -rf "$work" && mv "$work.merged" "$work"
       fi
-      continue
+      kept=$(find "$work" -type f | wc -l)
+      merge_at=$((kept * 2 > 500 ? kept * 2 : 500))
     fi
     # -timeout: one input taking longer than this is a finding (a hang).
     # shellcheck disable=SC2086
