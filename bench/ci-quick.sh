@@ -19,7 +19,7 @@ export DEBIAN_FRONTEND=noninteractive
 if command -v apt-get >/dev/null 2>&1; then
   apt-get update -qq
   apt-get install -y -qq iproute2 openssh-server openssh-client rsync pigz zstd \
-    netcat-openbsd iperf3 postgresql time b3sum tar python3 >/dev/null
+    netcat-openbsd iperf3 postgresql time b3sum tar python3 socat mbuffer >/dev/null
 fi
 
 profile=${HAUL_PROFILE:-debug}

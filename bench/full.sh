@@ -2,13 +2,13 @@
 # The full benchmark behind bench/RESULTS.md (and the performance summary in README.md): every
 # data set at its full size, on the four links, split into one run.py invocation per part so
 # that each part writes its own report (and a cut-off run keeps the parts already done). About
-# 110 minutes on the 2-core development machine. Needs root; see bench/README.md for the
-# packages.
+# 150 minutes on the 2-core development machine. Needs root; see bench/README.md for the
+# packages (socat and mbuffer for the stream part).
 #
 #   sudo bash bench/full.sh [DATA_DIR]       # default DATA_DIR: /work/bench-data
 #
 # Writes each part's report to DATA_DIR/full-PART.md (its output to DATA_DIR/full-PART.log),
-# then DATA_DIR/RESULTS.md: one header (date, commit, machine) and the six reports in order.
+# then DATA_DIR/RESULTS.md: one header (date, commit, machine) and the seven reports in order.
 # Copy that into bench/RESULTS.md to refresh it. Exits 1 when any part failed (RESULTS.md
 # still holds the parts that finished and names the ones that did not).
 #
@@ -22,6 +22,8 @@
 # - 100mbit: only the compressible pg set and the sparse set (incompressible data just runs
 #   at the link rate), one run each: the link, not the machine, sets the times.
 # - 10gbit: the big, pg and small sets, one run each, haul against the tar | nc pipes.
+# - streams: the stream family (haul pipe mode, haul file mode, socat, nc, mbuffer,
+#   zstd | nc on a tar of the pg set and 4 GiB of random bytes), unshaped and 1gbit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/work/bench-data}
@@ -73,6 +75,7 @@ run unshaped --links unshaped --runs 3 \
 run 100m --links 100mbit --datasets pg,sparse --runs 1 --methods haul,rsync-z,tar-nc,tar-zstd-nc,iperf3
 run 10g --links 10gbit --datasets big,pg,small --runs 1 --methods haul,haul-noenc,tar-nc,tar-zstd-nc,iperf3
 run rest --links unshaped --runs 1 --methods haul,haul-zstd3,scp,tar-pigz-nc
+run streams --links unshaped,1gbit --datasets stream --runs 3
 assemble
 echo "full.sh: reports in $out/full-*.md, all of them in $out/RESULTS.md (copy to bench/RESULTS.md)"
 exit "$failed"

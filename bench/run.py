@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""haul's benchmark: haul against scp, rsync, tar | ssh and tar | nc on a shaped veth link.
+"""haul's benchmark: haul against scp, rsync, tar | ssh and tar | nc on a shaped veth link,
+and (the stream family) haul's pipe mode against socat, nc, mbuffer and zstd | nc.
 
 Sets up the test bed (shared/testbed/netlab: namespaces hsrc and hdst over a veth, optionally
 rate-capped), generates or reuses the data sets, runs every method on every data set and link
@@ -31,7 +32,8 @@ from benchlib import datasets, methods, netbed, procs, report
 REPO = Path(__file__).resolve().parent.parent
 ALL_LINKS = ("unshaped", "10gbit", "1gbit", "100mbit")
 # --quick runs every method on the unshaped link, and these on the shaped one (time budget).
-QUICK_SHAPED_METHODS = ("haul", "haul-none", "rsync-z", "tar-nc", "iperf3")
+QUICK_SHAPED_METHODS = ("haul", "haul-none", "rsync-z", "tar-nc", "iperf3",
+                        "haul-pipe", "nc")
 # `haul --compress zstd` is what plain `haul` does across a network: run only when asked.
 NOT_BY_DEFAULT = ("haul-zstd",)
 
@@ -72,7 +74,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true",
                    help="tiny data sets, links unshaped (all methods) and 1gbit (four), 1 run: "
                         "a smoke run of about two minutes")
-    p.add_argument("--datasets", help="comma-separated data sets (default: all)")
+    p.add_argument("--datasets", help="comma-separated data sets (default: all); 'stream' "
+                                       "stands for the stream family (stream-pg,stream-rand)")
     p.add_argument("--links", help="comma-separated links (default: all four; quick: "
                                     "unshaped,1gbit)")
     p.add_argument("--methods", help="comma-separated methods, 'all' (default), iperf3 included")
@@ -92,9 +95,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="the netlab script (default: ../shared/testbed/netlab)")
     p.add_argument("--iperf-seconds", type=int, help="iperf3 duration (default 5; quick: 1)")
     sizes = p.add_argument_group("data set sizes (defaults: the issue's; --quick: tiny)")
-    sizes.add_argument("--big-size", help="big: file size (default 4G; quick 64M)")
+    sizes.add_argument("--big-size", help="big and stream-rand: file size (default 4G; "
+                                           "quick 64M)")
     sizes.add_argument("--pg-scale", type=int,
-                       help="pg: pgbench scale (default 150 = 3.4 GB with WAL; quick 1)")
+                       help="pg and stream-pg: pgbench scale (default 150 = 3.4 GB with WAL; "
+                            "quick 1)")
     sizes.add_argument("--small-count", type=int, help="small: file count (default 20000; "
                                                        "quick 500)")
     sizes.add_argument("--small-size", help="small: file size (default 100K)")
@@ -107,6 +112,8 @@ def _list(text: str | None, allowed, default, what: str) -> list[str]:
     if text is None or text == "all":
         return list(default)
     items = [x.strip() for x in text.split(",") if x.strip()]
+    if allowed is datasets.KINDS:  # 'stream': the stream family
+        items = [k for x in items for k in (datasets.STREAM_KINDS if x == "stream" else (x,))]
     bad = [x for x in items if x not in allowed]
     if bad:
         raise SystemExit(f"run.py: unknown {what}: {', '.join(bad)} "
@@ -147,8 +154,10 @@ def build_config(a: argparse.Namespace, argv: list[str]) -> Config:
         if a.quick and a.methods is None and link != "unshaped":
             default = [m for m in mids if m in QUICK_SHAPED_METHODS]
         lm = link_m.get(link, default)
-        plan[link] = ([k for k in kinds if k in link_d.get(link, kinds)],
-                      [m for m in lm if m != "iperf3"])
+        ms = [m for m in lm if m != "iperf3"]
+        # A data set runs where a method of its family (tree or stream) is planned.
+        plan[link] = ([k for k in kinds if k in link_d.get(link, kinds)
+                       and any(methods.fits(methods.METHODS[m], k) for m in ms)], ms)
         if "iperf3" in lm:
             ceiling.append(link)
     s = {k: (v if getattr(a, k) is None else getattr(a, k)) for k, v in SIZES[mode].items()}
@@ -161,6 +170,9 @@ def build_config(a: argparse.Namespace, argv: list[str]) -> Config:
             "sparse": datasets.Spec("sparse", {
                 "size": datasets.parse_size(str(s["sparse_size"])),
                 "data": datasets.parse_size(str(s["sparse_data"]))}),
+            "stream-pg": datasets.Spec("stream-pg", {"scale": int(s["pg_scale"])}),
+            "stream-rand": datasets.Spec("stream-rand", {
+                "size": datasets.parse_size(str(s["big_size"]))}),
         }
     except ValueError as e:
         raise SystemExit(f"run.py: {e}") from None
@@ -293,8 +305,8 @@ def _prepare(cfg: Config, out: Outcome, log) -> tuple[dict, dict]:
             log(f"method {mid}: SKIPPED ({', '.join(progs)} not installed)")
     plan = {link: ([k for k in ks if k in sets], [m for m in ms if not missing[m]])
             for link, (ks, ms) in cfg.plan.items()}
-    total = sum(len(ks) * len(ms) * cfg.link_runs.get(link, cfg.runs)
-                for link, (ks, ms) in plan.items())
+    total = sum(sum(methods.fits(methods.METHODS[m], k) for m in ms)
+                * cfg.link_runs.get(link, cfg.runs) for link, (ks, ms) in plan.items() for k in ks)
     log(f"{total} timed runs planned over {', '.join(cfg.links)}")
     return sets, plan
 
@@ -322,8 +334,9 @@ def _measure(cfg: Config, plan: dict, sets: dict, bed: netbed.NetBed, work: Path
                 for i in range(cfg.link_runs.get(link, cfg.runs)):
                     # Each round starts one method later, so that no method is always the
                     # one that follows the same neighbour (or the data set's first run).
-                    k = i % len(mids)
-                    for mid in mids[k:] + mids[:k]:
+                    fit = [m for m in mids if methods.fits(methods.METHODS[m], kind)]
+                    k = i % len(fit)
+                    for mid in fit[k:] + fit[:k]:
                         r = _one(runner, methods.METHODS[mid], ds, link, i + 1)
                         out.results.append(r)
                         with open(jsonl, "a") as f:
@@ -386,6 +399,11 @@ def _method_notes() -> list[str]:
         "\"holes lost\" marks a copy that is correct but written dense.",
         "MB = 10^6 bytes. MB/s: apparent size of the data set / wall time (the sparse set "
         "counts its holes). Wire MB: link-layer bytes from source to destination on the veth.",
+        "Stream family: every stream method reads `cat FILE |` on the source and writes "
+        "`> DST/NAME/FILE` on the destination, then `sync -f DST` (timed); haul's file mode "
+        "(`haul send FILE`, fsync) is the reference. Each copy is verified (size and hash of "
+        "the file written). Tools run with their defaults (haul: TLS, zstd:1 with raw "
+        "fallback, 2 x cores streams, --buffer 64M; mbuffer: 4 MiB blocks, 2% of RAM).",
     ]
 
 

@@ -8,6 +8,11 @@ full sizes live side by side and a changed size means a new directory):
 - small   COUNT files of SIZE random bytes, 1,000 per subdirectory
 - sparse  one file of apparent SIZE holding DATA bytes of random data in 4 MiB extents
 
+and the "stream" family, one file each, carried as one byte stream by the stream methods:
+
+- stream-pg    pg.tar: `tar -c` of the pg set (made from it, once; mixed compressible data)
+- stream-rand  rand.bin: SIZE random bytes (a hard link to the big set's file of that size)
+
 Next to each directory, NAME.json holds the parameters and totals and NAME.manifest the content
 listing (one line per entry: type, path, size, BLAKE3 or SHA-256 of the content). A cached set
 is reused when its parameters match and a walk of the tree finds the same paths and sizes;
@@ -25,13 +30,17 @@ import os
 import pwd
 import shutil
 import stat
+import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import procs
 
-KINDS = ("big", "pg", "small", "sparse")
+KINDS = ("big", "pg", "small", "sparse", "stream-pg", "stream-rand")
+# The stream family: one file, sent as one byte stream (`cat FILE | ...`) by the stream
+# methods and as a file by haul's file mode (the reference).
+STREAM_KINDS = ("stream-pg", "stream-rand")
 EXTENT = 4 << 20
 
 
@@ -83,6 +92,8 @@ class Spec:
             "pg": lambda: f"pg-s{p['scale']}",
             "small": lambda: f"small-{p['count']}x{_tag(p['size'])}",
             "sparse": lambda: f"sparse-{_tag(p['size'])}-{_tag(p['data'])}",
+            "stream-pg": lambda: f"stream-pg-s{p['scale']}",
+            "stream-rand": lambda: f"stream-rand-{_tag(p['size'])}",
         }[self.kind]()
 
     @property
@@ -94,6 +105,9 @@ class Spec:
             "small": lambda: f"{p['count']:,} files of {fmt_size(p['size'])} (random bytes)",
             "sparse": lambda: f"sparse {fmt_size(p['size'])} file with "
                               f"{fmt_size(p['data'])} of data",
+            "stream-pg": lambda: f"stream: tar of the PostgreSQL data directory "
+                                 f"(pgbench scale {p['scale']})",
+            "stream-rand": lambda: f"stream: {fmt_size(p['size'])} of random bytes",
         }[self.kind]()
 
 
@@ -108,6 +122,15 @@ class Dataset:
     disk: int        # bytes allocated on disk
     files: int
     note: str = ""   # e.g. the PostgreSQL version
+
+    @property
+    def stream_file(self) -> Path:
+        """The one file of a stream data set (what the stream methods send)."""
+        files = [line[2:].rsplit(" ", 2)[0] for line in self.listing if line.startswith("f ")]
+        if len(files) != 1:
+            raise RuntimeError(f"{self.root.name}: a stream data set holds one file, "
+                               f"not {len(files)}")
+        return self.root / files[0]
 
 
 def prepare(spec: Spec, src_dir: Path, log) -> Dataset:
@@ -229,7 +252,29 @@ def _gen_pg(root: Path, p: dict, log) -> str:
     return f"PostgreSQL {bindir.parent.name}"
 
 
-GENERATORS = {"big": _gen_big, "pg": _gen_pg, "small": _gen_small, "sparse": _gen_sparse}
+def _gen_stream_pg(root: Path, p: dict, log) -> str:
+    """pg.tar: the pg data set of the same scale (made first if needed) as one tar stream."""
+    pg = prepare(Spec("pg", {"scale": p["scale"]}), root.parent, log)
+    root.mkdir()
+    log(f"data set {root.name}: tar of {pg.root.name}")
+    with open(root / "pg.tar", "wb") as f:
+        res = subprocess.run(["tar", "-C", str(pg.root.parent), "-cf", "-", pg.root.name],
+                             stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.PIPE, text=True)
+    if res.returncode != 0:
+        raise RuntimeError(f"tar of {pg.root} exited {res.returncode}: {res.stderr[-500:]}")
+    return pg.note
+
+
+def _gen_stream_rand(root: Path, p: dict, log) -> str:
+    """rand.bin: a hard link to the big set's file of the same size (no second copy)."""
+    big = prepare(Spec("big", {"size": p["size"]}), root.parent, log)
+    root.mkdir()
+    os.link(big.root / "big.bin", root / "rand.bin")
+    return ""
+
+
+GENERATORS = {"big": _gen_big, "pg": _gen_pg, "small": _gen_small, "sparse": _gen_sparse,
+              "stream-pg": _gen_stream_pg, "stream-rand": _gen_stream_rand}
 
 
 # ---- listing and verification -----------------------------------------------------------

@@ -13,6 +13,12 @@ emptying DST, reading the source into the page cache, and verifying the copy.
 On the sparse data set, tar gets --sparse and rsync gets -S, as a user who knows the file is
 sparse would do; scp has no such option. The row labels say so.
 
+The stream family (data sets stream-pg and stream-rand: one file FILE each) moves one byte
+stream instead of a tree: every stream method reads `cat FILE |` on the source and writes its
+output with `> DST/NAME/FILE` on the destination (the same path a file copy lands on, so the
+same verification applies), then `sync -f DST` inside the timed region. haul's file mode
+(`haul send FILE`, which fsyncs) is the reference for haul's pipe mode (`haul send -`).
+
 Not here: ssh tuning (the default cipher and no ControlMaster: what a user gets), and drop of
 page cache (see datasets).
 """
@@ -26,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import datasets, procs
-from .netbed import DST_IP, NetBed, Sshd
+from .netbed import DST_IP, SRC_IP, NetBed, Sshd
 
 TIME = "/usr/bin/time"
 TIME_FORMAT = "%M %e %U %S"  # peak RSS KiB, elapsed, user, system
@@ -40,6 +46,12 @@ class Method:
     haul_flags: tuple[str, ...] | None = None  # None: not haul
     needs: tuple[str, ...] = ()                # programs that must be installed
     ssh: bool = False
+    stream: bool = False                       # the stream family (stream-* data sets only)
+
+    @property
+    def shell(self) -> bool:
+        """Run as a receiver and a sender shell command (everything but haul's tree runs)."""
+        return not self.is_haul or self.ssh or self.id == "haul-pipe"
 
     @property
     def is_haul(self) -> bool:
@@ -57,6 +69,12 @@ class Method:
             "tar-pigz-nc": f"tar{s} | pigz -1 | nc",
             "tar-zstd-nc": f"tar{s} | zstd -1 -T0 | nc",
             "haul-ssh": "haul copy (ssh)",
+            "haul-pipe": "haul send - (pipe mode)",
+            "haul-file": "haul send FILE (file mode)",
+            "socat": "socat -u (TCP)",
+            "nc": "nc",
+            "mbuffer": "mbuffer -O / -I",
+            "zstd-nc": "zstd -1 -T0 | nc",
         }.get(self.id) or " ".join(("haul", *self.haul_flags))
 
 
@@ -76,7 +94,20 @@ METHODS = {m.id: m for m in (
     Method("tar-nc", needs=("tar", "nc")),
     Method("tar-pigz-nc", needs=("tar", "pigz", "nc")),
     Method("tar-zstd-nc", needs=("tar", "zstd", "nc")),
+    # The stream family: `cat FILE | SENDER` -> `RECEIVER > DST/NAME/FILE`, defaults.
+    Method("haul-pipe", (), stream=True),
+    Method("haul-file", (), stream=True),
+    Method("socat", needs=("socat",), stream=True),
+    Method("nc", needs=("nc",), stream=True),
+    Method("mbuffer", needs=("mbuffer",), stream=True),
+    Method("zstd-nc", needs=("zstd", "nc"), stream=True),
 )}
+STREAM_METHODS = tuple(mid for mid, m in METHODS.items() if m.stream)
+
+
+def fits(m: Method, kind: str) -> bool:
+    """Whether m runs on data sets of this kind (stream methods on stream sets only)."""
+    return m.stream == (kind in datasets.STREAM_KINDS)
 
 
 def missing_programs(m: Method) -> list[str]:
@@ -141,8 +172,11 @@ class Runner:
         floor = min(rate_bits / 8, 100e6) if rate_bits else 100e6
         timeout = 120 + 4 * ds.bytes / floor
         try:
-            if m.is_haul and not m.ssh:
-                self._haul(m, ds, res, timeout)
+            if m.id == "haul-file":
+                # The file itself into DST/NAME: the path the stream methods write to.
+                self._haul(m, ds, res, timeout, ds.stream_file, self.dst / ds.root.name)
+            elif not m.shell:
+                self._haul(m, ds, res, timeout, ds.root, self.dst)
             else:
                 self._peer(m, ds, res, timeout)
             phase("run")
@@ -161,7 +195,9 @@ class Runner:
 
     # ---- haul ----
 
-    def _haul(self, m: Method, ds: datasets.Dataset, res: RunResult, timeout: float):
+    def _haul(self, m: Method, ds: datasets.Dataset, res: RunResult, timeout: float,
+              src: Path, dst: Path):
+        """haul recv DST, then haul send SRC (a tree or, for haul-file, one file)."""
         w = self.work
         ticket = w / "ticket"
         ticket.unlink(missing_ok=True)
@@ -169,7 +205,7 @@ class Runner:
         recv = send = None
         try:
             recv = procs.spawn(self.bed.on_dst([
-                TIME, "-f", TIME_FORMAT, "-o", w / "recv.time", self.haul, "recv", self.dst,
+                TIME, "-f", TIME_FORMAT, "-o", w / "recv.time", self.haul, "recv", dst,
                 "--listen", DST_IP, "--ticket-file", ticket]),
                 self.meter, "dst", stderr=logs["recv"])
             deadline = time.monotonic() + 30
@@ -182,7 +218,7 @@ class Runner:
             before, t0 = self._snapshot(), time.monotonic()
             send = procs.spawn(self.bed.on_src([
                 TIME, "-f", TIME_FORMAT, "-o", w / "send.time", self.haul, "send",
-                *m.haul_flags, ds.root]), self.meter, "src", env=env, stderr=logs["send"])
+                *m.haul_flags, src]), self.meter, "src", env=env, stderr=logs["send"])
             rc_send = procs.wait(send, t0 + timeout)
             rc_recv = procs.wait(recv, time.monotonic() + (60 if rc_send == 0 else 5))
             t1, after = time.monotonic(), self._snapshot()
@@ -208,16 +244,30 @@ class Runner:
         recv_cmd, send_cmd = self._commands(m, ds, port)
         logs = {side: open(self.work / f"{m.id}-{side}.err", "w+") for side in ("send", "recv")}
         recv = send = None
+        env = None
+        ticket = self.work / "ticket"
+        ticket.unlink(missing_ok=True)
+        if m.stream:
+            (self.dst / ds.root.name).mkdir()  # where `> DST/NAME/FILE` writes
         try:
             if recv_cmd:
                 recv = procs.spawn(self.bed.on_dst(["bash", "-o", "pipefail", "-c", recv_cmd]),
                                    self.meter, "dst", stderr=logs["recv"])
-                if not self.bed.wait_listening(port, proc=recv):
+                if m.id == "haul-pipe":
+                    deadline = time.monotonic() + 30
+                    while (not ticket.exists() and recv.poll() is None
+                           and time.monotonic() < deadline):
+                        time.sleep(0.02)
+                    if not ticket.exists():
+                        res.status = f"FAILED: haul recv gave no ticket: {_tail(logs['recv'])}"
+                        return
+                    env = dict(os.environ, HAUL_TICKET=ticket.read_text().strip())
+                elif not self.bed.wait_listening(port, proc=recv):
                     res.status = f"FAILED: receiver did not listen: {_tail(logs['recv'])}"
                     return
             before, t0 = self._snapshot(), time.monotonic()
             send = procs.spawn(self.bed.on_src(["bash", "-o", "pipefail", "-c", send_cmd]),
-                               self.meter, "src", stderr=logs["send"])
+                               self.meter, "src", env=env, stderr=logs["send"])
             rc_send = procs.wait(send, t0 + timeout)
             rc_recv = 0
             if recv is not None:
@@ -228,6 +278,11 @@ class Runner:
                 rc_sync = procs.wait(sync, time.monotonic() + 600)
             t1, after = time.monotonic(), self._snapshot()
             self._measured(res, before, after, t1 - t0)
+            if m.id == "haul-pipe":
+                res.rss_kib = {side: _peak_rss(self.work / f"{side}.time")
+                               for side in ("send", "recv")}
+                res.detail = " / ".join(filter(None, (_tail(logs["send"]),
+                                                      _tail(logs["recv"]))))
             if rc_send is None:
                 res.status = f"TIMEOUT after {timeout:.0f} s"
             elif rc_send != 0 or rc_recv != 0 or rc_sync != 0:
@@ -271,7 +326,36 @@ class Runner:
             case "tar-zstd-nc":
                 return (f"{nc_recv} | zstd -q -d | {tar_x}",
                         f"{tar_c} | zstd -q -1 -T0 | {nc_send}")
+        if m.stream:
+            return self._stream_commands(m, ds, port)
         raise ValueError(f"unknown method {m.id}")
+
+    def _stream_commands(self, m: Method, ds: datasets.Dataset,
+                         port: int) -> tuple[str, str]:
+        """Stream family: `cat FILE | sender`, `receiver > DST/NAME/FILE`; tools' defaults."""
+        q = shlex.quote
+        src = f"cat {q(str(ds.stream_file))}"
+        out = f"> {q(str(self.dst / ds.root.name / ds.stream_file.name))}"
+        nc_send, nc_recv = f"nc -N {DST_IP} {port}", f"nc -l -d {DST_IP} {port}"
+        match m.id:
+            case "haul-pipe":
+                h, w = q(str(self.haul)), self.work
+                timed = f"{TIME} -f {q(TIME_FORMAT)} -o"
+                return (f"{timed} {q(str(w / 'recv.time'))} {h} recv - --listen {DST_IP} "
+                        f"--ticket-file {q(str(w / 'ticket'))} {out}",
+                        f"{src} | {timed} {q(str(w / 'send.time'))} {h} send -")
+            case "socat":
+                return (f"socat -u TCP-LISTEN:{port},bind={DST_IP},reuseaddr STDOUT {out}",
+                        f"{src} | socat -u STDIN TCP:{DST_IP}:{port}")
+            case "nc":
+                return f"{nc_recv} {out}", f"{src} | {nc_send}"
+            case "mbuffer":
+                return (f"mbuffer -q -4 -I {SRC_IP}:{port} {out}",
+                        f"{src} | mbuffer -q -4 -O {DST_IP}:{port}")
+            case "zstd-nc":
+                return (f"{nc_recv} | zstd -q -d {out}",
+                        f"{src} | zstd -q -1 -T0 | {nc_send}")
+        raise ValueError(f"unknown stream method {m.id}")
 
     # ---- measurement ----
 

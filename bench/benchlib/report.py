@@ -11,8 +11,8 @@ keeps the row out of the comparison.
 import statistics
 from collections import defaultdict
 
-from .datasets import Dataset, fmt_size
-from .methods import METHODS, RunResult
+from .datasets import STREAM_KINDS, Dataset, fmt_size
+from .methods import METHODS, STREAM_METHODS, RunResult
 
 
 def md(text: str) -> str:
@@ -125,6 +125,49 @@ def summary(link: str, kinds: list[str], method_ids: list[str], sets: dict[str, 
     return out
 
 
+def streams(links: list[str], plan: dict, sets: dict[str, Dataset],
+            results: list[RunResult]) -> list[str]:
+    """The stream family in one table: MB/s of every method per data set and link (median
+    run), haul's pipe mode ÷ its file mode and ÷ the best single-stream tool (throughput
+    ratios: 1.00 = as fast, above 1 = faster)."""
+    singles = [m for m in STREAM_METHODS if not METHODS[m].is_haul]
+    cols = [m for m in STREAM_METHODS]
+    out = ["| link | data set | " + " | ".join(md(METHODS[m].label(False)) for m in cols)
+           + " | pipe ÷ file | pipe ÷ best single-stream |",
+           "|---|---|" + "--:|" * (len(cols) + 2)]
+    for link in links:
+        kinds, mids = plan[link]
+        for kind in kinds:
+            if kind not in STREAM_KINDS or kind not in sets:
+                continue
+            mbs, row = {}, []
+            for mid in cols:
+                runs = [r for r in results if r.link == link and r.dataset == kind
+                        and r.method == mid]
+                if not runs:
+                    row.append("")
+                    continue
+                rep, _, nfail = aggregate(runs)
+                if nfail or rep is None:
+                    row.append("**FAIL**")
+                    continue
+                mbs[mid] = sets[kind].bytes / 1e6 / rep.seconds
+                row.append(f"{mbs[mid]:,.0f}")
+            if not mbs:
+                continue
+            fastest = max(mbs.values())
+            row = [f"**{c}**" if mid in mbs and mbs[mid] == fastest else c
+                   for mid, c in zip(cols, row)]
+            pipe = mbs.get("haul-pipe")
+            file_ratio = f"{pipe / mbs['haul-file']:.2f}" if pipe and "haul-file" in mbs else ""
+            best = max((m for m in singles if m in mbs), key=mbs.get, default=None)
+            single_ratio = (f"{pipe / mbs[best]:.2f} ({md(METHODS[best].label(False))})"
+                            if pipe and best else "")
+            out.append(f"| {link} | {kind} | " + " | ".join(row)
+                       + f" | {file_ratio} | {single_ratio} |")
+    return out if len(out) > 2 else []
+
+
 def render(header: list[str], links: list[str], plan: dict, sets: dict[str, Dataset],
            ceilings: dict, results: list[RunResult], notes: list[str]) -> str:
     """The whole report. plan: link -> (data set kinds, method ids)."""
@@ -138,6 +181,12 @@ def render(header: list[str], links: list[str], plan: dict, sets: dict[str, Data
         runs = f"median of {n} runs" if n > 1 else "1 run"
         out += [f"**Link {link}** — {_ceiling(ceilings.get(link))}; {runs} per method", ""]
         out += summary(link, kinds, mids, sets, results) + [""]
+    stream_rows = streams(links, plan, sets, results)
+    if stream_rows:
+        out += ["Streams (haul pipe mode): MB/s per method, median run, until the stream is "
+                "durable in a file at the destination (fastest in bold); pipe ÷ file and pipe "
+                "÷ best single-stream are throughput ratios (above 1: pipe mode is faster).", ""]
+        out += stream_rows + [""]
     out += ["Details per data set and link. CPU s: CPU seconds used on the sending + receiving "
             "host (all processes of the method, sshd included). Others' load: CPU used by "
             "processes that are not part of the benchmark during the run, in cores (the "
