@@ -37,11 +37,7 @@ pub fn run(cfg: &Config) -> Result<()> {
         );
         if cfg.json && !reported {
             let j = crate::progress::failure_json(&e.to_string(), e.exit_code());
-            if pipe::stream_on_stdout(&cfg.command) {
-                eprintln!("{j}");
-            } else {
-                println!("{j}");
-            }
+            pipe::print_json(&j, pipe::stream_on_stdout(&cfg.command));
         }
     }
     r

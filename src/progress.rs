@@ -244,15 +244,19 @@ impl Printer {
     }
 }
 
-/// The one-line summary printed at the end: files, bytes, time, rate, wire bytes.
-pub fn summary_line(verb: &str, files: u64, bytes: u64, wire: u64, started: Instant) -> String {
-    let secs = started.elapsed().as_secs_f64().max(1e-3);
-    // Only worth saying when compression actually saved something.
-    let ratio = if wire > 0 && bytes > wire + wire / 50 {
+/// ", compression ratio 1.36" when compression saved something worth saying (2%).
+fn ratio_note(bytes: u64, wire: u64) -> String {
+    if wire > 0 && bytes > wire + wire / 50 {
         format!(", compression ratio {:.2}", bytes as f64 / wire as f64)
     } else {
         String::new()
-    };
+    }
+}
+
+/// The one-line summary printed at the end: files, bytes, time, rate, wire bytes.
+pub fn summary_line(verb: &str, files: u64, bytes: u64, wire: u64, started: Instant) -> String {
+    let secs = started.elapsed().as_secs_f64().max(1e-3);
+    let ratio = ratio_note(bytes, wire);
     format!(
         "haul: {verb} {files} files, {} in {secs:.1} s ({}/s), {} on the wire{ratio}",
         human(bytes),
@@ -362,11 +366,7 @@ fn thousands(n: u64) -> String {
 /// The one-line summary of a stream: bytes, time, rate, wire bytes.
 pub fn stream_line(verb: &str, bytes: u64, wire: u64, started: Instant) -> String {
     let secs = started.elapsed().as_secs_f64().max(1e-3);
-    let ratio = if wire > 0 && bytes > wire + wire / 50 {
-        format!(", compression ratio {:.2}", bytes as f64 / wire as f64)
-    } else {
-        String::new()
-    };
+    let ratio = ratio_note(bytes, wire);
     format!(
         "haul: {verb} a stream of {} in {secs:.1} s ({}/s), {} on the wire{ratio}",
         human(bytes),

@@ -52,6 +52,15 @@ pub(super) fn stream_on_stdout(c: &crate::config::Command) -> bool {
     }
 }
 
+/// Prints a `--json` object: on stdout, or on stderr when stdout carries the stream.
+pub(super) fn print_json(j: &str, data_on_stdout: bool) {
+    if data_on_stdout {
+        eprintln!("{j}");
+    } else {
+        println!("{j}");
+    }
+}
+
 fn hex(d: &[u8; 32]) -> String {
     d.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -111,11 +120,7 @@ pub(crate) fn finish_recv_pipe(r: &PipeRecvReport, data_on_stdout: bool, cfg: &C
             ..Report::default()
         }
         .to_json();
-        if data_on_stdout {
-            eprintln!("{j}");
-        } else {
-            println!("{j}");
-        }
+        print_json(&j, data_on_stdout);
     }
 }
 
@@ -137,11 +142,7 @@ pub(crate) fn finish_send_pipe(r: &PipeReport, data_on_stdout: bool, cfg: &Confi
             ..Report::default()
         }
         .to_json();
-        if data_on_stdout {
-            eprintln!("{j}");
-        } else {
-            println!("{j}");
-        }
+        print_json(&j, data_on_stdout);
     }
 }
 

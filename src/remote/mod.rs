@@ -44,7 +44,7 @@ use crate::protocol::{Accept, Listing, SyncOptions};
 use crate::receive::{receive, ReceiveOptions, ReceiveReport};
 use crate::send::{send, SendOptions, SendReport};
 use crate::store::Store;
-use crate::transport::{Role, Ticket};
+use crate::transport::Ticket;
 
 use farend::{Done, FarEnd};
 use route::Route;
@@ -206,30 +206,7 @@ fn pull(
     let (tx, rx) = crossbeam_channel::unbounded();
     let received = std::thread::scope(|s| {
         let route = &route;
-        // Control first (it decides direct or tunnel), then the data streams in parallel.
-        s.spawn(move || {
-            let control = match route.dial(Role::Control) {
-                Ok(c) => c,
-                Err(e) => {
-                    eprintln!("haul: error: {e}");
-                    return;
-                }
-            };
-            if tx.send((control, Role::Control)).is_err() {
-                return;
-            }
-            std::thread::scope(|s2| {
-                for _ in 0..streams {
-                    let tx = tx.clone();
-                    s2.spawn(move || match route.dial(Role::Data) {
-                        Ok(c) => {
-                            let _ = tx.send((c, Role::Data));
-                        }
-                        Err(e) => eprintln!("haul: warning: a data stream failed: {e}"),
-                    });
-                }
-            });
-        });
+        s.spawn(move || route.dial_into(streams, &tx));
         let opts = ReceiveOptions {
             progress: !f.quiet,
             timeout: DEFAULT_TIMEOUT,

@@ -12,7 +12,7 @@ use crate::config::{PipeCopy, SshOptions, DEFAULT_TIMEOUT};
 use crate::error::{exit, Error, Result};
 use crate::receive::pipe::{receive_pipe, Output, PipeRecvOptions, PipeRecvReport};
 use crate::send::pipe::{send_pipe, PipeOptions, PipeReport};
-use crate::transport::{Role, Ticket};
+use crate::transport::Ticket;
 
 /// How a stream copy between hosts ended, for the caller to report.
 pub enum PipeOutcome {
@@ -85,30 +85,7 @@ pub fn run(
             let (tx, rx) = crossbeam_channel::unbounded();
             let received = std::thread::scope(|s| {
                 let route = &route;
-                // Control first (it decides direct or tunnel), then the data streams.
-                s.spawn(move || {
-                    let control = match route.dial(Role::Control) {
-                        Ok(c) => c,
-                        Err(e) => {
-                            eprintln!("haul: error: {e}");
-                            return;
-                        }
-                    };
-                    if tx.send((control, Role::Control)).is_err() {
-                        return;
-                    }
-                    std::thread::scope(|s2| {
-                        for _ in 0..streams {
-                            let tx = tx.clone();
-                            s2.spawn(move || match route.dial(Role::Data) {
-                                Ok(c) => {
-                                    let _ = tx.send((c, Role::Data));
-                                }
-                                Err(e) => eprintln!("haul: warning: a data stream failed: {e}"),
-                            });
-                        }
-                    });
-                });
+                s.spawn(move || route.dial_into(streams, &tx));
                 let ropts = PipeRecvOptions {
                     window: opts.window,
                     progress: opts.progress,

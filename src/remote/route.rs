@@ -39,6 +39,31 @@ enum RouteState {
 }
 
 impl<'a> Route<'a> {
+    /// For a pull: dials the control connection (which decides direct or tunnel), then
+    /// `streams` data connections in parallel, and hands each to a receiver through `tx`.
+    pub fn dial_into(&self, streams: usize, tx: &crossbeam_channel::Sender<(Conn, Role)>) {
+        let control = match self.dial(Role::Control) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("haul: error: {e}");
+                return;
+            }
+        };
+        if tx.send((control, Role::Control)).is_err() {
+            return;
+        }
+        std::thread::scope(|s| {
+            for _ in 0..streams {
+                s.spawn(move || match self.dial(Role::Data) {
+                    Ok(c) => {
+                        let _ = tx.send((c, Role::Data));
+                    }
+                    Err(e) => eprintln!("haul: warning: a data stream failed: {e}"),
+                });
+            }
+        });
+    }
+
     /// A route to the far end that printed `ticket` and listens on `port`.
     pub fn new(
         rsh: &'a Rsh,

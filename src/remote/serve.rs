@@ -15,7 +15,7 @@
 use std::io::{self, BufRead, Read};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use super::wire::{self, Reply, Request};
 use crate::codec::Compression;
@@ -28,7 +28,7 @@ use crate::receive::{incoming, receive, ReceiveOptions};
 use crate::send::{send, ticket_dialer, SendOptions};
 use crate::session::lost;
 use crate::store::Store;
-use crate::transport::{Conn, Role, Ticket};
+use crate::transport::{Role, Ticket};
 
 /// How long a listening far end waits for each connection of the local side (which may
 /// first wait for a direct connection to time out, then set up ssh tunnels).
@@ -277,15 +277,8 @@ fn serve_send(
         (Some((listener, ticket, _)), _) => {
             let key = ticket.secret.block_key();
             let (_handle, accepted) = listener.spawn_acceptor();
-            let pool = Mutex::new(AcceptPool {
-                rx: accepted,
-                stash: Vec::new(),
-            });
-            let dial = |role: Role| -> Result<Conn> {
-                pool.lock()
-                    .map_err(|_| Error::io("accepting", io::Error::other("poisoned")))?
-                    .take(role)
-            };
+            let pool = AcceptPool::new(accepted);
+            let dial = |role: Role| pool.take(role);
             send(&sources, &opts, key, dial)?
         }
         (None, Some(text)) => {

@@ -95,20 +95,35 @@ pub(super) fn ssh_server_ip() -> Option<IpAddr> {
 }
 
 /// Accepted connections handed out by role, in the order `send` asks for them.
-pub(super) struct AcceptPool {
-    pub(super) rx: Receiver<Accepted>,
-    pub(super) stash: Vec<Accepted>,
+pub(super) struct AcceptPool(Mutex<Pool>);
+
+struct Pool {
+    rx: Receiver<Accepted>,
+    stash: Vec<Accepted>,
 }
 
 impl AcceptPool {
-    pub(super) fn take(&mut self, role: Role) -> Result<Conn> {
-        if let Some(i) = self.stash.iter().position(|a| a.role == role) {
-            return Ok(self.stash.swap_remove(i).conn);
+    /// Hands out the connections `rx` accepts, by role.
+    pub(super) fn new(rx: Receiver<Accepted>) -> AcceptPool {
+        AcceptPool(Mutex::new(Pool {
+            rx,
+            stash: Vec::new(),
+        }))
+    }
+
+    /// The next accepted connection of `role` (a sender's `dial`).
+    pub(super) fn take(&self, role: Role) -> Result<Conn> {
+        let mut pool = self
+            .0
+            .lock()
+            .map_err(|_| crate::error::Error::io("accepting", io::Error::other("poisoned")))?;
+        if let Some(i) = pool.stash.iter().position(|a| a.role == role) {
+            return Ok(pool.stash.swap_remove(i).conn);
         }
         loop {
-            match self.rx.recv_timeout(ACCEPT_WAIT) {
+            match pool.rx.recv_timeout(ACCEPT_WAIT) {
                 Ok(a) if a.role == role => return Ok(a.conn),
-                Ok(a) => self.stash.push(a),
+                Ok(a) => pool.stash.push(a),
                 Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {
                     return Err(lost(io::Error::new(
                         io::ErrorKind::TimedOut,

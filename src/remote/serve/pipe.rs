@@ -3,9 +3,7 @@
 //! output here (`haul copy host:FILE -`, `--from-command`). Same engines as `recv -` and
 //! `send -`; the local side always dials.
 
-use std::io;
 use std::net::IpAddr;
-use std::sync::Mutex;
 
 use super::endpoint::{listen, path_of, AcceptPool, Out};
 use crate::codec::Compression;
@@ -15,7 +13,7 @@ use crate::receive::incoming;
 use crate::receive::pipe::{receive_pipe, Output, PipeRecvOptions, PipeTo};
 use crate::remote::wire::{self, Reply};
 use crate::send::pipe::{send_pipe, PipeFrom, PipeOptions};
-use crate::transport::{Conn, Role};
+use crate::transport::Role;
 
 /// Where a far stream goes: the file, or the command (whose standard output must not
 /// reach ours: that carries the instruction lines).
@@ -96,15 +94,8 @@ pub(super) fn serve_send_stream(out_lines: &Out, req: SendStream) -> Result<u64>
     }));
     let key = ticket.secret.block_key();
     let (_handle, accepted) = listener.spawn_acceptor();
-    let pool = Mutex::new(AcceptPool {
-        rx: accepted,
-        stash: Vec::new(),
-    });
-    let dial = |role: Role| -> Result<Conn> {
-        pool.lock()
-            .map_err(|_| Error::io("accepting", io::Error::other("poisoned")))?
-            .take(role)
-    };
+    let pool = AcceptPool::new(accepted);
+    let dial = |role: Role| pool.take(role);
     let opts = PipeOptions {
         streams: usize::from(req.streams),
         compress,
