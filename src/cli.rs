@@ -25,6 +25,10 @@ pub struct Cli {
     /// At the end, print rsync-like totals (files, sizes, literal and matched data).
     #[arg(long, global = true)]
     pub stats: bool,
+    /// Leave what haul reads and writes in the page cache (by default it drops the pages
+    /// it brought in, once read or written back).
+    #[arg(long, global = true)]
+    pub keep_cache: bool,
     #[command(flatten)]
     pub rsync: RsyncHabits,
     /// What to do.

@@ -168,6 +168,7 @@ fn send_options(t: &Transfer, cfg: &Config, outgoing: bool) -> SendOptions {
             ..t.select.clone()
         },
         limit: t.limit,
+        keep_cache: cfg.keep_cache,
     }
 }
 
@@ -221,6 +222,7 @@ fn run_recv(
     // Fail on an unwritable destination before printing a ticket.
     let store = Store::open(dir)?;
     store.set_accept(accept);
+    store.set_keep_cache(cfg.keep_cache);
     let listener = Listener::bind(listen)?;
     let ticket = listener.ticket();
     let line = ticket.encode();
@@ -312,6 +314,7 @@ fn run_copy(
         false => Store::open(&dest)?,
     };
     store.set_accept(accept);
+    store.set_keep_cache(cfg.keep_cache);
     let key = *Secret::random().as_bytes();
     let opts = send_options(t, cfg, false);
     // One socket pair per connection; the receiving halves are handed over in order.

@@ -20,16 +20,17 @@ use crate::send::ticket_dialer;
 use crate::transport::{Conn, Listener, Role, Secret};
 
 /// The sender's options for a stream configured as `t` and `p`.
-pub(crate) fn pipe_options(t: &Transfer, p: &Pipe, quiet: bool) -> PipeOptions {
+pub(crate) fn pipe_options(t: &Transfer, p: &Pipe, cfg: &Config) -> PipeOptions {
     PipeOptions {
         streams: t.streams,
         compress: t.compress,
         block_size: t.block_size,
         window: p.window,
         retries: t.retries,
-        progress: !quiet,
+        progress: !cfg.quiet,
         size: p.size,
         limit: t.limit,
+        keep_cache: cfg.keep_cache,
     }
 }
 
@@ -74,7 +75,7 @@ pub(super) fn run_recv_pipe(
     cfg: &Config,
 ) -> Result<()> {
     // Fail on a destination that cannot work before printing a ticket.
-    let out = Output::open(to)?;
+    let out = Output::open(to, cfg.keep_cache)?;
     let listener = Listener::bind(listen)?;
     let ticket = listener.ticket();
     let line = ticket.encode();
@@ -154,7 +155,7 @@ pub(super) fn run_send_pipe(
     cfg: &Config,
 ) -> Result<()> {
     let ticket = &resolve_ticket(ticket)?;
-    let opts = pipe_options(t, p, cfg.quiet);
+    let opts = pipe_options(t, p, cfg);
     let dial = ticket_dialer(ticket, t.encrypt);
     let report = send_pipe(from, &opts, ticket.secret.block_key(), dial)?;
     finish_send_pipe(&report, false, cfg);
@@ -171,7 +172,7 @@ pub(super) fn run_copy_pipe(
     match plan {
         PipeCopy::Local { from, to } => copy_here(from, to, t, p, cfg),
         remote => {
-            let opts = pipe_options(t, p, cfg.quiet);
+            let opts = pipe_options(t, p, cfg);
             match crate::remote::pipe::run(remote, &opts, t.encrypt, ssh, cfg.quiet)? {
                 PipeOutcome::Sent(r) => finish_send_pipe(&r, false, cfg),
                 PipeOutcome::Received(r) => {
@@ -193,9 +194,9 @@ pub(super) fn run_copy_pipe(
 /// A stream copied on this host, through the same engines over socket pairs (verified
 /// end to end; no TLS, no network).
 fn copy_here(from: &PipeFrom, to: &PipeTo, t: &Transfer, p: &Pipe, cfg: &Config) -> Result<()> {
-    let out = Output::open(to)?;
+    let out = Output::open(to, cfg.keep_cache)?;
     let key = *Secret::random().as_bytes();
-    let opts = pipe_options(t, p, cfg.quiet);
+    let opts = pipe_options(t, p, cfg);
     let (tx, rx) = crossbeam_channel::unbounded();
     let mut ends = Vec::new();
     for role in std::iter::once(Role::Control).chain(std::iter::repeat_n(Role::Data, t.streams)) {

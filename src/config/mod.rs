@@ -6,6 +6,7 @@
 //! imports only plain data types from below (compression, sync options and limits, the
 //! ticket). `location` parses `[user@]host:path` and `-e` words.
 
+mod copy;
 mod location;
 mod pipe;
 mod select;
@@ -15,7 +16,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cli::{AcceptArgs, Cli, CommandArgs, RemoteArgs, TransferArgs};
+use crate::cli::{AcceptArgs, Cli, CommandArgs, TransferArgs};
 use crate::codec::Compression;
 use crate::error::{Error, Result};
 use crate::plan::select::Selection;
@@ -235,6 +236,8 @@ pub struct Config {
     pub listing: Listing,
     /// `--stats`: rsync-like totals at the end.
     pub stats: bool,
+    /// `--keep-cache`: leave what is read and written in the page cache.
+    pub keep_cache: bool,
 }
 
 impl Config {
@@ -341,13 +344,13 @@ impl Config {
                         plan,
                         pipe: stream_options(&transfer, &t)?,
                         transfer: t,
-                        ssh: ssh_options(&remote)?,
+                        ssh: copy::ssh_options(&remote)?,
                     }
                 }
                 None if paths.len() < 2 => {
                     return Err(Error::Usage("copy needs SRC... DST".into()))
                 }
-                None => copy_command(paths, &transfer, accept_config(&accept), &remote)?,
+                None => copy::copy_command(paths, &transfer, accept_config(&accept), &remote)?,
             },
             CommandArgs::Serve { probe, uploaded } => Command::Serve { probe, uploaded },
             CommandArgs::Limit { rate, pid } => Command::Limit {
@@ -369,97 +372,9 @@ impl Config {
                 stderr: cli.json,
             },
             stats: cli.stats,
+            keep_cache: cli.keep_cache,
         })
     }
-}
-
-/// `copy`: local when every path is local, otherwise a remote copy (rsync's rules for
-/// `host:path`; all sources on one host).
-fn copy_command(
-    mut paths: Vec<PathBuf>,
-    t: &TransferArgs,
-    accept: Accept,
-    r: &RemoteArgs,
-) -> Result<Command> {
-    let dst = paths
-        .pop()
-        .ok_or_else(|| Error::Usage("copy needs SRC... DST".into()))?;
-    let usage = |e: SpecError| Error::Usage(e.0);
-    let dest = parse_location(dst.as_os_str()).map_err(usage)?;
-    let srcs = paths
-        .iter()
-        .map(|p| parse_location(p.as_os_str()))
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(usage)?;
-    let mut local = Vec::new();
-    let mut remote = Vec::new();
-    for s in srcs {
-        match s {
-            Location::Local(p) => local.push(p),
-            Location::Remote(r) => remote.push(r),
-        }
-    }
-    if !local.is_empty() && !remote.is_empty() {
-        return Err(Error::Usage(
-            "copy: the sources must be all local or all on one host".into(),
-        ));
-    }
-    if let Some(first) = remote.first() {
-        if remote.iter().any(|x| !x.same_login(first)) {
-            return Err(Error::Usage(
-                "copy: remote sources must all be on one host (and user)".into(),
-            ));
-        }
-    }
-    let plan = match (remote.is_empty(), dest) {
-        (true, Location::Local(dst)) => {
-            if r.via_ssh || r.no_encrypt || r.remote_haul.is_some() {
-                return Err(Error::Usage(
-                    "--via-ssh, --no-encrypt and --remote-haul apply only when a path is \
-                     host:path"
-                        .into(),
-                ));
-            }
-            return Ok(Command::Copy {
-                sources: local,
-                dest: dst,
-                accept,
-                transfer: transfer_config(t, false, Compression::None)?,
-            });
-        }
-        (true, Location::Remote(dest)) => RemoteCopy::Push {
-            sources: local,
-            dest,
-        },
-        (false, Location::Local(dest)) => RemoteCopy::Pull {
-            sources: remote,
-            dest,
-        },
-        (false, Location::Remote(dest)) => RemoteCopy::Between {
-            sources: remote,
-            dest,
-        },
-    };
-    Ok(Command::Remote {
-        plan,
-        transfer: transfer_config(t, !r.no_encrypt, NETWORK_COMPRESSION)?,
-        ssh: ssh_options(r)?,
-        accept,
-    })
-}
-
-fn ssh_options(r: &RemoteArgs) -> Result<SshOptions> {
-    let rsh = split_command(r.rsh.as_deref().unwrap_or("ssh")).map_err(|e| Error::Usage(e.0))?;
-    let remote_haul = r.remote_haul.clone().unwrap_or_else(|| "haul".into());
-    if remote_haul.is_empty() || remote_haul.contains('\0') {
-        return Err(Error::Usage("--remote-haul needs a path".into()));
-    }
-    Ok(SshOptions {
-        rsh,
-        remote_haul,
-        via_ssh: r.via_ssh,
-        advertise: r.remote_advertise,
-    })
 }
 
 /// A stream's options: its buffer (checked against the block size) and expected size.

@@ -157,6 +157,7 @@ fn push(
         everywhere: false,
         accept: f.accept,
         dry_run: opts.sync.dry_run,
+        keep_cache: opts.keep_cache,
     })?;
     let ready = far.ready("setting up the receiver")?;
     let (ticket, port, rename) = match ready.ticket {
@@ -195,6 +196,7 @@ fn pull(
         false => Store::open(&root)?,
     };
     store.set_accept(f.accept);
+    store.set_keep_cache(opts.keep_cache);
     far.send(&Request::Go {
         rename,
         ticket: None,
@@ -256,6 +258,7 @@ fn send_request(
             stderr: true,
             ..t.listing
         },
+        keep_cache: t.keep_cache,
     }
 }
 
@@ -286,6 +289,7 @@ fn between(
         everywhere: true,
         accept: f.accept,
         dry_run: opts.sync.dry_run,
+        keep_cache: opts.keep_cache,
     })?;
     let ready = receiver.ready("setting up the receiver")?;
     let (ticket, rename) = match ready.ticket {

@@ -43,6 +43,7 @@ pub fn run(
                 command: to_command.clone(),
                 window: opts.window,
                 advertise: ssh.advertise,
+                keep_cache: opts.keep_cache,
             })?;
             let ready = far.ready("setting up the receiver")?;
             let Some(ticket) = ready.ticket else {
@@ -61,7 +62,7 @@ pub fn run(
             to,
         } => {
             // Fail on a destination that cannot work before starting anything there.
-            let out = Output::open(to)?;
+            let out = Output::open(to, opts.keep_cache)?;
             let mut far = FarEnd::start(&rsh, source, &ssh.remote_haul, quiet)?;
             far.send(&Request::SendStream {
                 path: source.path.clone(),
@@ -73,6 +74,7 @@ pub fn run(
                 window: opts.window,
                 advertise: ssh.advertise,
                 limit: opts.limit,
+                keep_cache: opts.keep_cache,
             })?;
             let ready = far.ready("setting up the sender")?;
             let Some(ticket) = ready.ticket else {

@@ -63,9 +63,10 @@ pub fn run(uploaded: bool) -> i32 {
             everywhere,
             accept,
             dry_run,
+            keep_cache,
         }) => {
             watch_stdin(input, Arc::clone(&finished));
-            let how = (advertise, everywhere, accept, dry_run);
+            let how = (advertise, everywhere, accept, dry_run, keep_cache);
             serve_receive(&out, &dest, single_file, how)
         }
         Ok(Request::Send {
@@ -79,6 +80,7 @@ pub fn run(uploaded: bool) -> i32 {
             select,
             limit,
             listing,
+            keep_cache,
         }) => {
             let opts = compress
                 .parse::<Compression>()
@@ -93,6 +95,7 @@ pub fn run(uploaded: bool) -> i32 {
                     select,
                     limit,
                     listing,
+                    keep_cache,
                 });
             match opts {
                 Ok(o) => serve_send(&out, input, &finished, &paths, o, listen, advertise),
@@ -104,9 +107,11 @@ pub fn run(uploaded: bool) -> i32 {
             command,
             window,
             advertise,
+            keep_cache,
         }) => {
             watch_stdin(input, Arc::clone(&finished));
-            pipe::serve_receive_stream(&out, &dest, command, window, advertise).map(|b| (0, b, 0))
+            let how = (window, advertise, keep_cache);
+            pipe::serve_receive_stream(&out, &dest, command, how).map(|b| (0, b, 0))
         }
         Ok(Request::SendStream {
             path,
@@ -117,6 +122,7 @@ pub fn run(uploaded: bool) -> i32 {
             window,
             advertise,
             limit,
+            keep_cache,
         }) => {
             watch_stdin(input, Arc::clone(&finished));
             let req = pipe::SendStream {
@@ -128,6 +134,7 @@ pub fn run(uploaded: bool) -> i32 {
                 window,
                 advertise,
                 limit,
+                keep_cache,
             };
             pipe::serve_send_stream(&out, req).map(|b| (0, b, 0))
         }
@@ -189,7 +196,7 @@ fn serve_receive(
     out: &Out,
     dest: &[u8],
     single_file: bool,
-    (advertise, everywhere, accept, dry_run): (Option<IpAddr>, bool, Accept, bool),
+    (advertise, everywhere, accept, dry_run, keep_cache): (Option<IpAddr>, bool, Accept, bool, bool),
 ) -> Result<(u64, u64, u64)> {
     let (root, rename) = dest_layout(single_file, &path_of(dest));
     let store = match dry_run {
@@ -197,6 +204,7 @@ fn serve_receive(
         false => Store::open(&root)?,
     };
     store.set_accept(accept);
+    store.set_keep_cache(keep_cache);
     let (listener, ticket, port) = listen(advertise, everywhere)?;
     let key = ticket.secret.block_key();
     out.line(&wire::encode(&Reply::Ready {

@@ -30,7 +30,7 @@ use crate::protocol::{Accept, Listing, SyncOptions};
 use crate::transport::PROTOCOL_VERSION;
 
 /// Version of this line protocol; bumped whenever `Request` or `Reply` change shape.
-pub const SERVE_VERSION: u16 = 4;
+pub const SERVE_VERSION: u16 = 5;
 /// Every message line starts with this.
 const MSG_PREFIX: &str = "haul-msg ";
 /// Greeting lines start with this.
@@ -60,6 +60,8 @@ pub enum Request {
         /// `--dry-run`: open the destination without creating it.
         #[serde(default)]
         dry_run: bool,
+        /// `--keep-cache`: leave written pages in the page cache.
+        keep_cache: bool,
     },
     /// Be the sender of `paths`.
     Send {
@@ -88,6 +90,8 @@ pub enum Request {
         /// (remote to remote, `-v`/`-i`).
         #[serde(default)]
         listing: Listing,
+        /// `--keep-cache`: leave what is read in the page cache.
+        keep_cache: bool,
     },
     /// Receive one stream into the file `dest`, or into the standard input of `command`
     /// (run with `sh -c`; its standard output goes to our standard error).
@@ -100,6 +104,8 @@ pub enum Request {
         window: u64,
         /// Advertise this address in the ticket instead of our own.
         advertise: Option<IpAddr>,
+        /// `--keep-cache`: leave a file's written pages in the page cache.
+        keep_cache: bool,
     },
     /// Send one stream: the file `path`, or the standard output of `command`; listen for
     /// the local receiver's connections.
@@ -120,6 +126,8 @@ pub enum Request {
         advertise: Option<IpAddr>,
         /// Bandwidth cap, bytes per second on the wire (`--limit`).
         limit: Option<u64>,
+        /// `--keep-cache`: leave what is read from a file in the page cache.
+        keep_cache: bool,
     },
     /// Sender only: start.
     Go {
@@ -256,6 +264,7 @@ mod tests {
                     ..Accept::default()
                 },
                 dry_run: true,
+                keep_cache: true,
             },
             Request::Send {
                 paths: vec![b"a/".to_vec(), b"b".to_vec()],
@@ -287,6 +296,7 @@ mod tests {
                     itemize: true,
                     ..Listing::default()
                 },
+                keep_cache: false,
             },
             Request::Go {
                 rename: Some(b"new".to_vec()),
@@ -298,6 +308,7 @@ mod tests {
                 command: Some("mbstream -x -C /var/lib/mysql".into()),
                 window: 64 << 20,
                 advertise: None,
+                keep_cache: false,
             },
             Request::SendStream {
                 path: b"/backups/x.xb".to_vec(),
@@ -308,6 +319,7 @@ mod tests {
                 window: 64 << 20,
                 advertise: None,
                 limit: None,
+                keep_cache: true,
             },
         ];
         for r in reqs {
@@ -342,10 +354,10 @@ mod tests {
         let g = parse_greeting(&greeting(Some("ab12"))).unwrap();
         assert_eq!(g.hash.as_deref(), Some("ab12"));
         assert!(!parse_greeting("haul-serve 9 1").unwrap().compatible());
-        // Version 4: `Receive` carries dry_run, `Send` a listing and a cap, `Done` deleted (3 added
-        // the walk's selection); an older far end cannot read them and is replaced by an
-        // upload.
-        assert_eq!(SERVE_VERSION, 4);
+        // Version 5: every request carries keep_cache (4: `Receive` dry_run, `Send` a listing
+        // and a cap, `Done` deleted; 3: the walk's selection); an older far end cannot read
+        // them and is replaced by an upload.
+        assert_eq!(SERVE_VERSION, 5);
         for old in 2..SERVE_VERSION {
             let line = format!("haul-serve {old} {PROTOCOL_VERSION}");
             assert!(!parse_greeting(&line).unwrap().compatible());

@@ -56,6 +56,8 @@ pub struct PipeOptions {
     pub size: Option<u64>,
     /// Bandwidth cap in bytes per second of wire bytes, all streams together.
     pub limit: Option<u64>,
+    /// `--keep-cache`: leave what is read from a file in the page cache.
+    pub keep_cache: bool,
 }
 
 /// What the sender reports once the receiver confirmed the stream.
@@ -89,7 +91,7 @@ pub fn send_pipe<D>(
 where
     D: Fn(Role) -> Result<Conn> + Sync,
 {
-    let (input, mut producer) = Input::open(from)?;
+    let (input, mut producer) = Input::open(from, opts.keep_cache)?;
     let started = Instant::now();
     let counters = Arc::new(Counters::default());
     if let Some(n) = opts.size {

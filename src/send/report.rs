@@ -34,6 +34,8 @@ pub struct SendOptions {
     pub select: crate::plan::select::Selection,
     /// Bandwidth cap in bytes per second of wire bytes, all streams together.
     pub limit: Option<u64>,
+    /// `--keep-cache`: leave what is read in the page cache.
+    pub keep_cache: bool,
 }
 
 /// What the sender reports when the receiver confirmed the transfer.

@@ -15,6 +15,7 @@ use super::dial::{DataConn, Redial};
 use super::report::{Failures, SendOptions};
 use crate::codec::{piece_hash, unit_hash, Encoder};
 use crate::error::Result;
+use crate::pagecache;
 use crate::plan::queue::{FileJob, Work, WorkQueue};
 use crate::plan::walk::{open_source, Stamp};
 use crate::progress::Counters;
@@ -39,6 +40,8 @@ struct Worker<'a> {
     read: u64,
     /// Files whose last bytes are in the current unit.
     files: u64,
+    /// Drops from the page cache what this stream brought in (unless `--keep-cache`).
+    cache: pagecache::Reader,
 }
 
 /// Runs one data stream until the queue is closed and empty, then ends the stream.
@@ -58,6 +61,7 @@ pub(super) fn run(
         open: None,
         read: 0,
         files: 0,
+        cache: pagecache::Reader::new(opts.keep_cache),
     };
     let mut cbuf = Vec::new();
     let mut hdr = Vec::new();
@@ -158,7 +162,10 @@ impl Worker<'_> {
         }
         if self.open.as_ref().map(|(id, _)| *id) != Some(job.id) {
             self.open = match open_source(&job.path).and_then(|f| stamp_of(&f).map(|s| (f, s))) {
-                Ok((f, now)) if now.same_file(&job.stamp) => Some((job.id, f)),
+                Ok((f, now)) if now.same_file(&job.stamp) => {
+                    self.cache.open(&f);
+                    Some((job.id, f))
+                }
                 // Replaced since the walk (by another file, a symlink, a FIFO...).
                 Ok(_) => return self.record(job, ReadFail::Changed),
                 Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
@@ -171,9 +178,11 @@ impl Worker<'_> {
             return;
         };
         self.raw.resize(len as usize, 0);
+        self.cache.before(f, offset, u64::from(len), job.size);
         let r = f
             .read_exact_at(&mut self.raw, offset)
             .and_then(|()| stamp_of(f));
+        self.cache.after(f);
         self.read += u64::from(len);
         if offset + u64::from(len) == job.size {
             self.files += 1;
@@ -235,7 +244,12 @@ impl Worker<'_> {
         for job in files {
             let start = self.raw.len();
             self.raw.resize(start + job.size as usize, 0);
-            let r = read_whole(&job.path, &job.stamp, &mut self.raw[start..]);
+            let r = read_whole(
+                &job.path,
+                &job.stamp,
+                &mut self.raw[start..],
+                &mut self.cache,
+            );
             self.read += job.size;
             match r {
                 Ok(now) if now == job.stamp => {
@@ -266,7 +280,12 @@ impl Worker<'_> {
 }
 
 /// Reads a whole small file; a file replaced since the walk reads as changed (EOF).
-fn read_whole(path: &Path, walked: &Stamp, buf: &mut [u8]) -> io::Result<Stamp> {
+fn read_whole(
+    path: &Path,
+    walked: &Stamp,
+    buf: &mut [u8],
+    cache: &mut pagecache::Reader,
+) -> io::Result<Stamp> {
     let replaced = || io::Error::new(io::ErrorKind::UnexpectedEof, "replaced since the walk");
     let f = open_source(path).map_err(|e| match e.raw_os_error() {
         Some(libc::ELOOP) => replaced(),
@@ -275,7 +294,10 @@ fn read_whole(path: &Path, walked: &Stamp, buf: &mut [u8]) -> io::Result<Stamp> 
     if !stamp_of(&f)?.same_file(walked) {
         return Err(replaced());
     }
-    f.read_exact_at(buf, 0)?;
+    cache.before(&f, 0, buf.len() as u64, buf.len() as u64);
+    let r = f.read_exact_at(buf, 0);
+    cache.after(&f);
+    r?;
     stamp_of(&f)
 }
 

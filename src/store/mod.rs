@@ -154,6 +154,7 @@ impl Store {
             matched: AtomicU64::new(0),
             absent,
             fresh: created && !dry,
+            keep_cache: AtomicBool::new(false),
         })
     }
 
@@ -192,6 +193,12 @@ impl Store {
         if let Ok(mut g) = self.accept.lock() {
             *g = accept;
         }
+    }
+
+    /// `--keep-cache`: leave written pages in the page cache (by default each written
+    /// range is dropped once written back; see `pagecache`).
+    pub fn set_keep_cache(&self, keep: bool) {
+        self.keep_cache.store(keep, Ordering::Relaxed);
     }
 
     pub fn configure(&self, block_size: u64, options: SyncOptions, key: [u8; 32]) {

@@ -28,6 +28,7 @@ use super::journal;
 use super::state::{add_range, FileState, JournalState, Store, WriterCache};
 use crate::codec::VerifiedUnit;
 use crate::error::{Error, Result};
+use crate::pagecache;
 use crate::protocol::{Entry, ProtocolError, Segment, Want, WantKind};
 
 /// Journal records are written after at most this many bytes...
@@ -127,8 +128,10 @@ impl Store {
             if !seg.keep {
                 file.write_all_at(data, seg.offset)
                     .map_err(|x| self.dest_err(&state.path, x))?;
-                if state.precreated {
-                    start_writeback(&file, seg.offset, len);
+                match (state.precreated, self.keep_cache.load(Ordering::Relaxed)) {
+                    (true, true) => start_writeback(&file, seg.offset, len),
+                    (true, false) => pagecache::drop_written(&file, seg.offset, len as u64),
+                    (false, _) => {}
                 }
                 self.stats
                     .done_bytes
@@ -300,6 +303,9 @@ impl Store {
         let err = |x| self.dest_err(&state.path, x);
         fsops::apply_meta_fd(&file, &state.entry, self.as_root).map_err(err)?;
         file.sync_all().map_err(err)?;
+        if !self.keep_cache.load(Ordering::Relaxed) {
+            pagecache::drop_all(&file);
+        }
         let (parent, name) = state
             .path
             .split_last()
@@ -452,18 +458,7 @@ pub(super) fn copy_range(from: &File, to: &File, len: u64) -> io::Result<()> {
 /// mostly on disk by the time the file's single fsync comes (wdt does the same). Without
 /// it, a large file's whole dirty page cache is flushed in one long fsync at the end.
 fn start_writeback(file: &File, offset: u64, len: usize) {
-    use std::os::fd::AsRawFd;
-    // Hand-written because neither rustix nor std wraps sync_file_range.
-    // SAFETY: sync_file_range only reads its integer arguments; the descriptor is valid
-    // for the duration of the call because `file` is borrowed. Errors are advisory.
-    unsafe {
-        libc::sync_file_range(
-            file.as_raw_fd(),
-            offset as libc::off64_t,
-            len as libc::off64_t,
-            libc::SYNC_FILE_RANGE_WRITE,
-        );
-    }
+    pagecache::sync_range(file, offset, len as u64, libc::SYNC_FILE_RANGE_WRITE);
 }
 
 #[cfg(test)]

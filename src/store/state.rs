@@ -81,6 +81,8 @@ pub struct Store {
     pub(super) absent: bool,
     /// The root was created by this run (so it counts as new, not as changed).
     pub(super) fresh: bool,
+    /// `--keep-cache`: written pages stay in the page cache.
+    pub(super) keep_cache: AtomicBool,
 }
 
 /// A data stream's open partial file, kept between units of the same file.

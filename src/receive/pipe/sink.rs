@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 
 use crate::error::{Error, Result};
+use crate::pagecache;
 use crate::progress::escape;
 
 /// Where the stream goes (plain data: `config` holds one).
@@ -47,12 +48,22 @@ pub struct Output {
     kind: Kind,
     what: String,
     written: u64,
+    /// A file's written pages are dropped once written back (not `--keep-cache`): up to
+    /// `dropped` they are, up to `started` their writeback was started.
+    keep_cache: bool,
+    dropped: u64,
+    started: u64,
 }
+
+/// A file destination starts writeback every this many bytes and drops the previous
+/// chunk's pages (waiting for its writeback, which had one chunk's time to finish).
+const DROP_CHUNK: u64 = 8 << 20;
 
 impl Output {
     /// Opens `to`: checks a file's directory can take it, starts a command. Done before
-    /// the ticket is printed, so a destination that cannot work fails at once.
-    pub fn open(to: &PipeTo) -> Result<Output> {
+    /// the ticket is printed, so a destination that cannot work fails at once. A file's
+    /// written pages leave the page cache once written back, unless `keep_cache`.
+    pub fn open(to: &PipeTo, keep_cache: bool) -> Result<Output> {
         let (kind, what) = match to {
             PipeTo::Stdout => {
                 let fd = io::stdout()
@@ -100,6 +111,9 @@ impl Output {
             kind,
             what,
             written: 0,
+            keep_cache,
+            dropped: 0,
+            started: 0,
         })
     }
 
@@ -131,7 +145,10 @@ impl Output {
             break;
         }
         match r {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                self.drop_written();
+                Ok(())
+            }
             Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
                 // Say how the consumer ended if it did.
                 let how = match &mut self.kind {
@@ -151,6 +168,21 @@ impl Output {
         }
     }
 
+    /// A file: starts writeback of what was written since the last call and drops the
+    /// chunk before it, once a chunk's worth has accumulated.
+    fn drop_written(&mut self) {
+        let Kind::File { file, .. } = &self.kind else {
+            return;
+        };
+        if self.keep_cache || self.written - self.started < DROP_CHUNK {
+            return;
+        }
+        let (from, to) = (self.started, self.written);
+        pagecache::sync_range(file, from, to - from, libc::SYNC_FILE_RANGE_WRITE);
+        pagecache::drop_written(file, self.dropped, from - self.dropped);
+        (self.dropped, self.started) = (from, to);
+    }
+
     /// The stream is complete and verified: make it durable (a file: fsync, rename into
     /// place, fsync the directory) or wait for the command, which must exit 0.
     pub(super) fn finish(mut self) -> Result<()> {
@@ -164,6 +196,9 @@ impl Output {
             Kind::Stdout(f) => f.flush().map_err(fail),
             Kind::File { file, tmp, dest } => {
                 file.sync_all().map_err(fail)?;
+                if !self.keep_cache {
+                    pagecache::drop_all(file);
+                }
                 std::fs::rename(&*tmp, &*dest).map_err(fail)?;
                 // Renamed: nothing left to remove.
                 *tmp = PathBuf::new();
@@ -267,7 +302,7 @@ mod tests {
     fn a_file_appears_only_when_finished() {
         let d = tempfile::tempdir().unwrap();
         let dest = d.path().join("out.bin");
-        let mut o = Output::open(&PipeTo::File(dest.clone())).unwrap();
+        let mut o = Output::open(&PipeTo::File(dest.clone()), false).unwrap();
         o.write_all(b"hello").unwrap();
         assert!(!dest.exists());
         o.finish().unwrap();
@@ -280,7 +315,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let dest = d.path().join("out.bin");
         std::fs::write(&dest, b"old").unwrap();
-        let mut o = Output::open(&PipeTo::File(dest.clone())).unwrap();
+        let mut o = Output::open(&PipeTo::File(dest.clone()), false).unwrap();
         o.write_all(b"partial").unwrap();
         drop(o);
         assert_eq!(std::fs::read(&dest).unwrap(), b"old");
@@ -290,7 +325,7 @@ mod tests {
     #[test]
     fn a_directory_is_refused() {
         let d = tempfile::tempdir().unwrap();
-        let e = Output::open(&PipeTo::File(d.path().to_path_buf()))
+        let e = Output::open(&PipeTo::File(d.path().to_path_buf()), false)
             .err()
             .unwrap();
         assert!(e.to_string().contains("is a directory"), "{e}");
@@ -301,7 +336,7 @@ mod tests {
         let mut o = Output::open(&PipeTo::Command {
             command: "cat >/dev/null; exit 4".into(),
             stdout_to_stderr: true,
-        })
+        }, false)
         .unwrap();
         o.write_all(b"abc").unwrap();
         let e = o.finish().unwrap_err().to_string();
@@ -313,7 +348,7 @@ mod tests {
         let mut o = Output::open(&PipeTo::Command {
             command: "head -c 10 >/dev/null".into(),
             stdout_to_stderr: true,
-        })
+        }, false)
         .unwrap();
         let big = vec![7u8; 1 << 20];
         let mut r = Ok(());

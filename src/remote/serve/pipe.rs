@@ -40,10 +40,9 @@ pub(super) fn serve_receive_stream(
     out_lines: &Out,
     dest: &[u8],
     command: Option<String>,
-    window: u64,
-    advertise: Option<IpAddr>,
+    (window, advertise, keep_cache): (u64, Option<IpAddr>, bool),
 ) -> Result<u64> {
-    let out = Output::open(&far_to(dest, command))?;
+    let out = Output::open(&far_to(dest, command), keep_cache)?;
     let (listener, ticket, port) = listen(advertise, false)?;
     let key = ticket.secret.block_key();
     out_lines.line(&wire::encode(&Reply::Ready {
@@ -72,6 +71,7 @@ pub(super) struct SendStream {
     pub(super) window: u64,
     pub(super) advertise: Option<IpAddr>,
     pub(super) limit: Option<u64>,
+    pub(super) keep_cache: bool,
 }
 
 /// Sends one stream to the local receiver, which dials us; returns its length.
@@ -102,6 +102,7 @@ pub(super) fn serve_send_stream(out_lines: &Out, req: SendStream) -> Result<u64>
         block_size: req.block_size,
         window: req.window,
         limit: req.limit,
+        keep_cache: req.keep_cache,
         retries: DEFAULT_RETRIES,
         progress: false,
         size: None,

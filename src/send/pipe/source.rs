@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 
 use crate::error::{Error, Result};
+use crate::pagecache;
 use crate::progress::escape;
 
 /// Where the stream comes from (plain data: `config` holds one).
@@ -32,6 +33,8 @@ enum Reader {
 pub(super) struct Input {
     reader: Reader,
     what: String,
+    /// A file's page-cache residency (not `--keep-cache`), and where the next read starts.
+    cache: Option<(pagecache::Reader, u64)>,
 }
 
 /// The command producing the stream, if any: its exit status decides whether the end of
@@ -41,8 +44,9 @@ pub(super) struct Producer {
 }
 
 impl Input {
-    /// Opens `from` (starts the command).
-    pub(super) fn open(from: &PipeFrom) -> Result<(Input, Producer)> {
+    /// Opens `from` (starts the command); a file's pages that the reads bring into the
+    /// page cache are dropped again unless `keep_cache`.
+    pub(super) fn open(from: &PipeFrom, keep_cache: bool) -> Result<(Input, Producer)> {
         let none = Producer { child: None };
         match from {
             PipeFrom::Stdin => {
@@ -53,6 +57,7 @@ impl Input {
                 let input = Input {
                     reader: Reader::Plain(File::from(fd)),
                     what: "standard input".into(),
+                    cache: None,
                 };
                 Ok((input, none))
             }
@@ -61,9 +66,14 @@ impl Input {
                     path: p.clone(),
                     source: e,
                 })?;
+                let cache = (!keep_cache).then(|| (pagecache::Reader::new(false), 0));
+                if let Some((c, _)) = &cache {
+                    c.open(&f);
+                }
                 let input = Input {
                     reader: Reader::Plain(f),
                     what: escape(&p.display().to_string()),
+                    cache,
                 };
                 Ok((input, none))
             }
@@ -87,6 +97,7 @@ impl Input {
                 let input = Input {
                     reader: Reader::Child(out),
                     what: what.clone(),
+                    cache: None,
                 };
                 Ok((
                     input,
@@ -100,6 +111,20 @@ impl Input {
 
     /// Reads until `buf` is full or the input ends; returns how much was read.
     pub(super) fn fill(&mut self, buf: &mut [u8]) -> Result<usize> {
+        if let (Some((c, pos)), Reader::Plain(f)) = (&mut self.cache, &self.reader) {
+            // The file's size, for the lookahead, is where the file ends now.
+            let size = f.metadata().map_or(0, |m| m.len());
+            c.before(f, *pos, buf.len() as u64, size);
+        }
+        let r = self.fill_from(buf);
+        if let (Some((c, pos)), Reader::Plain(f)) = (&mut self.cache, &self.reader) {
+            c.after(f);
+            *pos += *r.as_ref().unwrap_or(&0) as u64;
+        }
+        r
+    }
+
+    fn fill_from(&mut self, buf: &mut [u8]) -> Result<usize> {
         let mut n = 0;
         while n < buf.len() {
             let r = match &mut self.reader {
@@ -181,7 +206,7 @@ mod tests {
 
     #[test]
     fn a_command_that_fails_after_writing_fails_the_input() {
-        let (mut i, mut p) = Input::open(&PipeFrom::Command("printf abc; exit 3".into())).unwrap();
+        let (mut i, mut p) = Input::open(&PipeFrom::Command("printf abc; exit 3".into()), false).unwrap();
         let mut buf = [0u8; 16];
         assert_eq!(i.fill(&mut buf).unwrap(), 3);
         assert_eq!(&buf[..3], b"abc");
@@ -193,7 +218,7 @@ mod tests {
     #[test]
     fn a_command_that_succeeds_is_read_to_its_end() {
         let (mut i, mut p) =
-            Input::open(&PipeFrom::Command("head -c 100000 /dev/zero".into())).unwrap();
+            Input::open(&PipeFrom::Command("head -c 100000 /dev/zero".into()), false).unwrap();
         let mut buf = vec![1u8; 65536];
         let mut total = 0;
         loop {
@@ -209,7 +234,7 @@ mod tests {
 
     #[test]
     fn a_missing_file_is_a_source_error() {
-        let e = Input::open(&PipeFrom::File("/nonexistent/x".into()))
+        let e = Input::open(&PipeFrom::File("/nonexistent/x".into()), false)
             .err()
             .unwrap();
         assert_eq!(e.exit_code(), crate::error::exit::SOURCE);

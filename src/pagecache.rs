@@ -1,0 +1,235 @@
+//! Leaving the page cache as haul found it (the default; `--keep-cache` turns it off).
+//!
+//! Reading a 2 TB data directory must not evict a database's working set, and writing it
+//! must not fill the receiver's memory. So:
+//!
+//! - **Reading:** [`Reader::before`] notes which pages of a range are cached before haul
+//!   reads it, [`Reader::after`] drops (`POSIX_FADV_DONTNEED`) the runs of pages that
+//!   were not. Residency comes from `mincore(2)` on a read-only shared mapping of the
+//!   range: `mincore` never touches the pages, so a file truncated meanwhile cannot raise
+//!   SIGBUS. Source files are read with `POSIX_FADV_RANDOM` ([`Reader::open`]), so the
+//!   kernel reads what haul asks for and no speculative readahead beyond it, which a
+//!   neighbouring range's `before` would otherwise take for pages cached before. One
+//!   readahead remains: reading a page that another reader's readahead marked starts the
+//!   next window even so, and each window marks a page of the one after (a chain that
+//!   would run ahead of haul to the end of the file). So `before` also notes the
+//!   [`LOOKAHEAD`] past the range and `after` drops what came in there too, which ends
+//!   the chain; the pages of that window may be read twice, once.
+//! - **Writing:** [`drop_written`] waits for a written range's writeback and drops it.
+//!   The pages are new data that nobody else had cached.
+//!
+//! Granularity is the page. What it cannot see: since Linux 5.2 `mincore` reports every
+//! page of a file resident unless the caller owns the file or may write it (a side
+//! channel closed); then nothing read is dropped, which is the polite side to err on.
+//! Every call here is advice: errors are ignored, data is never affected.
+
+use std::fs::File;
+use std::num::NonZeroU64;
+use std::os::fd::AsRawFd;
+
+use rustix::fs::{fadvise, Advice};
+
+/// How far past a range read its readahead may reach (the kernel's window is at most the
+/// device's `read_ahead_kb`: 128 KiB by default, 8 MiB on some virtual disks).
+pub const LOOKAHEAD: u64 = 16 << 20;
+
+/// Page residency of the range being read, noted before reading it.
+#[derive(Debug, Default)]
+pub struct Reader {
+    /// Do nothing (`--keep-cache`).
+    keep: bool,
+    /// Page-aligned start of the noted range.
+    start: u64,
+    /// One byte per page: bit 0 set when the page was cached before.
+    resident: Vec<u8>,
+}
+
+impl Reader {
+    /// A reader that drops what it brings in, or (`keep`) leaves the cache alone.
+    pub fn new(keep: bool) -> Reader {
+        Reader {
+            keep,
+            ..Reader::default()
+        }
+    }
+
+    /// Advises the kernel not to read ahead of what haul asks for on `file` (a descriptor
+    /// of this run's own: the advice belongs to the open file, not to the inode).
+    pub fn open(&self, file: &File) {
+        if !self.keep {
+            let _ = fadvise(file, 0, None, Advice::Random);
+        }
+    }
+
+    /// Notes which pages of `[offset, offset + len)` of `file` (of `size` bytes) and of
+    /// the [`LOOKAHEAD`] after it are cached now.
+    pub fn before(&mut self, file: &File, offset: u64, len: u64, size: u64) {
+        self.resident.clear();
+        if self.keep || len == 0 {
+            return;
+        }
+        let page = page_size();
+        self.start = offset - offset % page;
+        let end = (offset + len).max(size.min(offset + len + LOOKAHEAD));
+        let span = end - self.start;
+        let pages = span.div_ceil(page) as usize;
+        self.resident.resize(pages, 0);
+        if !mincore(file, self.start, pages as u64 * page, &mut self.resident) {
+            // Unknown: count every page as cached, so nothing is dropped.
+            self.resident.fill(1);
+        }
+    }
+
+    /// Drops the pages of the range noted by [`Reader::before`] that were not cached then.
+    pub fn after(&mut self, file: &File) {
+        let page = page_size();
+        let mut i = 0;
+        while i < self.resident.len() {
+            if self.resident[i] & 1 != 0 {
+                i += 1;
+                continue;
+            }
+            let run = self.resident[i..].iter().take_while(|r| *r & 1 == 0).count();
+            let at = self.start + i as u64 * page;
+            let _ = fadvise(file, at, NonZeroU64::new(run as u64 * page), Advice::DontNeed);
+            i += run;
+        }
+        self.resident.clear();
+    }
+}
+
+/// Waits until `[offset, offset + len)` of `file` is written back, then drops its pages
+/// from the cache (written data nobody else had cached). Costs the writing thread the
+/// wait for its own range; the file's fsync afterwards is then short.
+pub fn drop_written(file: &File, offset: u64, len: u64) {
+    if len == 0 {
+        return;
+    }
+    sync_range(
+        file,
+        offset,
+        len,
+        libc::SYNC_FILE_RANGE_WAIT_BEFORE
+            | libc::SYNC_FILE_RANGE_WRITE
+            | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+    );
+    let _ = fadvise(file, offset, NonZeroU64::new(len), Advice::DontNeed);
+}
+
+/// Drops every clean cached page of `file` (after its fsync: all of them).
+pub fn drop_all(file: &File) {
+    let _ = fadvise(file, 0, None, Advice::DontNeed);
+}
+
+/// Starts (`SYNC_FILE_RANGE_WRITE`) or waits for writeback of a range.
+pub fn sync_range(file: &File, offset: u64, len: u64, flags: libc::c_uint) {
+    // Hand-written because neither rustix nor std wraps sync_file_range.
+    // SAFETY: sync_file_range only reads its integer arguments; the descriptor is valid
+    // for the duration of the call because `file` is borrowed. Errors are advisory.
+    unsafe {
+        libc::sync_file_range(
+            file.as_raw_fd(),
+            offset as libc::off64_t,
+            len as libc::off64_t,
+            flags,
+        );
+    }
+}
+
+fn page_size() -> u64 {
+    rustix::param::page_size() as u64
+}
+
+/// Fills `vec` (one byte per page) with the residency of `[offset, offset + len)`;
+/// `false` when it cannot be learned (a file system without mmap, an unaligned offset).
+fn mincore(file: &File, offset: u64, len: u64, vec: &mut [u8]) -> bool {
+    let Ok(off) = libc::off_t::try_from(offset) else {
+        return false;
+    };
+    // Hand-written: neither rustix nor std offers mincore, and no crate made for it is
+    // better kept than these three calls.
+    // SAFETY: a fresh PROT_READ mapping chosen by the kernel (no fixed address, so nothing
+    // existing is replaced); it is never dereferenced, only passed to mincore, which
+    // writes one byte per page into `vec` (sized by the caller to `len` in pages), and
+    // unmapped before returning. The descriptor is borrowed for the whole call.
+    unsafe {
+        let addr = libc::mmap(
+            std::ptr::null_mut(),
+            len as usize,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            off,
+        );
+        if addr == libc::MAP_FAILED {
+            return false;
+        }
+        let ok = libc::mincore(addr, len as usize, vec.as_mut_ptr()) == 0;
+        libc::munmap(addr, len as usize);
+        ok
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::unix::fs::FileExt;
+
+    fn resident_pages(f: &File, len: u64) -> usize {
+        let page = page_size();
+        let mut v = vec![0u8; len.div_ceil(page) as usize];
+        assert!(mincore(f, 0, len, &mut v));
+        v.iter().filter(|b| *b & 1 != 0).count()
+    }
+
+    #[test]
+    fn reading_drops_only_pages_it_brought_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let len = 4u64 << 20;
+        let mut f = File::create(&p).unwrap();
+        f.write_all(&vec![7u8; len as usize]).unwrap();
+        f.sync_all().unwrap();
+        drop_all(&f);
+        let f = File::open(&p).unwrap();
+        if resident_pages(&f, len) > 0 {
+            // tmpfs and the like: their pages are the file, nothing can be dropped.
+            return;
+        }
+        // The first half is cached before haul reads (someone else's working set).
+        let mut half = vec![0u8; (len / 2) as usize];
+        f.read_exact_at(&mut half, 0).unwrap();
+        let before = resident_pages(&f, len);
+        let mut r = Reader::new(false);
+        r.open(&f);
+        r.before(&f, 0, len, len);
+        let mut all = vec![0u8; len as usize];
+        f.read_exact_at(&mut all, 0).unwrap();
+        r.after(&f);
+        let after = resident_pages(&f, len);
+        // Generous: memory pressure may take some of the first half meanwhile.
+        assert!(after <= before, "{after} pages resident, {before} before");
+        assert!(after * 4 >= before * 3, "{after} pages resident, {before} before");
+    }
+
+    #[test]
+    fn keep_notes_nothing_and_unknown_residency_drops_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, vec![1u8; 1 << 16]).unwrap();
+        let f = File::open(&p).unwrap();
+        let mut r = Reader::new(true);
+        r.before(&f, 0, 1 << 16, 1 << 16);
+        assert!(r.resident.is_empty());
+        let mut r = Reader::new(false);
+        r.before(&f, 4096, 0, 1 << 16);
+        assert!(r.resident.is_empty());
+        r.before(&f, 100, 5000, 5100);
+        assert_eq!(r.start, 0);
+        assert_eq!(r.resident.len(), 2);
+        // The lookahead, up to the end of the file.
+        r.before(&f, 0, 4096, 1 << 16);
+        assert_eq!(r.resident.len(), 16);
+    }
+}
