@@ -89,9 +89,17 @@ impl Reader {
                 i += 1;
                 continue;
             }
-            let run = self.resident[i..].iter().take_while(|r| *r & 1 == 0).count();
+            let run = self.resident[i..]
+                .iter()
+                .take_while(|r| *r & 1 == 0)
+                .count();
             let at = self.start + i as u64 * page;
-            let _ = fadvise(file, at, NonZeroU64::new(run as u64 * page), Advice::DontNeed);
+            let _ = fadvise(
+                file,
+                at,
+                NonZeroU64::new(run as u64 * page),
+                Advice::DontNeed,
+            );
             i += run;
         }
         self.resident.clear();
@@ -210,7 +218,10 @@ mod tests {
         let after = resident_pages(&f, len);
         // Generous: memory pressure may take some of the first half meanwhile.
         assert!(after <= before, "{after} pages resident, {before} before");
-        assert!(after * 4 >= before * 3, "{after} pages resident, {before} before");
+        assert!(
+            after * 4 >= before * 3,
+            "{after} pages resident, {before} before"
+        );
     }
 
     #[test]

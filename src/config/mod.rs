@@ -6,7 +6,6 @@
 //! imports only plain data types from below (compression, sync options and limits, the
 //! ticket). `location` parses `[user@]host:path` and `-e` words.
 
-mod copy;
 mod location;
 mod pipe;
 mod select;
@@ -16,7 +15,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cli::{AcceptArgs, Cli, CommandArgs, TransferArgs};
+use crate::cli::{AcceptArgs, Cli, CommandArgs, RemoteArgs, TransferArgs};
 use crate::codec::Compression;
 use crate::error::{Error, Result};
 use crate::plan::select::Selection;
@@ -344,13 +343,13 @@ impl Config {
                         plan,
                         pipe: stream_options(&transfer, &t)?,
                         transfer: t,
-                        ssh: copy::ssh_options(&remote)?,
+                        ssh: ssh_options(&remote)?,
                     }
                 }
                 None if paths.len() < 2 => {
                     return Err(Error::Usage("copy needs SRC... DST".into()))
                 }
-                None => copy::copy_command(paths, &transfer, accept_config(&accept), &remote)?,
+                None => copy_command(paths, &transfer, accept_config(&accept), &remote)?,
             },
             CommandArgs::Serve { probe, uploaded } => Command::Serve { probe, uploaded },
             CommandArgs::Limit { rate, pid } => Command::Limit {
@@ -375,6 +374,95 @@ impl Config {
             keep_cache: cli.keep_cache,
         })
     }
+}
+
+/// `copy`: local when every path is local, otherwise a remote copy (rsync's rules for
+/// `host:path`; all sources on one host).
+fn copy_command(
+    mut paths: Vec<PathBuf>,
+    t: &TransferArgs,
+    accept: Accept,
+    r: &RemoteArgs,
+) -> Result<Command> {
+    let dst = paths
+        .pop()
+        .ok_or_else(|| Error::Usage("copy needs SRC... DST".into()))?;
+    let usage = |e: SpecError| Error::Usage(e.0);
+    let dest = parse_location(dst.as_os_str()).map_err(usage)?;
+    let srcs = paths
+        .iter()
+        .map(|p| parse_location(p.as_os_str()))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(usage)?;
+    let mut local = Vec::new();
+    let mut remote = Vec::new();
+    for s in srcs {
+        match s {
+            Location::Local(p) => local.push(p),
+            Location::Remote(r) => remote.push(r),
+        }
+    }
+    if !local.is_empty() && !remote.is_empty() {
+        return Err(Error::Usage(
+            "copy: the sources must be all local or all on one host".into(),
+        ));
+    }
+    if let Some(first) = remote.first() {
+        if remote.iter().any(|x| !x.same_login(first)) {
+            return Err(Error::Usage(
+                "copy: remote sources must all be on one host (and user)".into(),
+            ));
+        }
+    }
+    let plan = match (remote.is_empty(), dest) {
+        (true, Location::Local(dst)) => {
+            if r.via_ssh || r.no_encrypt || r.remote_haul.is_some() {
+                return Err(Error::Usage(
+                    "--via-ssh, --no-encrypt and --remote-haul apply only when a path is \
+                     host:path"
+                        .into(),
+                ));
+            }
+            return Ok(Command::Copy {
+                sources: local,
+                dest: dst,
+                accept,
+                transfer: transfer_config(t, false, Compression::None)?,
+            });
+        }
+        (true, Location::Remote(dest)) => RemoteCopy::Push {
+            sources: local,
+            dest,
+        },
+        (false, Location::Local(dest)) => RemoteCopy::Pull {
+            sources: remote,
+            dest,
+        },
+        (false, Location::Remote(dest)) => RemoteCopy::Between {
+            sources: remote,
+            dest,
+        },
+    };
+    Ok(Command::Remote {
+        plan,
+        transfer: transfer_config(t, !r.no_encrypt, NETWORK_COMPRESSION)?,
+        ssh: ssh_options(r)?,
+        accept,
+    })
+}
+
+fn ssh_options(r: &RemoteArgs) -> Result<SshOptions> {
+    let rsh = split_command(r.rsh.as_deref().unwrap_or("ssh")).map_err(|e| Error::Usage(e.0))?;
+    let remote_haul = r.remote_haul.clone().unwrap_or_else(|| "haul".into());
+    if remote_haul.is_empty() || remote_haul.contains('\0') {
+        return Err(Error::Usage("--remote-haul needs a path".into()));
+    }
+    Ok(SshOptions {
+        rsh,
+        remote_haul,
+        via_ssh: r.via_ssh,
+        advertise: r.remote_advertise,
+    })
 }
 
 /// A stream's options: its buffer (checked against the block size) and expected size.
@@ -451,64 +539,4 @@ fn transfer_config(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn cfg(args: &[&str]) -> Result<Config> {
-        use clap::Parser;
-        let mut all = vec!["haul"];
-        all.extend_from_slice(args);
-        Config::from_cli(Cli::try_parse_from(all).unwrap())
-    }
-
-    #[test]
-    fn copy_picks_local_push_pull_or_between() {
-        let c = cfg(&["copy", "/a", "/b"]).unwrap();
-        assert!(matches!(c.command, Command::Copy { .. }));
-        let c = cfg(&["copy", "/a", "./x:y"]).unwrap();
-        assert!(matches!(c.command, Command::Copy { .. }));
-        let c = cfg(&["copy", "-e", "ssh -p 2222", "/a", "u@db2:/d", "--no-owner"]).unwrap();
-        let Command::Remote {
-            plan,
-            ssh,
-            transfer,
-            accept,
-        } = c.command
-        else {
-            panic!()
-        };
-        assert!(matches!(plan, RemoteCopy::Push { .. }));
-        assert!(!accept.owner && accept.group && accept.devices);
-        assert_eq!(ssh.rsh, ["ssh", "-p", "2222"]);
-        assert_eq!(ssh.remote_haul, "haul");
-        assert!(transfer.encrypt);
-        let c = cfg(&["copy", "db1:/a", "db1:/b", "/d", "--no-encrypt"]).unwrap();
-        let Command::Remote { plan, transfer, .. } = c.command else {
-            panic!()
-        };
-        assert!(matches!(plan, RemoteCopy::Pull { .. }));
-        assert!(!transfer.encrypt);
-        let c = cfg(&["copy", "db1:/a", "[::1]:/b"]).unwrap();
-        assert!(matches!(
-            c.command,
-            Command::Remote {
-                plan: RemoteCopy::Between { .. },
-                ..
-            }
-        ));
-    }
-
-    #[test]
-    fn copy_refuses_mixed_or_bad_remote_forms() {
-        for args in [
-            &["copy", "/a", "db1:/b", "/d"][..],
-            &["copy", "db1:/a", "db2:/b", "/d"],
-            &["copy", "/a", "h::mod"],
-            &["copy", "/a", "/b", "--via-ssh"],
-            &["copy", "-e", "ssh 'x", "/a", "h:/b"],
-        ] {
-            let e = cfg(args).unwrap_err();
-            assert_eq!(e.exit_code(), crate::error::exit::USAGE, "{args:?}: {e}");
-        }
-    }
-}
+mod tests;

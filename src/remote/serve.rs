@@ -196,7 +196,13 @@ fn serve_receive(
     out: &Out,
     dest: &[u8],
     single_file: bool,
-    (advertise, everywhere, accept, dry_run, keep_cache): (Option<IpAddr>, bool, Accept, bool, bool),
+    (advertise, everywhere, accept, dry_run, keep_cache): (
+        Option<IpAddr>,
+        bool,
+        Accept,
+        bool,
+        bool,
+    ),
 ) -> Result<(u64, u64, u64)> {
     let (root, rename) = dest_layout(single_file, &path_of(dest));
     let store = match dry_run {

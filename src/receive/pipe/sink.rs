@@ -333,10 +333,13 @@ mod tests {
 
     #[test]
     fn a_failing_command_fails_the_output() {
-        let mut o = Output::open(&PipeTo::Command {
-            command: "cat >/dev/null; exit 4".into(),
-            stdout_to_stderr: true,
-        }, false)
+        let mut o = Output::open(
+            &PipeTo::Command {
+                command: "cat >/dev/null; exit 4".into(),
+                stdout_to_stderr: true,
+            },
+            false,
+        )
         .unwrap();
         o.write_all(b"abc").unwrap();
         let e = o.finish().unwrap_err().to_string();
@@ -345,10 +348,13 @@ mod tests {
 
     #[test]
     fn a_consumer_that_stops_reading_is_an_error() {
-        let mut o = Output::open(&PipeTo::Command {
-            command: "head -c 10 >/dev/null".into(),
-            stdout_to_stderr: true,
-        }, false)
+        let mut o = Output::open(
+            &PipeTo::Command {
+                command: "head -c 10 >/dev/null".into(),
+                stdout_to_stderr: true,
+            },
+            false,
+        )
         .unwrap();
         let big = vec![7u8; 1 << 20];
         let mut r = Ok(());

@@ -206,7 +206,8 @@ mod tests {
 
     #[test]
     fn a_command_that_fails_after_writing_fails_the_input() {
-        let (mut i, mut p) = Input::open(&PipeFrom::Command("printf abc; exit 3".into()), false).unwrap();
+        let (mut i, mut p) =
+            Input::open(&PipeFrom::Command("printf abc; exit 3".into()), false).unwrap();
         let mut buf = [0u8; 16];
         assert_eq!(i.fill(&mut buf).unwrap(), 3);
         assert_eq!(&buf[..3], b"abc");
