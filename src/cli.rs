@@ -132,6 +132,17 @@ pub enum CommandArgs {
         #[command(flatten)]
         remote: RemoteArgs,
     },
+    /// Measure in about 15 s, changing nothing, what would bound `haul copy SRC... DST`
+    /// (source read, durable write at DST, each codec on a sample of the data) and print
+    /// the bottleneck, the settings to use and the predicted time.
+    Probe {
+        /// SRC... DST, as for copy (local paths).
+        #[arg(required = true, num_args = 2.., value_name = "SRC... DST")]
+        paths: Vec<PathBuf>,
+        /// Data streams the copy would use (default: twice the cores, 2 to 8).
+        #[arg(long, value_name = "N")]
+        streams: Option<usize>,
+    },
     /// Change the bandwidth cap of a running `haul send` or `haul copy` of yours.
     Limit {
         /// Bytes per second (K, M, G: KiB, MiB, GiB), or `off`.

@@ -5,6 +5,7 @@
 
 mod docs;
 mod pipe;
+mod probe;
 mod ticket;
 
 use std::io::Write;
@@ -98,6 +99,7 @@ fn run_command(cfg: &Config) -> Result<()> {
             }
         }
         Command::Limit { rate, pid } => run_limit(*rate, *pid),
+        Command::Probe(p) => probe::run_probe(p, cfg),
         Command::Completions(shell) => docs::completions(*shell, &mut std::io::stdout().lock()),
         Command::Man => docs::man(&mut std::io::stdout().lock()),
         Command::Serve { probe: true, .. } => {

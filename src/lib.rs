@@ -11,6 +11,7 @@ pub mod config;
 pub mod error;
 pub mod pagecache;
 pub mod plan;
+pub mod probe;
 pub mod progress;
 pub mod protocol;
 pub mod receive;

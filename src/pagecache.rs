@@ -106,6 +106,18 @@ impl Reader {
     }
 }
 
+/// The share (0 to 1) of the pages of `[offset, offset + len)` of `file` that are cached;
+/// 0 when it cannot be learned.
+pub fn cached_share(file: &File, offset: u64, len: u64) -> f64 {
+    let mut r = Reader::new(false);
+    r.before(file, offset, len, 0);
+    if r.resident.is_empty() {
+        return 0.0;
+    }
+    let n = r.resident.iter().filter(|b| *b & 1 != 0).count();
+    n as f64 / r.resident.len() as f64
+}
+
 /// Waits until `[offset, offset + len)` of `file` is written back, then drops its pages
 /// from the cache (written data nobody else had cached). Costs the writing thread the
 /// wait for its own range; the file's fsync afterwards is then short.

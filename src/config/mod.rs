@@ -8,6 +8,7 @@
 
 mod location;
 mod pipe;
+mod probe;
 mod select;
 mod size;
 
@@ -26,6 +27,7 @@ pub use location::{
     parse_listen, parse_location, split_command, Location, RemoteCopy, RemotePath, SpecError,
 };
 pub use pipe::{Pipe, PipeCopy, DEFAULT_PIPE_BUFFER, MAX_PIPE_BUFFER};
+pub use probe::Probe;
 pub use size::{parse_rate, parse_size};
 
 use crate::receive::pipe::PipeTo;
@@ -193,6 +195,8 @@ pub enum Command {
     Completions(clap_complete::Shell),
     /// Print the manual page.
     Man,
+    /// Measure what would bound a copy.
+    Probe(Probe),
     /// The far end of a remote copy (hidden).
     Serve {
         /// Only print the versions.
@@ -334,6 +338,10 @@ impl Config {
             CommandArgs::Serve { probe, uploaded } => Command::Serve { probe, uploaded },
             CommandArgs::Completions { shell } => Command::Completions(shell),
             CommandArgs::Man => Command::Man,
+            CommandArgs::Probe { paths, streams } => Command::Probe(probe::probe(
+                &paths,
+                streams.unwrap_or_else(default_streams),
+            )?),
             CommandArgs::Limit { rate, pid } => Command::Limit {
                 rate: match rate.as_str() {
                     "off" => None,

@@ -1,0 +1,174 @@
+//! `haul probe SRC... DST`: runs the measurements of `probe` and prints what bounds the
+//! copy, the settings to use and the predicted time (or one JSON object with `--json`).
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use crate::config::{Config, Probe};
+use crate::error::{Error, Result};
+use crate::probe::{self, CodecRate, Sources, SAMPLE_BLOCK};
+use crate::progress::{escape, human, json_string};
+
+/// What was measured and picked.
+struct Outcome {
+    src: Sources,
+    dest: PathBuf,
+    write: Option<f64>,
+    codecs: Vec<CodecRate>,
+    choice: Option<probe::Choice>,
+    streams: usize,
+    seconds: f64,
+}
+
+/// Measures and prints.
+pub(super) fn run_probe(p: &Probe, cfg: &Config) -> Result<()> {
+    let started = Instant::now();
+    let src = probe::sample_sources(&p.sources, p.streams).map_err(|e| Error::Source {
+        path: p.sources.first().cloned().unwrap_or_default(),
+        source: e,
+    })?;
+    let dir = existing_dir(&p.dest);
+    let write = probe::write_rate(&dir, &src.blocks).map_err(|e| Error::Destination {
+        path: dir.clone(),
+        source: e,
+        hint: "",
+    })?;
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let codecs = probe::codec_rates(&src.blocks, cores.min(p.streams));
+    let choice = probe::choose(src.read_rate, Some(write), None, &codecs);
+    let o = Outcome {
+        src,
+        dest: dir,
+        write: Some(write),
+        codecs,
+        choice,
+        streams: p.streams,
+        seconds: started.elapsed().as_secs_f64(),
+    };
+    if cfg.json {
+        println!("{}", json(&o));
+    } else if !cfg.quiet {
+        print!("{}", text(&o));
+    }
+    Ok(())
+}
+
+/// The destination if it is a directory, else the nearest existing directory above it
+/// (where `copy` would create it).
+fn existing_dir(dest: &Path) -> PathBuf {
+    let mut d = dest.to_path_buf();
+    loop {
+        if d.is_dir() {
+            return d;
+        }
+        if !d.pop() || d.as_os_str().is_empty() {
+            return PathBuf::from(".");
+        }
+    }
+}
+
+fn rate(r: Option<f64>) -> String {
+    match r {
+        Some(r) => format!("{}/s", human(r as u64)),
+        None => "-".into(),
+    }
+}
+
+fn predicted(o: &Outcome) -> Option<f64> {
+    o.choice.map(|c| o.src.bytes as f64 / c.rate.max(1.0))
+}
+
+fn text(o: &Outcome) -> String {
+    let s = &o.src;
+    let mut t = format!(
+        "source: {} files, {}{}; read {} ({} blocks of {}, {}; {:.0}% cached before)\n",
+        s.files,
+        human(s.bytes),
+        if s.complete {
+            ""
+        } else {
+            " at least (walk stopped)"
+        },
+        rate(s.read_rate),
+        s.blocks.len(),
+        human(SAMPLE_BLOCK),
+        if s.direct {
+            "O_DIRECT: the disk"
+        } else {
+            "through the page cache"
+        },
+        s.cached * 100.0,
+    );
+    t += &format!(
+        "destination {}: durable write {}\nnetwork: none (a copy on this host)\n",
+        escape(&o.dest.display().to_string()),
+        rate(o.write)
+    );
+    for c in &o.codecs {
+        t += &format!(
+            "codec {:<7} {:>13} ratio {:.2}\n",
+            c.codec.to_string(),
+            rate(Some(c.rate)),
+            c.ratio
+        );
+    }
+    match (o.choice, predicted(o)) {
+        (Some(c), Some(secs)) => {
+            t += &format!(
+                "bottleneck: {}; settings: --compress {} --streams {}; predicted: {} in {:.1} s\n",
+                c.bottleneck.name(),
+                c.codec,
+                o.streams,
+                rate(Some(c.rate)),
+                secs
+            );
+        }
+        _ => t += "nothing to read: no prediction\n",
+    }
+    t
+}
+
+fn json(o: &Outcome) -> String {
+    let num = |r: Option<f64>| r.map_or("null".to_string(), |r| format!("{}", r as u64));
+    let s = &o.src;
+    let codecs: Vec<String> = o
+        .codecs
+        .iter()
+        .map(|c| {
+            format!(
+                "{{\"codec\":\"{}\",\"rate\":{},\"ratio\":{:.3}}}",
+                c.codec, c.rate as u64, c.ratio
+            )
+        })
+        .collect();
+    let (bottleneck, codec, r) = match o.choice {
+        Some(c) => (
+            json_string(c.bottleneck.name()),
+            json_string(&c.codec.to_string()),
+            num(Some(c.rate)),
+        ),
+        None => ("null".into(), "null".into(), "null".into()),
+    };
+    format!(
+        concat!(
+            "{{\"files\":{},\"bytes\":{},\"walk_complete\":{},\"read_rate\":{},",
+            "\"read_direct\":{},\"read_cached\":{:.3},\"write_rate\":{},\"network_rate\":null,",
+            "\"bottleneck\":{},\"compress\":{},\"streams\":{},\"predicted_rate\":{},",
+            "\"predicted_seconds\":{},\"seconds\":{:.3},\"codecs\":[{}]}}"
+        ),
+        s.files,
+        s.bytes,
+        s.complete,
+        num(s.read_rate),
+        s.direct,
+        s.cached,
+        num(o.write),
+        bottleneck,
+        codec,
+        o.streams,
+        r,
+        predicted(o).map_or("null".into(), |p| format!("{p:.1}")),
+        o.seconds,
+        codecs.join(","),
+    )
+}
