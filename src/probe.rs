@@ -52,6 +52,8 @@ pub struct Sources {
     pub direct: bool,
     /// Share of the sample's pages that were in the page cache before.
     pub cached: f64,
+    /// Devices the sampled files are on.
+    pub devices: Vec<u64>,
 }
 
 /// One codec's measurement on the sample (with BLAKE3, as a stream worker does both).
@@ -72,6 +74,8 @@ pub enum Bottleneck {
     Read,
     /// Writing at the destination.
     Write,
+    /// Reading and writing, on one device that does both in turn.
+    Disk,
     /// The network.
     Network,
     /// Compression and hashing.
@@ -84,6 +88,7 @@ impl Bottleneck {
         match self {
             Bottleneck::Read => "read",
             Bottleneck::Write => "write",
+            Bottleneck::Disk => "disk",
             Bottleneck::Network => "network",
             Bottleneck::Cpu => "cpu",
         }
@@ -150,6 +155,9 @@ impl Walk {
             self.src.files += 1;
             self.src.bytes += data;
             if data > 0 {
+                if !self.src.devices.contains(&meta.dev()) {
+                    self.src.devices.push(meta.dev());
+                }
                 for slot in 0..self.picks.len() {
                     if self.rng.unit() * (self.src.bytes as f64) < data as f64 {
                         self.picks[slot] = Some((path.to_path_buf(), meta.len()));
@@ -350,14 +358,20 @@ pub fn codec_rates(blocks: &[Vec<u8>], threads: usize) -> Vec<CodecRate> {
 /// The codec that moves the most source bytes per second: for each, the least of the
 /// read rate, the write rate, its own rate and (across a network) the link's rate times
 /// its ratio. A local copy (`network` `None`) sends nothing compressed, so only `none`,
-/// and both ends hash every byte on the same cores: half the measured rate. Of codecs
-/// within 2% of each other the cheapest is taken.
+/// and both ends hash every byte on the same cores: half the measured rate. When the
+/// source and the destination share a device (`same_device`), it reads and writes in
+/// turn: 1 / (1/read + 1/write). Of codecs within 2% of each other the cheapest is taken.
 pub fn choose(
     read: Option<f64>,
     write: Option<f64>,
     network: Option<f64>,
+    same_device: bool,
     codecs: &[CodecRate],
 ) -> Option<Choice> {
+    let disk = match (read, write) {
+        (Some(r), Some(w)) if same_device => Some(1.0 / (1.0 / r + 1.0 / w)),
+        _ => None,
+    };
     let shared = if network.is_none() { 2.0 } else { 1.0 };
     codecs
         .iter()
@@ -372,6 +386,7 @@ pub fn choose(
                 (read, Bottleneck::Read),
                 (write, Bottleneck::Write),
                 (network.map(|n| n * c.ratio), Bottleneck::Network),
+                (disk, Bottleneck::Disk),
             ];
             for (r, b) in limits {
                 if let Some(r) = r.filter(|r| *r < best.rate) {
@@ -433,19 +448,26 @@ mod tests {
             rate(Compression::Zstd(3), 150e6, 3.3),
         ];
         // 100 Mbit/s: the best ratio wins (12.5 MB/s × 3.3).
-        let c = choose(Some(500e6), Some(400e6), Some(12.5e6), &codecs).unwrap();
+        let c = choose(Some(500e6), Some(400e6), Some(12.5e6), false, &codecs).unwrap();
         assert_eq!(c.codec, Compression::Zstd(3));
         assert_eq!(c.bottleneck, Bottleneck::Network);
         // 10 Gbit/s: the disk decides, and compressing gains nothing.
-        let c = choose(Some(500e6), Some(400e6), Some(1250e6), &codecs).unwrap();
-        assert_eq!((c.codec, c.bottleneck), (Compression::None, Bottleneck::Write));
+        let c = choose(Some(500e6), Some(400e6), Some(1250e6), false, &codecs).unwrap();
+        assert_eq!(
+            (c.codec, c.bottleneck),
+            (Compression::None, Bottleneck::Write)
+        );
         assert!((c.rate - 400e6).abs() < 1.0);
         // Locally nothing is compressed.
-        let c = choose(Some(500e6), Some(900e6), None, &codecs).unwrap();
+        let c = choose(Some(500e6), Some(900e6), None, false, &codecs).unwrap();
         assert_eq!(
             (c.codec, c.bottleneck),
             (Compression::None, Bottleneck::Read)
         );
+        // One disk reading and writing in turn: 1/(1/500 + 1/900) ≈ 321 MB/s.
+        let c = choose(Some(500e6), Some(900e6), None, true, &codecs).unwrap();
+        assert_eq!(c.bottleneck, Bottleneck::Disk);
+        assert!((c.rate - 321.4e6).abs() < 0.1e6, "{}", c.rate);
     }
 
     #[test]

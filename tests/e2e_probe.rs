@@ -73,7 +73,7 @@ fn probe_measures_a_local_copy_and_changes_nothing() {
     );
     let bottleneck = json_field(&text, "bottleneck").unwrap();
     assert!(
-        ["read", "write", "cpu"].contains(&bottleneck.as_str()),
+        ["read", "write", "disk", "cpu"].contains(&bottleneck.as_str()),
         "{text}"
     );
     for codec in ["none", "lz4", "zstd:1", "zstd:3"] {

@@ -35,7 +35,11 @@ pub(super) fn run_probe(p: &Probe, cfg: &Config) -> Result<()> {
     })?;
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let codecs = probe::codec_rates(&src.blocks, cores.min(p.streams));
-    let choice = probe::choose(src.read_rate, Some(write), None, &codecs);
+    let same = std::fs::metadata(&dir).is_ok_and(|m| {
+        use std::os::unix::fs::MetadataExt;
+        src.devices.contains(&m.dev())
+    });
+    let choice = probe::choose(src.read_rate, Some(write), None, same, &codecs);
     let o = Outcome {
         src,
         dest: dir,
