@@ -34,6 +34,19 @@ pub struct Counters {
     pub reconnects: AtomicU64,
     /// The sender's bandwidth cap in bytes per second (0: none).
     pub limit: AtomicU64,
+    /// Units sent at each level of `codec::tune::LADDER` (sender, `--compress auto`).
+    pub codec_units: [AtomicU64; 5],
+}
+
+impl Counters {
+    /// `codec_units` read out, or `None` when no unit was sent by the adaptive codec.
+    pub fn codec_mix(&self) -> Option<[u64; 5]> {
+        let mix = self
+            .codec_units
+            .each_ref()
+            .map(|c| c.load(Ordering::Relaxed));
+        mix.iter().any(|&n| n > 0).then_some(mix)
+    }
 }
 
 impl Counters {
@@ -403,6 +416,8 @@ pub struct Report {
     pub seconds: f64,
     /// A stream's BLAKE3 (hex), checked by both sides; `None` for files.
     pub stream_blake3: Option<String>,
+    /// Units sent at each level of the adaptive codec (sender with `auto` only).
+    pub codec_units: Option<[u64; 5]>,
 }
 
 impl Report {
@@ -426,10 +441,20 @@ impl Report {
             self.reconnects,
             self.seconds
         );
-        match &self.stream_blake3 {
+        let mut json = match &self.stream_blake3 {
             Some(h) => format!("{},\"stream_blake3\":\"{h}\"}}", &json[..json.len() - 1]),
             None => json,
+        };
+        if let Some(mix) = &self.codec_units {
+            json.pop();
+            json.push_str(",\"codec_units\":{");
+            for (i, (c, n)) in crate::codec::tune::LADDER.iter().zip(mix).enumerate() {
+                let comma = if i > 0 { "," } else { "" };
+                json.push_str(&format!("{comma}\"{c}\":{n}"));
+            }
+            json.push_str("}}");
         }
+        json
     }
 }
 
@@ -503,6 +528,21 @@ mod tests {
         let j = r.to_json();
         assert!(
             j.ends_with(&format!("\"stream_blake3\":\"{}\"}}", "ab".repeat(32))),
+            "{j}"
+        );
+    }
+
+    #[test]
+    fn json_names_the_codec_levels() {
+        let r = Report {
+            codec_units: Some([1, 2, 3, 4, 5]),
+            ..Report::default()
+        };
+        let j = r.to_json();
+        assert!(
+            j.ends_with(
+                "\"codec_units\":{\"none\":1,\"lz4\":2,\"zstd:1\":3,\"zstd:3\":4,\"zstd:6\":5}}"
+            ),
             "{j}"
         );
     }

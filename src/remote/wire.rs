@@ -30,7 +30,7 @@ use crate::protocol::{Accept, Listing, SyncOptions};
 use crate::transport::PROTOCOL_VERSION;
 
 /// Version of this line protocol; bumped whenever `Request` or `Reply` change shape.
-pub const SERVE_VERSION: u16 = 4;
+pub const SERVE_VERSION: u16 = 5;
 /// Every message line starts with this.
 const MSG_PREFIX: &str = "haul-msg ";
 /// Greeting lines start with this.
