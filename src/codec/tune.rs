@@ -35,7 +35,7 @@
 
 use std::time::Duration;
 
-use super::Compression;
+use super::mode::Compression;
 
 /// The levels the controller chooses among, cheapest first.
 pub const LADDER: [Compression; 5] = [
