@@ -87,6 +87,23 @@ pub fn escape_bytes(b: &[u8]) -> String {
     out
 }
 
+/// Characters of a path a message shows at most: a path can be far longer than a line.
+const SHOWN_PATH: usize = 160;
+
+/// `path` for a message: escaped as [`escape_bytes`] does and, when longer than a line
+/// can hold, its start and end around a `…`.
+pub fn shown_path(path: &std::path::Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let s = escape_bytes(path.as_os_str().as_bytes());
+    let n = s.chars().count();
+    if n <= SHOWN_PATH {
+        return s;
+    }
+    let head: String = s.chars().take(SHOWN_PATH / 3).collect();
+    let tail: String = s.chars().skip(n - (SHOWN_PATH - SHOWN_PATH / 3)).collect();
+    format!("{head}…{tail}")
+}
+
 /// A progress bar on stderr while a transfer runs (only when stderr is a terminal).
 pub struct Progress {
     stop: Arc<AtomicBool>,
@@ -503,6 +520,16 @@ pub fn human(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_paths_are_shown_shortened_and_escaped() {
+        let long = format!("/a\n{}/end", "x".repeat(5000));
+        let shown = shown_path(std::path::Path::new(&long));
+        assert_eq!(shown.chars().count(), SHOWN_PATH + 1);
+        assert!(shown.starts_with("/a\\#012xx"), "{shown}");
+        assert!(shown.ends_with("xx/end") && shown.contains('…'), "{shown}");
+        assert_eq!(shown_path(std::path::Path::new("/short")), "/short");
+    }
 
     #[test]
     fn control_characters_are_escaped() {

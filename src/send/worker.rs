@@ -145,7 +145,8 @@ impl Worker<'_> {
         }
         match fail {
             ReadFail::Unreadable(e) => {
-                crate::progress::warn(&format!("cannot read {}: {e}", job.path.display()));
+                let shown = crate::progress::shown_path(&job.path);
+                crate::progress::warn(&format!("cannot read {shown}: {e}"));
                 f.list.push((job.path.clone(), e));
                 f.unreadable.push(job.id);
             }
