@@ -327,7 +327,7 @@ pub fn codec_rates(blocks: &[Vec<u8>], threads: usize) -> Vec<CodecRate> {
                             let mut sent = 0usize;
                             for b in blocks.iter().skip(t).step_by(threads.max(1)) {
                                 // A fresh encoder: no skipping learnt from other blocks.
-                                let mut enc = Encoder::new(codec);
+                                let mut enc = Encoder::new(codec, 1);
                                 let c = enc.encode(b, &mut out);
                                 let _ = crate::codec::unit_hash(&[7; 32], [&[], &[]], b);
                                 sent += match c {
