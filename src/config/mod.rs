@@ -469,7 +469,7 @@ fn stream_options(a: &TransferArgs, t: &Transfer) -> Result<Pipe> {
             "--checksum, --inplace, --delete and --dry-run apply to files, not to a stream".into(),
         ));
     }
-    if t.select != Selection::default() {
+    if t.select.selects() {
         return Err(Error::Usage(
             "filters, --files-from, -L and -x apply to files, not to a stream".into(),
         ));

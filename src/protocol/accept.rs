@@ -46,12 +46,22 @@ impl Default for Accept {
 impl Accept {
     /// Adjusts `e` to this policy for a receiver running as `uid`:`gid`; `false` means the
     /// entry is skipped. An owner or group not kept also drops the set-id bits of anything
-    /// but a directory: they would grant the receiving user's rights, not the sender's.
+    /// but a directory: they would grant the receiving user's rights, not the sender's; an
+    /// owner not kept drops `security.*` attributes for the same reason. A receiver that
+    /// is not root drops `trusted.*`, which only root may set.
     pub fn apply(&self, e: &mut Entry, uid: u32, gid: u32) -> bool {
         match e.kind {
             EntryKind::Device { .. } if !self.devices => return false,
             EntryKind::Fifo if !self.specials => return false,
             _ => {}
+        }
+        if let Some(x) = &mut e.xattrs {
+            // trusted.* is root's alone; security.* (file capabilities, SELinux labels)
+            // grants rights like set-id bits do, so it goes with the sender's owner.
+            x.retain(|n| {
+                !(n.starts_with(b"trusted.") && uid != 0
+                    || n.starts_with(b"security.") && !self.owner)
+            });
         }
         let dir = matches!(e.kind, EntryKind::Dir);
         if !self.owner {
@@ -84,6 +94,7 @@ mod tests {
             mtime_nsec: 0,
             uid: 0,
             gid: 0,
+            xattrs: None,
         }
     }
 
@@ -122,6 +133,41 @@ mod tests {
         let mut e = entry(file(), 0o6755);
         assert!(only_group.apply(&mut e, 1000, 100));
         assert_eq!((e.uid, e.gid, e.mode), (0, 100, 0o4755));
+    }
+
+    #[test]
+    fn privileged_attributes_follow_owner_and_root() {
+        let names = [&b"user.a"[..], b"trusted.t", b"security.capability"];
+        let all = crate::protocol::Xattrs::new(
+            names
+                .iter()
+                .map(|n| crate::protocol::Xattr {
+                    name: n.to_vec(),
+                    value: vec![1],
+                })
+                .collect(),
+        )
+        .unwrap();
+        let kept = |a: Accept, uid: u32| {
+            let mut e = entry(file(), 0o644);
+            e.xattrs = Some(all.clone());
+            a.apply(&mut e, uid, 0);
+            let x = e.xattrs.unwrap();
+            x.list().iter().map(|x| x.name.clone()).collect::<Vec<_>>()
+        };
+        assert_eq!(kept(Accept::default(), 0).len(), 3);
+        assert_eq!(
+            kept(Accept::default(), 1000),
+            [b"security.capability".to_vec(), b"user.a".to_vec()]
+        );
+        let no_owner = Accept {
+            owner: false,
+            ..Accept::default()
+        };
+        assert_eq!(
+            kept(no_owner, 0),
+            [b"trusted.t".to_vec(), b"user.a".to_vec()]
+        );
     }
 
     #[test]

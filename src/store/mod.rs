@@ -35,6 +35,7 @@ mod partial;
 mod report;
 mod resume;
 mod state;
+pub mod xattr;
 #[cfg(test)]
 mod tests;
 
@@ -152,6 +153,8 @@ impl Store {
             collect: AtomicBool::new(false),
             items: Mutex::new(Vec::new()),
             matched: AtomicU64::new(0),
+            xattr_failed: AtomicU64::new(0),
+            xattr_first: Mutex::new(None),
             absent,
             fresh: created && !dry,
         })
@@ -344,7 +347,9 @@ impl Store {
             let fd = self
                 .at(path, fsops::open_dir)
                 .map_err(|x| self.dest_err(path, x))?;
-            fsops::apply_meta_fd(&fd, e, self.as_root).map_err(|x| self.dest_err(path, x))?;
+            let done =
+                fsops::apply_meta_fd(&fd, e, self.as_root).map_err(|x| self.dest_err(path, x))?;
+            self.note_xattrs(path, done);
             if let Some((parent, _)) = path.split_last() {
                 touched.insert(parent);
             }
@@ -354,6 +359,7 @@ impl Store {
             self.at(dir, fsops::sync_dir)
                 .map_err(|x| self.dest_err(dir, x))?;
         }
+        self.warn_xattrs();
         Ok(self.summary())
     }
 

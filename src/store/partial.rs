@@ -298,7 +298,8 @@ impl Store {
     /// fsync, metadata and rename of one complete file (runs on a finisher thread).
     pub(super) fn finalize_file(&self, state: &FileState, file: File) -> Result<()> {
         let err = |x| self.dest_err(&state.path, x);
-        fsops::apply_meta_fd(&file, &state.entry, self.as_root).map_err(err)?;
+        let done = fsops::apply_meta_fd(&file, &state.entry, self.as_root).map_err(err)?;
+        self.note_xattrs(&state.path, done);
         file.sync_all().map_err(err)?;
         let (parent, name) = state
             .path
@@ -484,6 +485,7 @@ mod tests {
             mtime_nsec: 7,
             uid: 0,
             gid: 0,
+            xattrs: None,
         }
     }
 

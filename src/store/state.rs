@@ -77,6 +77,9 @@ pub struct Store {
     pub(super) items: Mutex<Vec<Item>>,
     /// Bytes of files sent that were not sent (delta pieces, resumed ranges).
     pub(super) matched: AtomicU64,
+    /// Files whose extended attributes could not all be set, and the first of them.
+    pub(super) xattr_failed: AtomicU64,
+    pub(super) xattr_first: Mutex<Option<String>>,
     /// A dry run's root that does not exist: everything beneath it would be new.
     pub(super) absent: bool,
     /// The root was created by this run (so it counts as new, not as changed).
