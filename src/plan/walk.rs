@@ -84,7 +84,12 @@ pub fn file_again(id: u64, path: &Path, dest: Vec<u8>, xattrs: bool) -> io::Resu
     let extents = data_extents(path, &meta)?;
     let data_bytes = extents.iter().map(|(a, b)| b - a).sum();
     let size = meta.len();
-    let mut entry = make_entry(id, dest.clone(), EntryKind::File { size, data_bytes }, &meta);
+    let mut entry = make_entry(
+        id,
+        dest.clone(),
+        EntryKind::File { size, data_bytes },
+        &meta,
+    );
     entry.xattrs = xattrs.then(|| source_xattrs(path, &meta)).flatten();
     Ok(Some(Walked {
         entry,

@@ -7,9 +7,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::item::Item;
-use super::xattr::Xattrs;
 use super::limits::{CONTROL_MAC_LEN, MAX_CONTROL_LEN};
 use super::seal::Sealer;
+use super::xattr::Xattrs;
 use super::ProtocolError;
 
 /// One message on the control stream.

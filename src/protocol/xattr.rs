@@ -215,7 +215,8 @@ mod tests {
         assert_eq!(got.get(b"user.b"), Some(&b"2"[..]));
         let hostile = postcard::to_stdvec(&vec![x(b"evil.x", b"")]).unwrap();
         assert!(postcard::from_bytes::<Xattrs>(&hostile).is_err());
-        let oversized = postcard::to_stdvec(&vec![x(b"user.a", &[7; MAX_XATTR_VALUE + 1])]).unwrap();
+        let oversized =
+            postcard::to_stdvec(&vec![x(b"user.a", &[7; MAX_XATTR_VALUE + 1])]).unwrap();
         assert!(postcard::from_bytes::<Xattrs>(&oversized).is_err());
     }
 

@@ -115,7 +115,15 @@ where
             .map_err(|e| Error::io("starting the walk thread", e))?;
 
         let outcome = run_manifest(&mut link, &wrx, &queue, &counters, &failures, &mut registry)
-            .and_then(|()| resend_changed(&mut link, &queue, &failures, &mut registry, !opts.select.no_xattrs))
+            .and_then(|()| {
+                resend_changed(
+                    &mut link,
+                    &queue,
+                    &failures,
+                    &mut registry,
+                    !opts.select.no_xattrs,
+                )
+            })
             .and_then(|()| finish(&mut link, &queue, &counters, &failures, &mut registry));
         if outcome.is_err() {
             queue.abort();
@@ -254,7 +262,8 @@ fn run_manifest(
                     data.insert(w.entry.id, d);
                 }
                 let xattrs = w.entry.xattrs.as_ref();
-                batch_bytes += w.entry.path.len() + 64 + xattrs.map_or(0, |x| x.bytes() + 8 * x.list().len());
+                batch_bytes +=
+                    w.entry.path.len() + 64 + xattrs.map_or(0, |x| x.bytes() + 8 * x.list().len());
                 batch.push(w.entry);
                 None
             }

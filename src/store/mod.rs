@@ -35,9 +35,9 @@ mod partial;
 mod report;
 mod resume;
 mod state;
-pub mod xattr;
 #[cfg(test)]
 mod tests;
+pub mod xattr;
 
 pub use fsops::PARTIAL_PREFIX;
 pub use state::{Store, WriterCache};

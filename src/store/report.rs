@@ -13,9 +13,9 @@ use std::os::fd::AsFd;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 
 use super::fsops;
+use super::state::Store;
 use super::xattr;
 use crate::progress::escape_bytes;
-use super::state::Store;
 use crate::protocol::{Change, Entry, EntryKind, Item, ItemKind, SafeRelPath, Xattrs};
 
 impl Store {
@@ -66,9 +66,9 @@ impl Store {
         let first = self.xattr_first.lock().ok().and_then(|f| f.clone());
         if let (1.., Some(first)) = (n, first) {
             crate::progress::warn(&format!(
-                "extended attributes (ACLs, labels, user.*) not kept on {n} file{} here, \
-                 first {first} (the file system or this user cannot set them; --no-xattrs \
-                 leaves them out)",
+                "extended attributes (ACLs, labels, user.*) not kept on {n} file{} here \
+                 (first: {first}): the file system or this user cannot set them; \
+                 --no-xattrs leaves them out",
                 if n == 1 { "" } else { "s" }
             ));
         }
