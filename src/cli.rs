@@ -225,6 +225,10 @@ pub struct AcceptArgs {
     /// only links that were there before the run and belong to you or root).
     #[arg(short = 'K', long)]
     pub keep_dirlinks: bool,
+    /// Everything received gets this owner and group (rsync's; names are looked up on the
+    /// receiving host; either part may be left out; set-id bits are dropped).
+    #[arg(long, value_name = "USER:GROUP")]
+    pub chown: Option<String>,
 }
 
 /// Options of `copy` between hosts.

@@ -46,7 +46,7 @@ mod reader;
 mod seal;
 mod xattr;
 
-pub use accept::Accept;
+pub use accept::{Accept, Chown, OwnerSpec};
 pub use data::{encode_data_header, hashed_parts, set_hash, Codec, DataHeader, Segment};
 pub use filter::{Filter, FilterRule, MAX_PATTERN, MAX_RULES};
 pub use frame::{Frame, FrameHeader, FrameKind, ReadError, FRAME_HEADER_LEN};

@@ -193,19 +193,38 @@ fn mtime(e: &Entry) -> Timestamps {
     }
 }
 
-/// Applies owner (when root), extended attributes (when sent), mode and mtime to an open
-/// file or directory. What the attributes did is returned, not failed on: a destination
-/// that cannot hold them gets one warning per run (`Store::note_xattrs`).
-pub fn apply_meta_fd(fd: impl AsFd, e: &Entry, as_root: bool) -> io::Result<xattr::Applied> {
+/// Which of an entry's owner and group the store sets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Owners {
+    /// Both (a root receiver).
+    Both,
+    /// The group alone (`--chown :GROUP` by a user in that group).
+    Group,
+    /// Neither: files belong to the receiving user.
+    Neither,
+}
+
+impl Owners {
+    /// The `chown` arguments for `e`; `None` when nothing is set.
+    fn of(self, e: &Entry) -> Option<(Option<rustix::process::Uid>, Option<rustix::process::Gid>)> {
+        let gid = Some(rustix::process::Gid::from_raw(e.gid));
+        match self {
+            Owners::Both => Some((Some(rustix::process::Uid::from_raw(e.uid)), gid)),
+            Owners::Group => Some((None, gid)),
+            Owners::Neither => None,
+        }
+    }
+}
+
+/// Applies owner (see [`Owners`]), extended attributes (when sent), mode and mtime to an
+/// open file or directory. What the attributes did is returned, not failed on: a
+/// destination that cannot hold them gets one warning per run (`Store::note_xattrs`).
+pub fn apply_meta_fd(fd: impl AsFd, e: &Entry, owners: Owners) -> io::Result<xattr::Applied> {
     let fd = fd.as_fd();
-    if as_root {
+    if let Some((uid, gid)) = owners.of(e) {
         // chown first: it clears set-id bits, which chmod then restores, and file
         // capabilities, which the attributes then restore.
-        rfs::fchown(
-            fd,
-            Some(rustix::process::Uid::from_raw(e.uid)),
-            Some(rustix::process::Gid::from_raw(e.gid)),
-        )?;
+        rfs::fchown(fd, uid, gid)?;
     }
     // Before chmod: setting an access ACL sets the group bits, which chmod then makes the
     // sender's again (they agree, both taken from the same file).
@@ -296,7 +315,7 @@ pub fn apply_meta_made(
     dir: &OwnedFd,
     name: &[u8],
     e: &Entry,
-    as_root: bool,
+    owners: Owners,
     kind: rfs::FileType,
 ) -> io::Result<xattr::Applied> {
     let fd = rfs::openat(
@@ -312,15 +331,9 @@ pub fn apply_meta_made(
     {
         return Err(replaced());
     }
-    if as_root {
+    if let Some((uid, gid)) = owners.of(e) {
         // chown first: it clears set-id bits, which chmod then restores.
-        rfs::chownat(
-            &fd,
-            c"",
-            Some(rustix::process::Uid::from_raw(e.uid)),
-            Some(rustix::process::Gid::from_raw(e.gid)),
-            rfs::AtFlags::EMPTY_PATH,
-        )?;
+        rfs::chownat(&fd, c"", uid, gid, rfs::AtFlags::EMPTY_PATH)?;
     }
     let done = match &e.xattrs {
         Some(want) => xattr::apply(xattr::Target::Path(fd.as_fd()), want),

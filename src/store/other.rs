@@ -125,7 +125,7 @@ impl Store {
                 m.insert(path.clone());
             }
         }
-        let done = fsops::apply_meta_made(&pfd, &tmp, e, self.as_root, kind)
+        let done = fsops::apply_meta_made(&pfd, &tmp, e, self.owners(), kind)
             .and_then(|done| fsops::rename_in(&pfd, &tmp, name).map(|()| done))
             .map_err(|x| self.dest_err(path, x))?;
         self.note_xattrs(path, done);
@@ -188,7 +188,8 @@ mod tests {
         s.set_accept(Accept {
             keep_dirlinks: true,
             ..Accept::default()
-        });
+        })
+        .unwrap();
         s
     }
 

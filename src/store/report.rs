@@ -160,8 +160,9 @@ impl Store {
         }
         (change.acls, change.xattrs) = self.xattrs_differ(path, e);
         change.perms = st.st_mode & 0o7777 != e.mode & 0o7777;
-        change.owner = self.as_root && st.st_uid != e.uid;
-        change.group = self.as_root && st.st_gid != e.gid;
+        let owners = self.owners();
+        change.owner = owners == fsops::Owners::Both && st.st_uid != e.uid;
+        change.group = owners != fsops::Owners::Neither && st.st_gid != e.gid;
     }
 
     /// Whether the ACLs, and the other extended attributes, at `path` differ from those
