@@ -86,6 +86,8 @@ pub struct SshOptions {
     pub via_ssh: bool,
     /// Far ends advertise this address instead of their own (NAT; tests).
     pub advertise: Option<IpAddr>,
+    /// A zero-install upload may use the far user's cache (not `--no-cache`).
+    pub cache: bool,
 }
 
 /// Where `send` gets its ticket: given on the command line (or HAUL_TICKET), or read
@@ -396,10 +398,10 @@ fn copy_command(
     }
     let plan = match (remote.is_empty(), dest) {
         (true, Location::Local(dst)) => {
-            if r.via_ssh || r.no_encrypt || r.remote_haul.is_some() {
+            if r.via_ssh || r.no_encrypt || r.no_cache || r.remote_haul.is_some() {
                 return Err(Error::Usage(
-                    "--via-ssh, --no-encrypt and --remote-haul apply only when a path is \
-                     host:path"
+                    "--via-ssh, --no-encrypt, --no-cache and --remote-haul apply only when a \
+                     path is host:path"
                         .into(),
                 ));
             }
@@ -442,6 +444,7 @@ fn ssh_options(r: &RemoteArgs) -> Result<SshOptions> {
         remote_haul,
         via_ssh: r.via_ssh,
         advertise: r.remote_advertise,
+        cache: !r.no_cache,
     })
 }
 
