@@ -1,8 +1,8 @@
 //! End-to-end remote copies over a real OpenSSH server (`support::sshd`, on a loopback port
 //! with throwaway keys): push, pull, remote to remote, a custom `-e` command, the
-//! zero-install path (no usable haul on the far host; its cache there), a blocked data port (fallback through
-//! ssh), far-end errors with the host name and the right exit code, and the ticket staying
-//! out of every process listing.
+//! zero-install path (no usable haul on the far host; its cache there), a blocked data port
+//! (fallback through ssh), far-end errors with the host name and the right exit code, and
+//! the ticket staying out of every process listing.
 //!
 //! Each test prints `SKIPPED` when this machine cannot run sshd (not root, or not
 //! installed); under CI that is a failure instead.

@@ -155,6 +155,7 @@ pub fn walk(
         base: 0,
         ancestors: Vec::new(),
         outside: 0,
+        pending: Vec::new(),
     };
     for s in sources {
         let meta = fs::symlink_metadata(&s.path).map_err(|e| Error::Source {
@@ -233,6 +234,22 @@ struct Walker<'a> {
     ancestors: Vec<(u64, u64)>,
     /// Symlinks seen pointing outside the source.
     outside: u64,
+    /// The directories being walked, innermost last, with their entries until sent.
+    pending: Vec<Pending>,
+}
+
+/// A directory being walked. Its entry is sent just before its first descendant, or when
+/// its walk ends; but not at all when all it held was a path too long to send (over the
+/// 4096 bytes a path may have), so that the destination does not get a chain of empty
+/// directories made only for a file that cannot arrive.
+struct Pending {
+    walked: Option<Walked>,
+    too_long: bool,
+}
+
+/// Whether `e` says a path is longer than the system takes.
+fn is_too_long(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::ENAMETOOLONG)
 }
 
 impl Walker<'_> {
@@ -248,11 +265,8 @@ impl Walker<'_> {
         let Some(walked) = self.entry(path, rel.clone(), meta, skip) else {
             return true;
         };
-        if !emit(walked) {
-            return false;
-        }
         if !meta.is_dir() || (self.select.one_file_system && meta.dev() != self.root_dev) {
-            return true;
+            return self.emit_with_parents(walked, emit);
         }
         let key = (meta.dev(), meta.ino());
         if self.ancestors.contains(&key) {
@@ -260,34 +274,17 @@ impl Walker<'_> {
                 path: path.to_path_buf(),
                 error: io::Error::other("a followed symlink leads back to a directory above it"),
             });
-            return true;
+            return self.emit_with_parents(walked, emit);
         }
-        let mut names = match fs::read_dir(path) {
-            Ok(rd) => {
-                let mut names = Vec::new();
-                for d in rd {
-                    match d {
-                        Ok(d) => names.push(d.file_name()),
-                        Err(e) => {
-                            skip(Skipped {
-                                path: path.to_path_buf(),
-                                error: e,
-                            });
-                            break;
-                        }
-                    }
-                }
-                names
-            }
-            Err(e) => {
-                skip(Skipped {
-                    path: path.to_path_buf(),
-                    error: e,
-                });
-                return true;
-            }
-        };
-        names.sort();
+        self.pending.push(Pending {
+            walked: Some(walked),
+            too_long: false,
+        });
+        let mut long = false;
+        let names = self.names(path, &mut |s: Skipped| {
+            long |= is_too_long(&s.error);
+            skip(s)
+        });
         self.ancestors.push(key);
         let mut go_on = true;
         for name in names {
@@ -296,7 +293,11 @@ impl Walker<'_> {
                 child_rel.push(b'/');
             }
             child_rel.extend_from_slice(name.as_bytes());
-            let Some((child, meta)) = self.admit(path.join(&name), &child_rel, skip) else {
+            let admitted = self.admit(path.join(&name), &child_rel, &mut |s: Skipped| {
+                long |= is_too_long(&s.error);
+                skip(s)
+            });
+            let Some((child, meta)) = admitted else {
                 continue;
             };
             if !self.visit(&child, child_rel, &meta, emit, skip) {
@@ -305,7 +306,66 @@ impl Walker<'_> {
             }
         }
         self.ancestors.pop();
-        go_on
+        if let Some(p) = self.pending.last_mut() {
+            p.too_long |= long;
+        }
+        go_on && self.close_dir(emit)
+    }
+
+    /// A directory's entry names, sorted; what could be read of them after an error.
+    fn names(&self, path: &Path, skip: &mut impl FnMut(Skipped)) -> Vec<std::ffi::OsString> {
+        let mut names = Vec::new();
+        match fs::read_dir(path) {
+            Ok(rd) => {
+                for d in rd {
+                    match d {
+                        Ok(d) => names.push(d.file_name()),
+                        Err(error) => {
+                            let path = path.to_path_buf();
+                            skip(Skipped { path, error });
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(error) => {
+                let path = path.to_path_buf();
+                skip(Skipped { path, error });
+            }
+        }
+        names.sort();
+        names
+    }
+
+    /// Ends a directory's walk: sends its entry if no descendant did, unless all it held
+    /// was too long a path (then its parent may be in the same case). A source's own
+    /// root is always sent.
+    fn close_dir(&mut self, emit: &mut impl FnMut(Walked) -> bool) -> bool {
+        let Some(Pending { walked, too_long }) = self.pending.pop() else {
+            return true;
+        };
+        let Some(w) = walked else {
+            return true;
+        };
+        if too_long && !w.entry.path.is_empty() {
+            if let Some(parent) = self.pending.last_mut() {
+                parent.too_long = true;
+            }
+            return true;
+        }
+        self.emit_with_parents(w, emit)
+    }
+
+    /// Sends the entries of the directories above that are not sent yet, then `w`.
+    fn emit_with_parents(&mut self, w: Walked, emit: &mut impl FnMut(Walked) -> bool) -> bool {
+        for p in &mut self.pending {
+            if let Some(d) = p.walked.take() {
+                if !emit(d) {
+                    return false;
+                }
+            }
+        }
+        emit(w)
     }
 
     /// Stats a directory's child and decides whether it is sent: `None` when the
@@ -492,106 +552,4 @@ fn make_entry(id: u64, path: Vec<u8>, kind: EntryKind, meta: &fs::Metadata) -> E
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rsync_trailing_slash_rule() {
-        assert_eq!(
-            Source::from_arg(Path::new("a/b")).dest_name,
-            Some(b"b".to_vec())
-        );
-        assert_eq!(Source::from_arg(Path::new("a/b/")).dest_name, None);
-        assert_eq!(Source::from_arg(Path::new(".")).dest_name, None);
-        assert_eq!(Source::from_arg(Path::new("/")).dest_name, None);
-    }
-
-    #[test]
-    fn walk_emits_parents_first_and_links_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("t");
-        fs::create_dir_all(root.join("a/b")).unwrap();
-        fs::write(root.join("a/b/f"), b"x").unwrap();
-        fs::hard_link(root.join("a/b/f"), root.join("a/g")).unwrap();
-        std::os::unix::fs::symlink("nowhere", root.join("l")).unwrap();
-        let mut got = Vec::new();
-        walk(
-            &[Source::from_arg(&root)],
-            &Selection::default(),
-            |w| {
-                got.push(w.entry);
-                true
-            },
-            |s| panic!("{s:?}"),
-        )
-        .unwrap();
-        let paths: Vec<_> = got
-            .iter()
-            .map(|e| String::from_utf8_lossy(&e.path).into_owned())
-            .collect();
-        assert_eq!(paths, ["t", "t/a", "t/a/b", "t/a/b/f", "t/a/g", "t/l"]);
-        assert!(matches!(&got[4].kind, EntryKind::Hardlink { target } if target == b"t/a/b/f"));
-        assert!(matches!(&got[5].kind, EntryKind::Symlink { target } if target == b"nowhere"));
-    }
-
-    fn paths(sources: &[Source], select: &Selection) -> Vec<String> {
-        let mut got = Vec::new();
-        walk(
-            sources,
-            select,
-            |w| {
-                got.push(String::from_utf8_lossy(&w.entry.path).into_owned());
-                true
-            },
-            |_| {},
-        )
-        .unwrap();
-        got
-    }
-
-    #[test]
-    fn excluded_directories_are_not_descended() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("t");
-        fs::create_dir_all(root.join("keep/skip/deep")).unwrap();
-        fs::write(root.join("keep/skip/deep/f"), b"x").unwrap();
-        fs::write(root.join("keep/g"), b"x").unwrap();
-        let select = Selection {
-            filter: vec![crate::protocol::FilterRule {
-                include: false,
-                pattern: b"skip/".to_vec(),
-            }]
-            .into(),
-            ..Selection::default()
-        };
-        assert_eq!(
-            paths(&[Source::from_arg(&root)], &select),
-            ["t", "t/keep", "t/keep/g"]
-        );
-    }
-
-    #[test]
-    fn one_file_system_stops_at_mount_points() {
-        // /dev/pts is its own file system wherever a terminal layer exists.
-        let (Ok(dev), Ok(pts)) = (fs::metadata("/dev"), fs::metadata("/dev/pts")) else {
-            eprintln!("SKIPPED: no /dev/pts");
-            return;
-        };
-        if dev.dev() == pts.dev() {
-            eprintln!("SKIPPED: /dev/pts is not a mount point here");
-            return;
-        }
-        let select = Selection {
-            one_file_system: true,
-            ..Selection::default()
-        };
-        let got = paths(&[Source::from_arg(Path::new("/dev/"))], &select);
-        assert!(got.iter().any(|p| p == "pts"), "{got:?}");
-        assert!(!got.iter().any(|p| p.starts_with("pts/")), "{got:?}");
-        let all = paths(
-            &[Source::from_arg(Path::new("/dev/"))],
-            &Selection::default(),
-        );
-        assert!(all.iter().any(|p| p.starts_with("pts/")), "{all:?}");
-    }
-}
+mod tests;

@@ -93,7 +93,7 @@ impl FarEnd {
                 eprintln!("haul: {host}: no usable haul at '{haul}' there; {what}");
             }
         };
-        let mb = exe.size as f64 / 1e6;
+        let mib = exe.size as f64 / (1 << 20) as f64;
         let expect = match far.next_greeting()? {
             Greeted::Ready(g) => return far.check_greeting(&g, None).map(|()| far),
             Greeted::Cached => {
@@ -102,9 +102,9 @@ impl FarEnd {
             }
             Greeted::Upload { cache } => {
                 say(&match cache {
-                    true => format!("copying this one ({mb:.1} MB) to your cache there"),
+                    true => format!("copying this one ({mib:.1} MiB) to your cache there"),
                     false => format!(
-                        "copying this one ({mb:.1} MB) to a private temporary directory \
+                        "copying this one ({mib:.1} MiB) to a private temporary directory \
                          for this transfer"
                     ),
                 });
