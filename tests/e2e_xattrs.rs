@@ -2,7 +2,8 @@
 //! and as root `trusted.*` (on a symlink too) and file capabilities arrive with a local
 //! copy, send/recv and a push over ssh; a re-run brings changes to an unchanged file (and
 //! `-i` says `x`); `--no-xattrs` leaves them out; a destination file system without
-//! extended attributes gets one warning for the run and exit 0.
+//! extended attributes gets one warning for the run and exit 0; a receiver that is not
+//! root keeps `user.*` and ACLs and skips root's namespaces without a warning.
 //!
 //! Needs the `acl` package (`setfacl`) and root for the `trusted.*`, capability and ramfs
 //! parts: without them a test prints SKIPPED (and fails when `CI` is set).
@@ -264,4 +265,45 @@ fn a_destination_without_xattrs_gets_one_warning_and_exit_0() {
     assert_eq!(fs::read(fs_.0.path().join("src/b")).unwrap(), b"b");
     // The directory had none: nothing to warn about.
     copy(&[&src], fs_.0.path(), &["--no-xattrs"]).assert_code(0);
+}
+
+#[test]
+fn a_users_receiver_keeps_user_xattrs_and_acls_and_skips_root_only_ones_quietly() {
+    let test = "xattrs_as_user";
+    if !need(test, "setfacl (package acl)", have_setfacl())
+        || !need(test, "root, to run as another user", is_root())
+    {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let src = source(tmp.path());
+    // Readable by nobody (the ACLs above give user 1234 more, not others less).
+    let chmod = Command::new("chmod")
+        .args(["-R", "a+rX"])
+        .arg(tmp.path())
+        .status()
+        .unwrap();
+    assert!(chmod.success());
+    let dst = tmp.path().join("dst");
+    fs::create_dir(&dst).unwrap();
+    std::os::unix::fs::chown(&dst, Some(65534), Some(65534)).unwrap();
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            haul_bin(),
+        ])
+        .arg("copy")
+        .arg(&src)
+        .arg(&dst)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("extended attributes"), "{stderr}");
+    let f = dst.join("src/dir/f.txt");
+    assert_eq!(xattrs_of(&f), xattrs_of(&src.join("dir/f.txt")));
+    // The capability (security.*) is root's to give: not there, and no warning about it.
+    assert_eq!(xattrs_of(&dst.join("src/tool")), BTreeMap::new());
 }
