@@ -156,7 +156,7 @@ fn push(
         single_file: is_single_file(&srcs),
         advertise: f.ssh.advertise,
         everywhere: false,
-        accept: f.accept,
+        accept: f.accept.clone(),
         dry_run: opts.sync.dry_run,
         keep_cache: opts.keep_cache,
     })?;
@@ -196,7 +196,7 @@ fn pull(
         true => Store::open_dry(&root)?,
         false => Store::open(&root)?,
     };
-    store.set_accept(f.accept);
+    store.set_accept(f.accept.clone())?;
     store.set_keep_cache(opts.keep_cache);
     far.send(&Request::Go {
         rename,
@@ -288,7 +288,7 @@ fn between(
         single_file,
         advertise: f.ssh.advertise,
         everywhere: true,
-        accept: f.accept,
+        accept: f.accept.clone(),
         dry_run: opts.sync.dry_run,
         keep_cache: opts.keep_cache,
     })?;
