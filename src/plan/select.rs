@@ -26,6 +26,8 @@ pub struct Selection {
     pub one_file_system: bool,
     /// `-q`: no warning for symlinks that lead outside the source.
     pub quiet: bool,
+    /// `--no-xattrs`: send no extended attributes (the receiver leaves its own alone).
+    pub no_xattrs: bool,
 }
 
 /// Which symlinks the walk follows (sending what they point to) instead of sending them.
@@ -48,6 +50,16 @@ impl Selection {
             Links::CopyAll => true,
             Links::CopyUnsafe => unsafe_symlink(target, rel),
         }
+    }
+
+    /// Whether it leaves anything out or follows links (which only a walk of files can do):
+    /// anything but the default and `--no-xattrs`.
+    pub fn selects(&self) -> bool {
+        let plain = Selection {
+            no_xattrs: self.no_xattrs,
+            ..Selection::default()
+        };
+        *self != plain
     }
 
     /// Refuses a `--files-from` walk of anything but one source.
