@@ -4,6 +4,7 @@
 //! far end of a remote copy).
 
 mod pipe;
+mod shards;
 mod ticket;
 
 use std::io::Write;
@@ -96,6 +97,7 @@ fn run_command(cfg: &Config) -> Result<()> {
                 Outcome::Between => Ok(()),
             }
         }
+        Command::Plan(job) => shards::run(job, cfg),
         Command::Limit { rate, pid } => run_limit(*rate, *pid),
         Command::Serve { probe: true, .. } => {
             let mut out = std::io::stdout().lock();

@@ -142,6 +142,41 @@ pub fn walk(
     sources: &[Source],
     select: &Selection,
     mut emit: impl FnMut(Walked) -> bool,
+    skip: impl FnMut(Skipped),
+) -> Result<()> {
+    walk_from(sources, select, |_, w| emit(w), skip)
+}
+
+/// Where a walked entry comes from: which source, and where the path inside it starts
+/// in the entry's path (after the source's name and its `/`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Origin {
+    /// Index into the sources.
+    pub source: usize,
+    /// Bytes of the entry's path before the path inside the source.
+    pub base: usize,
+}
+
+/// The path of `source`'s own entry in the transfer (empty: its contents go into the
+/// destination root), given whether it is a directory: rsync's rule, and `file/` is
+/// the file itself.
+pub fn root_rel(source: &Source, is_dir: bool) -> Vec<u8> {
+    match &source.dest_name {
+        Some(name) => name.clone(),
+        None if !is_dir => source
+            .path
+            .file_name()
+            .map(|n| n.as_bytes().to_vec())
+            .unwrap_or_default(),
+        None => Vec::new(),
+    }
+}
+
+/// [`walk`], telling `emit` where each entry comes from (the plan of shards needs it).
+pub fn walk_from(
+    sources: &[Source],
+    select: &Selection,
+    mut emit: impl FnMut(Origin, Walked) -> bool,
     mut skip: impl FnMut(Skipped),
 ) -> Result<()> {
     select.check(sources.len())?;
@@ -151,31 +186,22 @@ pub fn walk(
         select,
         root_dev: 0,
         base: 0,
+        source: 0,
         ancestors: Vec::new(),
         outside: 0,
     };
-    for s in sources {
+    for (i, s) in sources.iter().enumerate() {
         let meta = fs::symlink_metadata(&s.path).map_err(|e| Error::Source {
             path: s.path.clone(),
             source: e,
         })?;
-        let (rel, base) = match &s.dest_name {
-            // --files-from: the listed paths are relative to the source directory.
-            _ if select.files_from.is_some() => (Vec::new(), 0),
-            Some(name) => (name.clone(), name.len() + 1),
-            // `file/` is not a thing; treat as the file itself.
-            None if !meta.is_dir() => {
-                let name = s
-                    .path
-                    .file_name()
-                    .map(|n| n.as_bytes().to_vec())
-                    .unwrap_or_default();
-                let base = name.len() + 1;
-                (name, base)
-            }
-            None => (Vec::new(), 0),
+        // --files-from: the listed paths are relative to the source directory.
+        let rel = match select.files_from {
+            Some(_) => Vec::new(),
+            None => root_rel(s, meta.is_dir()),
         };
-        w.base = base;
+        let base = if rel.is_empty() { 0 } else { rel.len() + 1 };
+        (w.base, w.source) = (base, i);
         let Some((path, meta)) = w.follow(s.path.clone(), &rel, meta, &mut skip) else {
             continue;
         };
@@ -186,21 +212,22 @@ pub fn walk(
                         .into(),
                 ));
             }
-            for p in list.paths().filter(|p| !p.is_empty()) {
-                let listed = path.join(std::ffi::OsStr::from_bytes(p));
-                if let Err(error) = fs::symlink_metadata(&listed) {
-                    skip(Skipped {
-                        path: listed,
-                        error,
-                    });
-                }
+            missing(&path, list.paths(), &mut skip);
+        }
+        if let Some(shard) = &select.shard {
+            missing(&path, shard.paths(i), &mut skip);
+            match select.listed(i, &rel, base) {
+                Listed::No => continue,
+                Listed::Parent if !meta.is_dir() => continue,
+                _ => {}
             }
         }
         if select.filter.excluded(&rel, meta.is_dir()) {
             continue;
         }
         w.root_dev = meta.dev();
-        if !w.visit(&path, rel, &meta, &mut emit, &mut skip) {
+        let origin = Origin { source: i, base };
+        if !w.visit(&path, rel, &meta, &mut |x| emit(origin, x), &mut skip) {
             return Ok(());
         }
     }
@@ -211,6 +238,23 @@ pub fn walk(
         ));
     }
     Ok(())
+}
+
+/// Reports each of `listed` (paths inside the source at `root`) that is not there.
+fn missing<'a>(
+    root: &Path,
+    listed: impl Iterator<Item = &'a [u8]>,
+    skip: &mut impl FnMut(Skipped),
+) {
+    for p in listed.filter(|p| !p.is_empty()) {
+        let listed = root.join(std::ffi::OsStr::from_bytes(p));
+        if let Err(error) = fs::symlink_metadata(&listed) {
+            skip(Skipped {
+                path: listed,
+                error,
+            });
+        }
+    }
 }
 
 /// Symlinks pointing outside the source named in a warning each; the rest are counted.
@@ -226,6 +270,8 @@ struct Walker<'a> {
     /// Bytes of the current source's name and its `/` at the start of each path: what
     /// follows is the path inside the source.
     base: usize,
+    /// The index of the current source.
+    source: usize,
     /// (dev, ino) of the directories being walked, outermost first: a followed symlink
     /// to one of them would loop.
     ancestors: Vec<(u64, u64)>,
@@ -314,10 +360,7 @@ impl Walker<'_> {
         rel: &[u8],
         skip: &mut impl FnMut(Skipped),
     ) -> Option<(PathBuf, fs::Metadata)> {
-        let listed = match &self.select.files_from {
-            Some(list) => list.listed(rel),
-            None => Listed::Yes,
-        };
+        let listed = self.select.listed(self.source, rel, self.base);
         if listed == Listed::No {
             return None;
         }
@@ -488,106 +531,5 @@ fn make_entry(id: u64, path: Vec<u8>, kind: EntryKind, meta: &fs::Metadata) -> E
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rsync_trailing_slash_rule() {
-        assert_eq!(
-            Source::from_arg(Path::new("a/b")).dest_name,
-            Some(b"b".to_vec())
-        );
-        assert_eq!(Source::from_arg(Path::new("a/b/")).dest_name, None);
-        assert_eq!(Source::from_arg(Path::new(".")).dest_name, None);
-        assert_eq!(Source::from_arg(Path::new("/")).dest_name, None);
-    }
-
-    #[test]
-    fn walk_emits_parents_first_and_links_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("t");
-        fs::create_dir_all(root.join("a/b")).unwrap();
-        fs::write(root.join("a/b/f"), b"x").unwrap();
-        fs::hard_link(root.join("a/b/f"), root.join("a/g")).unwrap();
-        std::os::unix::fs::symlink("nowhere", root.join("l")).unwrap();
-        let mut got = Vec::new();
-        walk(
-            &[Source::from_arg(&root)],
-            &Selection::default(),
-            |w| {
-                got.push(w.entry);
-                true
-            },
-            |s| panic!("{s:?}"),
-        )
-        .unwrap();
-        let paths: Vec<_> = got
-            .iter()
-            .map(|e| String::from_utf8_lossy(&e.path).into_owned())
-            .collect();
-        assert_eq!(paths, ["t", "t/a", "t/a/b", "t/a/b/f", "t/a/g", "t/l"]);
-        assert!(matches!(&got[4].kind, EntryKind::Hardlink { target } if target == b"t/a/b/f"));
-        assert!(matches!(&got[5].kind, EntryKind::Symlink { target } if target == b"nowhere"));
-    }
-
-    fn paths(sources: &[Source], select: &Selection) -> Vec<String> {
-        let mut got = Vec::new();
-        walk(
-            sources,
-            select,
-            |w| {
-                got.push(String::from_utf8_lossy(&w.entry.path).into_owned());
-                true
-            },
-            |_| {},
-        )
-        .unwrap();
-        got
-    }
-
-    #[test]
-    fn excluded_directories_are_not_descended() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("t");
-        fs::create_dir_all(root.join("keep/skip/deep")).unwrap();
-        fs::write(root.join("keep/skip/deep/f"), b"x").unwrap();
-        fs::write(root.join("keep/g"), b"x").unwrap();
-        let select = Selection {
-            filter: vec![crate::protocol::FilterRule {
-                include: false,
-                pattern: b"skip/".to_vec(),
-            }]
-            .into(),
-            ..Selection::default()
-        };
-        assert_eq!(
-            paths(&[Source::from_arg(&root)], &select),
-            ["t", "t/keep", "t/keep/g"]
-        );
-    }
-
-    #[test]
-    fn one_file_system_stops_at_mount_points() {
-        // /dev/pts is its own file system wherever a terminal layer exists.
-        let (Ok(dev), Ok(pts)) = (fs::metadata("/dev"), fs::metadata("/dev/pts")) else {
-            eprintln!("SKIPPED: no /dev/pts");
-            return;
-        };
-        if dev.dev() == pts.dev() {
-            eprintln!("SKIPPED: /dev/pts is not a mount point here");
-            return;
-        }
-        let select = Selection {
-            one_file_system: true,
-            ..Selection::default()
-        };
-        let got = paths(&[Source::from_arg(Path::new("/dev/"))], &select);
-        assert!(got.iter().any(|p| p == "pts"), "{got:?}");
-        assert!(!got.iter().any(|p| p.starts_with("pts/")), "{got:?}");
-        let all = paths(
-            &[Source::from_arg(Path::new("/dev/"))],
-            &Selection::default(),
-        );
-        assert!(all.iter().any(|p| p.starts_with("pts/")), "{all:?}");
-    }
-}
+#[path = "walk_tests.rs"]
+mod tests;
