@@ -372,6 +372,7 @@ fn slurm_job_array_moves_eight_shards_and_a_killed_task_is_retried() {
     }
     let cluster = Cluster::start();
     let route = Route::new(test);
+    println!("tasks copy to {}", route.dst(Path::new("DST")));
     let tmp = tempfile::tempdir().unwrap();
     let src = build_tree(tmp.path(), "src", &TreeOptions::small());
     // The largest unit goes to shard 0: the file the second run's task 0 is killed in.
