@@ -10,7 +10,7 @@ use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "haul", version, about, long_about = None)]
 pub struct Cli {
-    /// Print nothing but errors (and the ticket, for recv).
+    /// Print nothing but errors (and, for recv, the ticket).
     #[arg(short, long, global = true)]
     pub quiet: bool,
     /// At the end, print the transfer's summary as one JSON object on stdout.
@@ -64,7 +64,7 @@ pub enum CommandArgs {
         #[arg(long, value_name = "FILE")]
         ticket_file: Option<PathBuf>,
         /// Give up when the sender has been gone (no connection, no data) this many
-        /// seconds; until then a dropped sender may reconnect with the same ticket.
+        /// seconds (default 30); until then a dropped sender may reconnect.
         #[arg(long, value_name = "SECS")]
         timeout: Option<u64>,
         /// Accepted for symmetry with send and ignored: the sender chooses.
@@ -107,10 +107,11 @@ pub enum CommandArgs {
     },
     /// Copy files and directories, on this host or between hosts: SRC and DST may be
     /// [user@]host:path (the far end is started over ssh; the data flows directly).
+    #[command(override_usage = "haul copy [OPTIONS] SRC... DST")]
     Copy {
-        /// SRC... DST: sources, then the destination. `-` as the only SRC reads one stream
-        /// from stdin; `-` as DST writes one stream to stdout.
-        #[arg(required = true, num_args = 1.., value_name = "SRC... DST")]
+        /// Sources, then the destination (SRC... DST). `-` as the only SRC reads one
+        /// stream from stdin; `-` as DST writes one stream to stdout.
+        #[arg(required = true, num_args = 1.., value_name = "PATH")]
         paths: Vec<PathBuf>,
         /// The stream is the standard output of this command, run where the source is
         /// (SRC is `host:` or left out for this host).
@@ -139,6 +140,14 @@ pub enum CommandArgs {
         #[arg(long, value_name = "PID")]
         pid: Option<u32>,
     },
+    /// Print a completion script: `haul completions bash > /etc/bash_completion.d/haul`.
+    Completions {
+        /// The shell.
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page: `haul man > /usr/local/share/man/man1/haul.1`.
+    Man,
     /// The far end of a remote copy, started over ssh: reads its instructions on stdin.
     #[command(hide = true)]
     Serve {
@@ -225,7 +234,13 @@ pub struct AcceptArgs {
 #[derive(Debug, Args)]
 pub struct RemoteArgs {
     /// Remote shell command used to start the far end (like rsync's -e).
-    #[arg(short = 'e', long = "rsh", value_name = "COMMAND", env = "HAUL_RSH")]
+    #[arg(
+        short = 'e',
+        long = "rsh",
+        value_name = "COMMAND",
+        env = "HAUL_RSH",
+        hide_env_values = true
+    )]
     pub rsh: Option<String>,
     /// The haul program on the far host (default: haul, found on its PATH; copied over
     /// for the transfer when missing or of another version).
@@ -248,10 +263,11 @@ pub struct TransferArgs {
     /// Number of parallel data streams (default: twice the cores, 2 to 8).
     #[arg(long, value_name = "N")]
     pub streams: Option<usize>,
-    /// Compression per block: none, lz4, zstd or zstd:LEVEL.
+    /// Compression per block: none, lz4, zstd or zstd:LEVEL (default: zstd:1 between
+    /// hosts, none on this host).
     #[arg(long, value_name = "CODEC")]
     pub compress: Option<String>,
-    /// Block size, e.g. 4M (64K to 64M).
+    /// Block size, e.g. 4M (64K to 64M; default 4M).
     #[arg(long, value_name = "SIZE")]
     pub block_size: Option<String>,
     /// Compare block hashes of existing destination files even when size and mtime
@@ -366,6 +382,28 @@ pub enum RuleArg {
     IncludeFrom(PathBuf),
 }
 
+/// The help text of `-q` per command: what each one still prints.
+const QUIET: [(&str, &str); 3] = [
+    ("recv", "Print nothing but errors and the ticket"),
+    ("send", "Print nothing but errors"),
+    ("copy", "Print nothing but errors"),
+];
+
+/// The command-line definition, as `--help`, the completions and the man page show it.
+pub fn command() -> clap::Command {
+    let mut cmd = Cli::command();
+    // A command that has its own `quiet` does not receive the global one; its value still
+    // reaches `Cli::quiet`, and `haul -q copy` still works.
+    for (sub, help) in QUIET {
+        let q = cmd.get_arguments().find(|a| a.get_id() == "quiet");
+        let q = q.map(|a| a.clone().help(help));
+        if let Some(q) = q {
+            cmd = cmd.mut_subcommand(sub, |s| s.arg(q));
+        }
+    }
+    cmd
+}
+
 /// Parses the command line; exits with clap's message and code on a syntax error.
 pub fn parse() -> Cli {
     parse_from(std::env::args_os()).unwrap_or_else(|e| e.exit())
@@ -378,7 +416,7 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let m = Cli::command().try_get_matches_from(args)?;
+    let m = command().try_get_matches_from(args)?;
     let mut cli = Cli::from_arg_matches(&m)?;
     let (sub, filter) = match &mut cli.command {
         CommandArgs::Send { transfer, .. } => ("send", &mut transfer.filter),

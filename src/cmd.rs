@@ -3,6 +3,7 @@
 //! TLS; or, with a `host:path`, between hosts: see `remote`) and the hidden `serve` (the
 //! far end of a remote copy).
 
+mod docs;
 mod pipe;
 mod shards;
 mod ticket;
@@ -99,6 +100,8 @@ fn run_command(cfg: &Config) -> Result<()> {
         }
         Command::Plan(job) => shards::run(job, cfg),
         Command::Limit { rate, pid } => run_limit(*rate, *pid),
+        Command::Completions(shell) => docs::completions(*shell, &mut std::io::stdout().lock()),
+        Command::Man => docs::man(&mut std::io::stdout().lock()),
         Command::Serve { probe: true, .. } => {
             let mut out = std::io::stdout().lock();
             writeln!(out, "{}", crate::remote::wire::greeting(None))

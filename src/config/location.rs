@@ -11,6 +11,32 @@ use std::path::PathBuf;
 
 use crate::error::{Error, Result};
 
+/// Which way a remote copy goes.
+#[derive(Clone, Debug)]
+pub enum RemoteCopy {
+    /// Local sources to a far destination.
+    Push {
+        /// Local sources.
+        sources: Vec<PathBuf>,
+        /// Far destination.
+        dest: RemotePath,
+    },
+    /// Far sources (all on one host) to a local destination.
+    Pull {
+        /// Far sources.
+        sources: Vec<RemotePath>,
+        /// Local destination.
+        dest: PathBuf,
+    },
+    /// Far sources to a far destination, directly between the two.
+    Between {
+        /// Far sources (all on one host).
+        sources: Vec<RemotePath>,
+        /// Far destination.
+        dest: RemotePath,
+    },
+}
+
 /// Where one command-line path lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Location {

@@ -23,7 +23,9 @@ use crate::plan::select::Selection;
 use crate::protocol::{Accept, Listing, SyncOptions, DEFAULT_BLOCK_SIZE, MAX_BLOCK, MAX_STREAMS};
 use crate::transport::Ticket;
 
-pub use location::{parse_listen, parse_location, split_command, Location, RemotePath, SpecError};
+pub use location::{
+    parse_listen, parse_location, split_command, Location, RemoteCopy, RemotePath, SpecError,
+};
 pub use pipe::{Pipe, PipeCopy, DEFAULT_PIPE_BUFFER, MAX_PIPE_BUFFER};
 pub use shard::{read_shard_file, PlanJob};
 pub use size::{parse_rate, parse_size};
@@ -85,32 +87,6 @@ pub struct SshOptions {
     pub via_ssh: bool,
     /// Far ends advertise this address instead of their own (NAT; tests).
     pub advertise: Option<IpAddr>,
-}
-
-/// Which way a remote copy goes.
-#[derive(Clone, Debug)]
-pub enum RemoteCopy {
-    /// Local sources to a far destination.
-    Push {
-        /// Local sources.
-        sources: Vec<PathBuf>,
-        /// Far destination.
-        dest: RemotePath,
-    },
-    /// Far sources (all on one host) to a local destination.
-    Pull {
-        /// Far sources.
-        sources: Vec<RemotePath>,
-        /// Local destination.
-        dest: PathBuf,
-    },
-    /// Far sources to a far destination, directly between the two.
-    Between {
-        /// Far sources (all on one host).
-        sources: Vec<RemotePath>,
-        /// Far destination.
-        dest: RemotePath,
-    },
 }
 
 /// Where `send` gets its ticket: given on the command line (or HAUL_TICKET), or read
@@ -217,6 +193,10 @@ pub enum Command {
         /// Which transfer.
         pid: Option<u32>,
     },
+    /// Print a shell completion script.
+    Completions(clap_complete::Shell),
+    /// Print the manual page.
+    Man,
     /// The far end of a remote copy (hidden).
     Serve {
         /// Only print the versions.
@@ -356,6 +336,8 @@ impl Config {
             },
             CommandArgs::Plan(p) => Command::Plan(shard::plan_job(p)?),
             CommandArgs::Serve { probe, uploaded } => Command::Serve { probe, uploaded },
+            CommandArgs::Completions { shell } => Command::Completions(shell),
+            CommandArgs::Man => Command::Man,
             CommandArgs::Limit { rate, pid } => Command::Limit {
                 rate: match rate.as_str() {
                     "off" => None,

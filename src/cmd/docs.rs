@@ -1,0 +1,69 @@
+//! `haul completions SHELL` and `haul man`: the shell completion scripts and the manual
+//! page, generated from the command-line definition (`cli::command`) so that they never
+//! drift from `--help`. One page holds every command (`man haul`), rather than one page
+//! per command, so that one redirect installs it.
+
+use std::io::Write;
+
+use clap_complete::Shell;
+use clap_mangen::Man;
+
+use crate::error::{Error, Result};
+
+/// Writes the completion script for `shell` to `out`.
+pub fn completions(shell: Shell, out: &mut dyn Write) -> Result<()> {
+    let mut cmd = crate::cli::command();
+    clap_complete::generate(shell, &mut cmd, "haul", out);
+    out.flush().map_err(|e| Error::io("writing to stdout", e))
+}
+
+/// Writes the manual page (roff) to `out`: the usual sections for `haul` and its global
+/// options, then one section per visible command with its synopsis, description and
+/// own options.
+pub fn man(out: &mut dyn Write) -> Result<()> {
+    render(out).map_err(|e| Error::io("writing to stdout", e))
+}
+
+fn render(out: &mut dyn Write) -> std::io::Result<()> {
+    let cmd = crate::cli::command();
+    let page = Man::new(cmd.clone());
+    let mut roff = Vec::new();
+    page.render_title(&mut roff)?;
+    page.render_name_section(&mut roff)?;
+    page.render_synopsis_section(&mut roff)?;
+    page.render_description_section(&mut roff)?;
+    page.render_options_section(&mut roff)?;
+    let mut subs: Vec<_> = cmd.get_subcommands().filter(|s| !s.is_hide_set()).collect();
+    subs.sort_by_key(|s| s.get_display_order());
+    for sub in subs {
+        // The global options are listed once, above; each command shows its own.
+        let own = sub
+            .clone()
+            .mut_args(|a| if a.is_global_set() { a.hide(true) } else { a });
+        let sub_page = Man::new(own);
+        writeln!(roff, ".SH \"HAUL {}\"", sub.get_name().to_uppercase())?;
+        let mut body = Vec::new();
+        sub_page.render_synopsis_section(&mut body)?;
+        sub_page.render_description_section(&mut body)?;
+        sub_page.render_options_section(&mut body)?;
+        // Each part opens with its own `.SH`; inside a command's section, a paragraph.
+        for line in String::from_utf8_lossy(&body).lines() {
+            match line.starts_with(".SH ") {
+                true => writeln!(roff, ".PP")?,
+                false => writeln!(roff, "{line}")?,
+            }
+        }
+    }
+    page.render_version_section(&mut roff)?;
+    // Every part repeats the page's two-line preamble (the `\*(Aq` string); once is enough.
+    let text = String::from_utf8_lossy(&roff);
+    let mut lines = text.lines();
+    let preamble: Vec<&str> = lines.by_ref().take(2).collect();
+    for line in &preamble {
+        writeln!(out, "{line}")?;
+    }
+    for line in lines.filter(|l| !preamble.contains(l)) {
+        writeln!(out, "{line}")?;
+    }
+    out.flush()
+}

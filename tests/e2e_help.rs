@@ -1,0 +1,193 @@
+//! What `--help`, the completion scripts and the manual page say, through the real binary:
+//! the help text has no stray parts (the usage line of `copy`, `-q` per command, no
+//! `[env: X=]` for an unset variable, defaults stated), the bash script loads in bash, and
+//! the roff page renders with groff and names every command and option.
+//!
+//! The rendering tests print `SKIPPED` when bash or groff is missing; under CI that is a
+//! failure instead.
+
+mod support;
+
+use std::process::{Command, Stdio};
+
+use support::haul_bin;
+
+fn stdout_of(args: &[&str]) -> String {
+    let out = Command::new(haul_bin())
+        .args(args)
+        .env_remove("HAUL_RSH")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "haul {args:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Whether `tool` runs here; prints `SKIPPED` (or panics under CI) when it does not.
+fn have(tool: &str, test: &str) -> bool {
+    let ok = Command::new(tool)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{test}: {tool} is missing"
+        );
+        println!("SKIPPED: {test}: {tool} is not installed");
+    }
+    ok
+}
+
+/// The long options a command's `--help` lists, e.g. `--dry-run`.
+fn long_options(help: &str) -> Vec<String> {
+    help.lines()
+        .filter_map(|l| l.split_whitespace().find(|w| w.starts_with("--")))
+        .map(|w| w.trim_end_matches([',', '.']).to_string())
+        .filter(|w| w != "--help" && w != "--version")
+        .collect()
+}
+
+const COMMANDS: [&str; 6] = ["recv", "send", "copy", "limit", "completions", "man"];
+
+#[test]
+fn copy_help_has_a_plain_usage_line_and_no_stray_text() {
+    let help = stdout_of(&["copy", "--help"]);
+    assert!(
+        help.contains("Usage: haul copy [OPTIONS] SRC... DST\n"),
+        "{help}"
+    );
+    assert!(!help.contains("<SRC... DST>"), "{help}");
+    assert!(help.contains("[env: HAUL_RSH]"), "{help}");
+    assert!(
+        !help.contains("HAUL_RSH="),
+        "an unset variable shows no value: {help}"
+    );
+    let quiet = help.lines().find(|l| l.contains("--quiet")).unwrap();
+    assert!(!quiet.contains("recv"), "copy's -q is about copy: {quiet}");
+    // Every option with a default says it.
+    for opt in [
+        "--streams",
+        "--compress",
+        "--block-size",
+        "--retries",
+        "--buffer",
+    ] {
+        let line = help.lines().find(|l| l.contains(opt)).unwrap();
+        assert!(line.contains("default"), "{opt} states its default: {line}");
+    }
+}
+
+#[test]
+fn quiet_says_per_command_what_it_keeps() {
+    let line = |cmd: &str| {
+        let help = stdout_of(&[cmd, "--help"]);
+        help.lines()
+            .find(|l| l.contains("--quiet"))
+            .unwrap()
+            .to_string()
+    };
+    assert!(line("recv").contains("ticket"), "{}", line("recv"));
+    assert!(!line("send").contains("recv"), "{}", line("send"));
+    assert!(!line("send").contains("ticket"), "{}", line("send"));
+    let recv = stdout_of(&["recv", "--help"]);
+    assert!(
+        recv.contains("default 30"),
+        "--timeout states its default: {recv}"
+    );
+}
+
+#[test]
+fn bash_completion_loads_and_knows_the_commands() {
+    if !have("bash", "bash_completion_loads_and_knows_the_commands") {
+        return;
+    }
+    let script = stdout_of(&["completions", "bash"]);
+    for cmd in COMMANDS {
+        assert!(script.contains(cmd), "bash completion lacks {cmd}");
+    }
+    let out = Command::new("bash")
+        .args([
+            "-c",
+            "source <(\"$0\" completions bash) && complete -p haul",
+        ])
+        .arg(haul_bin())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("haul"),
+        "{out:?}"
+    );
+    assert!(out.stderr.is_empty(), "{out:?}");
+}
+
+#[test]
+fn zsh_and_fish_completions_name_every_command() {
+    for shell in ["zsh", "fish"] {
+        let script = stdout_of(&["completions", shell]);
+        for cmd in COMMANDS {
+            assert!(script.contains(cmd), "{shell} completion lacks {cmd}");
+        }
+        assert!(
+            script.contains("dry-run"),
+            "{shell} completion lacks --dry-run"
+        );
+    }
+    let bad = Command::new(haul_bin())
+        .args(["completions", "tcsh"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+}
+
+#[test]
+fn man_page_names_every_command_and_option_and_renders() {
+    let page = stdout_of(&["man"]);
+    assert!(
+        page.contains("\n.TH haul 1 "),
+        "{}",
+        &page[..200.min(page.len())]
+    );
+    for cmd in ["recv", "send", "copy", "limit", "completions", "man"] {
+        assert!(
+            page.contains(&format!(".SH \"HAUL {}\"", cmd.to_uppercase())),
+            "the page has no section for {cmd}"
+        );
+        // roff escapes `-` as `\-`.
+        for opt in long_options(&stdout_of(&[cmd, "--help"])) {
+            let roff = opt.replace('-', "\\-");
+            assert!(page.contains(&roff), "the page lacks {cmd} {opt}");
+        }
+    }
+    assert!(
+        !page.contains("serve"),
+        "the hidden far end stays out of the page"
+    );
+    if !have(
+        "groff",
+        "man_page_names_every_command_and_option_and_renders",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("haul.1");
+    std::fs::write(&file, &page).unwrap();
+    // -ww: every warning (a malformed request shows up on stderr); -P -cbou: plain text.
+    let out = Command::new("groff")
+        .args(["-man", "-Tutf8", "-ww", "-P", "-cbou"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    for want in ["NAME", "SYNOPSIS", "HAUL COPY", "dry", "SRC... DST"] {
+        assert!(text.contains(want), "rendered page lacks {want}");
+    }
+}
