@@ -33,10 +33,11 @@ exec $HAUL copy --shard "$PLAN/shard-$SLURM_ARRAY_TASK_ID" $HAUL_ARGS "$DST"
 "#;
 
 /// The same, except that task 0's first attempt kills its haul once the receiver has
-/// journaled part of the big file (a node lost mid-transfer), and fails.
+/// journaled part of the big file (a node lost mid-transfer), and fails. One stream and
+/// small blocks, slowed down, so the journal records ranges before the file completes.
 const JOB_KILLED_ONCE: &str = r#"#!/bin/sh
 if [ "$SLURM_ARRAY_TASK_ID" = 0 ] && mkdir "$PLAN.killed" 2>/dev/null; then
-  $HAUL copy --shard "$PLAN/shard-0" $HAUL_ARGS --limit 4M "$DST" &
+  $HAUL copy --shard "$PLAN/shard-0" $HAUL_ARGS --streams 1 --block-size 1M --limit 4M "$DST" &
   pid=$!
   n=0
   until find "$DST_LOCAL" -name '.haul-*.journal' -size +64c 2>/dev/null | grep -q .; do
@@ -116,6 +117,8 @@ impl Cluster {
             free_port(),
             d = d.display()
         );
+        // MinJobAge stays at its default (300 s): `sbatch --wait` then polls after 2, 10,
+        // 42 s, but a shorter one (tried: 6, 21) loses a failed task's exit code.
         fs::write(d.join("slurm.conf"), conf).unwrap();
         let mut c = Cluster {
             dir,
