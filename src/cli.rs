@@ -252,6 +252,10 @@ pub struct RemoteArgs {
     /// Between hosts: no TLS on the data streams (still authenticated and verified).
     #[arg(long)]
     pub no_encrypt: bool,
+    /// A far host without haul gets this one in a temporary directory, removed afterwards,
+    /// instead of a copy kept in ~/.cache/haul there for the next run.
+    #[arg(long)]
+    pub no_cache: bool,
     /// Far ends advertise this address in their ticket instead of their own (NAT, tests).
     #[arg(long, value_name = "IP", hide = true)]
     pub remote_advertise: Option<std::net::IpAddr>,

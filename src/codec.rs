@@ -5,55 +5,18 @@
 //! length and KEEP bit) and raw bytes; the store only writes `VerifiedUnit`s, so there is
 //! no path from the network to the disk that skips verification.
 //!
-//! Not here: choosing a codec automatically from measured link and CPU speed (a later
-//! issue); the frame format already carries the codec per unit for it.
+//! The default across a network is [`Compression::Auto`]: each stream's [`Encoder`] picks
+//! every unit's codec with the controller in [`tune`] from what it measured (the frame
+//! carries the codec per unit, so the receiver needs no notice of a change).
 
-use std::fmt;
-use std::str::FromStr;
+use std::time::{Duration, Instant};
 
 use crate::protocol::{Codec, DataHeader};
 
-/// What the user asked for with `--compress`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Compression {
-    /// Send raw bytes.
-    None,
-    /// LZ4 (fast, modest ratio).
-    Lz4,
-    /// zstd at the given level.
-    Zstd(i32),
-}
+mod mode;
+pub mod tune;
 
-impl FromStr for Compression {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Compression, String> {
-        let bad = || format!("invalid compression '{s}': use none, lz4, zstd or zstd:LEVEL (1-19)");
-        match s {
-            "none" | "off" => Ok(Compression::None),
-            "lz4" => Ok(Compression::Lz4),
-            "zstd" => Ok(Compression::Zstd(1)),
-            _ => {
-                let level = s.strip_prefix("zstd:").ok_or_else(bad)?;
-                let level: i32 = level.parse().map_err(|_| bad())?;
-                if !(1..=19).contains(&level) {
-                    return Err(bad());
-                }
-                Ok(Compression::Zstd(level))
-            }
-        }
-    }
-}
-
-impl fmt::Display for Compression {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Compression::None => f.write_str("none"),
-            Compression::Lz4 => f.write_str("lz4"),
-            Compression::Zstd(l) => write!(f, "zstd:{l}"),
-        }
-    }
-}
+pub use mode::Compression;
 
 /// Hashes a unit with the transfer's block key: the header bytes it covers (everything
 /// but the hash, see `protocol::hashed_parts`), then the raw bytes. Both sides compute it.
@@ -72,37 +35,56 @@ pub fn piece_hash(key: &[u8; 32], piece: &[u8]) -> [u8; 16] {
     out
 }
 
-/// Compresses units for one stream, reusing its buffers and zstd context.
+/// Compresses units for one stream, reusing its buffers and zstd contexts.
 ///
 /// A unit that saves less than 3% is sent raw (not worth the receiver's decompression).
-/// After two such units in a row the encoder stops trying for a while: it sends the next
-/// 1, 2, 4 … up to 32 units raw before probing again, so an incompressible stream (media,
-/// encrypted or already compressed backups) costs almost no CPU, while a compressible one
-/// is noticed again within 32 units.
+/// With a fixed codec, after two such units in a row the encoder stops trying for a while:
+/// it sends the next 1, 2, 4 … up to 32 units raw before probing again, so an
+/// incompressible stream (media, encrypted or already compressed backups) costs almost no
+/// CPU, while a compressible one is noticed again within 32 units. With `Auto`, the
+/// controller in [`tune`] makes that choice and every other from its measurements; the
+/// caller reports each unit's write time with [`Encoder::wrote`].
 pub struct Encoder {
     mode: Compression,
-    zstd: Option<zstd::bulk::Compressor<'static>>,
-    /// Consecutive units that did not compress.
+    /// zstd contexts by level, made when first used.
+    zstd: Vec<(i32, zstd::bulk::Compressor<'static>)>,
+    /// Consecutive units that did not compress (fixed codecs).
     misses: u32,
-    /// Units still to send raw without trying.
+    /// Units still to send raw without trying (fixed codecs).
     skip: u32,
+    tuner: Option<tune::Tuner>,
+    /// The last unit's raw and wire lengths and compression time, until its write time
+    /// is known.
+    pending: Option<(usize, usize, Duration)>,
+    /// Scratch space for probes.
+    scratch: Vec<u8>,
+    /// The level (in `tune::LADDER`) of the last unit, with `Auto`.
+    last: Option<usize>,
 }
 
 /// Longest run of units sent raw without probing.
 const MAX_SKIP: u32 = 32;
 
 impl Encoder {
-    /// An encoder for the chosen mode.
-    pub fn new(mode: Compression) -> Encoder {
-        let zstd = match mode {
-            Compression::Zstd(level) => zstd::bulk::Compressor::new(level).ok(),
-            _ => None,
-        };
+    /// An encoder for the chosen mode, for one of `streams` parallel streams.
+    pub fn new(mode: Compression, streams: usize) -> Encoder {
         Encoder {
             mode,
-            zstd,
+            zstd: Vec::new(),
             misses: 0,
             skip: 0,
+            tuner: (mode == Compression::Auto).then(|| tune::Tuner::new(streams)),
+            pending: None,
+            scratch: Vec::new(),
+            last: None,
+        }
+    }
+
+    /// The codec the encoder uses now: the fixed one, or the controller's current choice.
+    pub fn current(&self) -> Compression {
+        match &self.tuner {
+            Some(t) => tune::LADDER[t.current()],
+            None => self.mode,
         }
     }
 
@@ -111,46 +93,128 @@ impl Encoder {
     /// `Codec::Raw` and the caller sends `raw` itself.
     pub fn encode(&mut self, raw: &[u8], out: &mut Vec<u8>) -> Codec {
         out.clear();
+        self.pending = None;
+        self.last = None;
         if raw.len() < 64 || self.mode == Compression::None {
             return Codec::Raw;
+        }
+        if let Some(t) = self.tuner.as_mut() {
+            let level = t.current();
+            self.last = Some(level);
+            if let Some(probe) = t.probe_due() {
+                self.probe(level, probe, raw);
+            }
+            let started = Instant::now();
+            let codec = self.compress(tune::LADDER[level], raw, out);
+            let wire = if codec == Codec::Raw {
+                raw.len()
+            } else {
+                out.len()
+            };
+            self.pending = Some((raw.len(), wire, started.elapsed()));
+            return codec;
         }
         if self.skip > 0 {
             self.skip -= 1;
             return Codec::Raw;
         }
+        let codec = self.compress(self.mode, raw, out);
+        if codec == Codec::Raw {
+            self.misses += 1;
+            if self.misses >= 2 {
+                self.skip = (1u32 << (self.misses - 2).min(5)).min(MAX_SKIP);
+            }
+        } else {
+            self.misses = 0;
+        }
+        codec
+    }
+
+    /// With `Auto`, the level (index in `tune::LADDER`) the last unit was compressed at.
+    pub fn last_level(&self) -> Option<usize> {
+        self.last
+    }
+
+    /// Tells the controller how long the last encoded unit took to write (including
+    /// pacing); without `Auto`, or for a unit too small to teach anything, does nothing.
+    pub fn wrote(&mut self, write: Duration) {
+        if let (Some(t), Some((raw, wire, cpu))) = (self.tuner.as_mut(), self.pending) {
+            t.observe(raw, wire, cpu, write);
+        }
+        self.pending = None;
+    }
+
+    /// Compresses the start of `raw` with the neighbouring level `probe` and with the
+    /// current `level`, and tells the controller (see `tune`, *Exploration*).
+    fn probe(&mut self, level: usize, probe: usize, raw: &[u8]) {
+        let slice = &raw[..raw.len().min(tune::PROBE_SLICE)];
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let started = Instant::now();
+        let out = match self.compress(tune::LADDER[probe], slice, &mut scratch) {
+            Codec::Raw => slice.len(),
+            _ => scratch.len(),
+        };
+        let cpu = started.elapsed();
+        let current_out = match self.compress(tune::LADDER[level], slice, &mut scratch) {
+            Codec::Raw => slice.len(),
+            _ => scratch.len(),
+        };
+        self.scratch = scratch;
+        if let Some(t) = self.tuner.as_mut() {
+            t.observe_probe(tune::Probe {
+                level: probe,
+                raw: slice.len(),
+                out,
+                cpu,
+                current_out,
+            });
+        }
+    }
+
+    /// Compresses `raw` with `mode` into `out`; `Codec::Raw` (and `out` empty) when it
+    /// does not shrink by 3%.
+    fn compress(&mut self, mode: Compression, raw: &[u8], out: &mut Vec<u8>) -> Codec {
         let worth = raw.len() - raw.len() / 33;
-        let n = match self.mode {
-            Compression::None => None,
+        let (n, codec) = match mode {
+            Compression::None | Compression::Auto => (None, Codec::Raw),
             Compression::Lz4 => {
                 let bound = lz4_flex::block::get_maximum_output_size(raw.len());
                 out.resize(bound, 0);
-                lz4_flex::block::compress_into(raw, out).ok()
+                (lz4_flex::block::compress_into(raw, out).ok(), Codec::Lz4)
             }
-            Compression::Zstd(_) => self.zstd.as_mut().and_then(|z| {
+            Compression::Zstd(level) => {
                 // Room only for a worthwhile result: zstd gives up early when the output
                 // cannot fit, which is exactly the "does not shrink enough" case.
                 out.resize(worth, 0);
-                z.compress_to_buffer(raw, &mut out[..]).ok()
-            }),
+                let n = self
+                    .zstd_at(level)
+                    .and_then(|z| z.compress_to_buffer(raw, &mut out[..]).ok());
+                (n, Codec::Zstd)
+            }
         };
         match n {
             Some(n) if n < worth => {
                 out.truncate(n);
-                self.misses = 0;
-                match self.mode {
-                    Compression::Lz4 => Codec::Lz4,
-                    _ => Codec::Zstd,
-                }
+                codec
             }
             _ => {
                 out.clear();
-                self.misses += 1;
-                if self.misses >= 2 {
-                    self.skip = (1u32 << (self.misses - 2).min(5)).min(MAX_SKIP);
-                }
                 Codec::Raw
             }
         }
+    }
+
+    /// This stream's zstd context for `level` (none if zstd cannot make one).
+    fn zstd_at(&mut self, level: i32) -> Option<&mut zstd::bulk::Compressor<'static>> {
+        let at = match self.zstd.iter().position(|(l, _)| *l == level) {
+            Some(at) => at,
+            None => {
+                let z = zstd::bulk::Compressor::new(level).ok()?;
+                self.zstd.push((level, z));
+                self.zstd.len() - 1
+            }
+        };
+        self.zstd.get_mut(at).map(|(_, z)| z)
     }
 }
 
@@ -244,7 +308,7 @@ mod tests {
 
     fn round_trip(mode: Compression, raw: &[u8]) -> (Codec, Vec<u8>) {
         let key = [3u8; 32];
-        let mut enc = Encoder::new(mode);
+        let mut enc = Encoder::new(mode, 1);
         let mut cbuf = Vec::new();
         let codec = enc.encode(raw, &mut cbuf);
         let body: &[u8] = if codec == Codec::Raw { raw } else { &cbuf };
@@ -269,7 +333,12 @@ mod tests {
             .take(100_000)
             .copied()
             .collect();
-        for mode in [Compression::Lz4, Compression::Zstd(1), Compression::Zstd(9)] {
+        for mode in [
+            Compression::Lz4,
+            Compression::Zstd(1),
+            Compression::Zstd(9),
+            Compression::Auto,
+        ] {
             let (codec, out) = round_trip(mode, &raw);
             assert_ne!(codec, Codec::Raw, "{mode}");
             assert_eq!(out, raw);
@@ -280,7 +349,12 @@ mod tests {
     fn incompressible_data_falls_back_to_raw() {
         let mut raw = vec![0u8; 100_000];
         getrandom::fill(&mut raw).unwrap();
-        for mode in [Compression::None, Compression::Lz4, Compression::Zstd(3)] {
+        for mode in [
+            Compression::None,
+            Compression::Lz4,
+            Compression::Zstd(3),
+            Compression::Auto,
+        ] {
             let (codec, out) = round_trip(mode, &raw);
             assert_eq!(codec, Codec::Raw, "{mode}");
             assert_eq!(out, raw);
@@ -318,7 +392,7 @@ mod tests {
 
     #[test]
     fn incompressible_stream_pauses_then_probes_again() {
-        let mut enc = Encoder::new(Compression::Zstd(1));
+        let mut enc = Encoder::new(Compression::Zstd(1), 1);
         let mut noise = vec![0u8; 64 << 10];
         getrandom::fill(&mut noise).unwrap();
         let text: Vec<u8> = b"page header, row data, row data "
@@ -342,11 +416,46 @@ mod tests {
     }
 
     #[test]
+    fn auto_follows_the_measured_write_time() {
+        // Words drawn at random from a small vocabulary: every level shrinks it, the
+        // stronger ones more.
+        let words = [
+            "row ", "page ", "17 ", "header ", "tuple ", "xmin ", "9f3a ", "\n",
+        ];
+        let mut x = 12345u32;
+        let mut text = Vec::new();
+        while text.len() < 256 << 10 {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+            text.extend_from_slice(words[(x >> 16) as usize % words.len()].as_bytes());
+        }
+        let mut enc = Encoder::new(Compression::Auto, 1);
+        let mut out = Vec::new();
+        // Writes that take a second each: the link is all that matters.
+        for _ in 0..200 {
+            enc.encode(&text, &mut out);
+            enc.wrote(Duration::from_secs(1));
+        }
+        assert!(
+            matches!(enc.current(), Compression::Zstd(3 | 6)),
+            "{}",
+            enc.current()
+        );
+        // Writes that cost nothing: compression only costs time.
+        for _ in 0..200 {
+            enc.encode(&text, &mut out);
+            enc.wrote(Duration::ZERO);
+        }
+        assert_eq!(enc.current(), Compression::None);
+    }
+
+    #[test]
     fn parse_compression() {
         assert_eq!("zstd".parse(), Ok(Compression::Zstd(1)));
         assert_eq!("zstd:7".parse(), Ok(Compression::Zstd(7)));
         assert_eq!("lz4".parse(), Ok(Compression::Lz4));
         assert_eq!("none".parse(), Ok(Compression::None));
+        assert_eq!("auto".parse(), Ok(Compression::Auto));
+        assert_eq!(Compression::Auto.to_string(), "auto");
         assert!("zstd:0".parse::<Compression>().is_err());
         assert!("gzip".parse::<Compression>().is_err());
     }
@@ -365,8 +474,8 @@ mod tests {
         }
 
         #[test]
-        fn any_data_round_trips(raw in proptest::collection::vec(prop_oneof![Just(0u8), any::<u8>()], 0..5000), mode in 0u8..3) {
-            let mode = [Compression::None, Compression::Lz4, Compression::Zstd(1)][mode as usize];
+        fn any_data_round_trips(raw in proptest::collection::vec(prop_oneof![Just(0u8), any::<u8>()], 0..5000), mode in 0u8..4) {
+            let mode = [Compression::None, Compression::Lz4, Compression::Zstd(1), Compression::Auto][mode as usize];
             if raw.is_empty() { return Ok(()); }
             let (_, out) = round_trip(mode, &raw);
             prop_assert_eq!(out, raw);

@@ -9,6 +9,10 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+mod json;
+
+pub use json::{failure_json, json_string, Report};
+
 /// Counters shared by the workers of one side of a transfer.
 #[derive(Default, Debug)]
 pub struct Counters {
@@ -34,6 +38,19 @@ pub struct Counters {
     pub reconnects: AtomicU64,
     /// The sender's bandwidth cap in bytes per second (0: none).
     pub limit: AtomicU64,
+    /// Units sent at each level of `codec::tune::LADDER` (sender, `--compress auto`).
+    pub codec_units: [AtomicU64; 5],
+}
+
+impl Counters {
+    /// `codec_units` read out, or `None` when no unit was sent by the adaptive codec.
+    pub fn codec_mix(&self) -> Option<[u64; 5]> {
+        let mix = self
+            .codec_units
+            .each_ref()
+            .map(|c| c.load(Ordering::Relaxed));
+        mix.iter().any(|&n| n > 0).then_some(mix)
+    }
 }
 
 impl Counters {
@@ -72,6 +89,23 @@ pub fn escape_bytes(b: &[u8]) -> String {
         }
     }
     out
+}
+
+/// Characters of a path a message shows at most: a path can be far longer than a line.
+const SHOWN_PATH: usize = 160;
+
+/// `path` for a message: escaped as [`escape_bytes`] does and, when longer than a line
+/// can hold, its start and end around a `…`.
+pub fn shown_path(path: &std::path::Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let s = escape_bytes(path.as_os_str().as_bytes());
+    let n = s.chars().count();
+    if n <= SHOWN_PATH {
+        return s;
+    }
+    let head: String = s.chars().take(SHOWN_PATH / 3).collect();
+    let tail: String = s.chars().skip(n - (SHOWN_PATH - SHOWN_PATH / 3)).collect();
+    format!("{head}…{tail}")
 }
 
 /// A progress bar on stderr while a transfer runs (only when stderr is a terminal).
@@ -375,90 +409,6 @@ pub fn stream_line(verb: &str, bytes: u64, wire: u64, started: Instant) -> Strin
     )
 }
 
-/// The final account of a transfer, as `--json` prints it. The field names are a
-/// stable interface (documented in README).
-#[derive(Debug, Default, Clone, PartialEq)]
-pub struct Report {
-    /// Regular files written (new or changed).
-    pub files: u64,
-    /// Regular files already up to date at the destination.
-    pub files_unchanged: u64,
-    /// Source bytes read and sent (sender; 0 on the receiving side).
-    pub bytes_read: u64,
-    /// Bytes of frames on the wire (before TLS).
-    pub bytes_wire: u64,
-    /// Bytes not sent because the destination already had them.
-    pub bytes_skipped: u64,
-    /// Bytes written at the destination.
-    pub bytes_written: u64,
-    /// Entries removed by --delete.
-    pub deleted: u64,
-    /// Files that could not be read.
-    pub failed_files: u64,
-    /// Files that kept changing while read.
-    pub changed_files: u64,
-    /// Connections re-established during the run.
-    pub reconnects: u64,
-    /// Wall time.
-    pub seconds: f64,
-    /// A stream's BLAKE3 (hex), checked by both sides; `None` for files.
-    pub stream_blake3: Option<String>,
-}
-
-impl Report {
-    /// One JSON object on one line.
-    pub fn to_json(&self) -> String {
-        let json = format!(
-            concat!(
-                "{{\"files\":{},\"files_unchanged\":{},\"bytes_read\":{},\"bytes_wire\":{},",
-                "\"bytes_skipped\":{},\"bytes_written\":{},\"deleted\":{},\"failed_files\":{},",
-                "\"changed_files\":{},\"reconnects\":{},\"seconds\":{:.3}}}"
-            ),
-            self.files,
-            self.files_unchanged,
-            self.bytes_read,
-            self.bytes_wire,
-            self.bytes_skipped,
-            self.bytes_written,
-            self.deleted,
-            self.failed_files,
-            self.changed_files,
-            self.reconnects,
-            self.seconds
-        );
-        match &self.stream_blake3 {
-            Some(h) => format!("{},\"stream_blake3\":\"{h}\"}}", &json[..json.len() - 1]),
-            None => json,
-        }
-    }
-}
-
-/// The JSON object `--json` prints when a run fails: what failed and the exit code.
-pub fn failure_json(message: &str, code: i32) -> String {
-    format!(
-        "{{\"error\":{},\"exit_code\":{code}}}",
-        json_string(message)
-    )
-}
-
-/// `s` as a JSON string literal (quotes, backslashes and control characters escaped).
-pub fn json_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 || c == '\u{7f}' => {
-                out.push_str(&format!("\\u{:04x}", c as u32));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
 /// Bytes in binary units, e.g. "1.50 GiB".
 pub fn human(n: u64) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
@@ -480,39 +430,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn long_paths_are_shown_shortened_and_escaped() {
+        let long = format!("/a\n{}/end", "x".repeat(5000));
+        let shown = shown_path(std::path::Path::new(&long));
+        assert_eq!(shown.chars().count(), SHOWN_PATH + 1);
+        assert!(shown.starts_with("/a\\#012xx"), "{shown}");
+        assert!(shown.ends_with("xx/end") && shown.contains('…'), "{shown}");
+        assert_eq!(shown_path(std::path::Path::new("/short")), "/short");
+    }
+
+    #[test]
     fn control_characters_are_escaped() {
         assert_eq!(escape("a\nb\tc"), "a\\#012b\\#011c");
         assert_eq!(escape("plain é"), "plain é");
-    }
-
-    #[test]
-    fn json_is_one_object() {
-        let r = Report {
-            files: 3,
-            seconds: 1.5,
-            ..Report::default()
-        };
-        let j = r.to_json();
-        assert!(j.starts_with("{\"files\":3,"), "{j}");
-        assert!(j.ends_with("\"seconds\":1.500}"), "{j}");
-        assert!(!j.contains('\n'));
-        let r = Report {
-            stream_blake3: Some("ab".repeat(32)),
-            ..Report::default()
-        };
-        let j = r.to_json();
-        assert!(
-            j.ends_with(&format!("\"stream_blake3\":\"{}\"}}", "ab".repeat(32))),
-            "{j}"
-        );
-    }
-
-    #[test]
-    fn failure_json_escapes_the_message() {
-        assert_eq!(
-            failure_json("a \"b\" \\ c\nd", 4),
-            r#"{"error":"a \"b\" \\ c\u000ad","exit_code":4}"#
-        );
     }
 
     #[test]

@@ -123,3 +123,64 @@ fn many_small_files_on_full_disk() {
         }
     }
 }
+
+/// The case: two 12 MiB files into a 20 MB tmpfs fail with exit 4; after the file
+/// system grows to 40 MB, the re-run must not send again a file that had arrived whole
+/// (under its final name, or still as a partial file: the transfer stopped while it was
+/// being finished), nor the journaled part of the other.
+#[test]
+fn rerun_after_disk_full_skips_what_arrived() {
+    let Some(fs) = Tmpfs::mount("20m") else {
+        return;
+    };
+    let src = tempfile::tempdir().unwrap();
+    let tree = src.path().join("t");
+    std::fs::create_dir(&tree).unwrap();
+    let content = |i: usize| random_bytes(12 << 20, 10 + i as u64);
+    for (i, n) in ["a", "b"].iter().enumerate() {
+        std::fs::write(tree.join(n), content(i)).unwrap();
+    }
+    let dest = fs.path().join("d");
+    let args = [
+        "copy".as_ref(),
+        "--json".as_ref(),
+        tree.as_os_str(),
+        dest.as_os_str(),
+    ];
+    let first = haul(&args);
+    assert_disk_full(&first, &dest, &[]);
+    // Which files are on the disk whole, under any name.
+    let mut whole = 0u64;
+    for entry in std::fs::read_dir(dest.join("t")).unwrap() {
+        let data = std::fs::read(entry.unwrap().path()).unwrap();
+        whole += (0..2).filter(|&i| data == content(i)).count() as u64;
+    }
+    let remounted = Command::new("mount")
+        .args(["-o", "remount,size=40m"])
+        .arg(fs.path())
+        .status()
+        .unwrap();
+    assert!(remounted.success(), "remount to 40m");
+    let again = haul(&args);
+    let out = String::from_utf8_lossy(&again.stdout);
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert_eq!(again.status.code(), Some(0), "stdout: {out}\nstderr: {err}");
+    for (i, n) in ["a", "b"].iter().enumerate() {
+        let got = std::fs::read(dest.join("t").join(n)).unwrap();
+        assert!(got == content(i), "t/{n} differs");
+    }
+    let field = |key: &str| -> u64 {
+        let at = out.find(&format!("\"{key}\":")).expect(key) + key.len() + 3;
+        let digits: String = out[at..].chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().unwrap()
+    };
+    assert!(
+        field("bytes_skipped") >= whole * (12 << 20),
+        "{whole} file(s) had arrived whole and were sent again: {out}"
+    );
+    assert_eq!(
+        field("bytes_read") + field("bytes_skipped"),
+        24 << 20,
+        "{out}"
+    );
+}

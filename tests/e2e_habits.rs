@@ -84,3 +84,64 @@ fn json_reports_a_bad_command_line_too() {
         "{stdout}"
     );
 }
+
+/// Makes `depth` nested directories of 200-byte names under `root` (with `fd`-relative
+/// calls: their paths pass the 4096 bytes a path may have), and a file `f` in the deepest.
+fn deep_chain(root: &std::path::Path, depth: usize) {
+    use rustix::fs::{mkdirat, openat, Mode, OFlags};
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW;
+    let mut dir = openat(rustix::fs::CWD, root, flags, Mode::empty()).unwrap();
+    for i in 0..depth {
+        let name = format!("d{i:02}{}", "x".repeat(197));
+        mkdirat(&dir, name.as_str(), Mode::from_raw_mode(0o755)).unwrap();
+        dir = openat(&dir, name.as_str(), flags, Mode::empty()).unwrap();
+    }
+    let f = openat(
+        &dir,
+        "f",
+        OFlags::WRONLY | OFlags::CREATE,
+        Mode::from_raw_mode(0o644),
+    );
+    rustix::io::write(f.unwrap(), b"deep").unwrap();
+}
+
+/// The case: a path over 4096 bytes cannot be sent. The rest arrives, the run exits
+/// 23 as rsync does, every line names the path shortened, and none of the directories that
+/// held only that path is created at the destination.
+#[test]
+fn a_path_over_4096_bytes_fails_in_one_short_line_and_leaves_no_empty_dirs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("short"), b"here").unwrap();
+    std::fs::create_dir(src.join("empty")).unwrap();
+    deep_chain(&src, 22);
+    let dst = tmp.path().join("dst");
+    let out = run(&["copy", src.to_str().unwrap(), dst.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(23), "{err}");
+    assert_eq!(std::fs::read(dst.join("src/short")).unwrap(), b"here");
+    assert!(
+        dst.join("src/empty").is_dir(),
+        "an empty source directory still arrives"
+    );
+    let lines: Vec<&str> = err.lines().collect();
+    assert!(
+        lines.iter().all(|l| l.len() < 400),
+        "a line too long to read: {err}"
+    );
+    let errors = lines
+        .iter()
+        .filter(|l| l.starts_with("haul: error:"))
+        .count();
+    assert_eq!(errors, 1, "{err}");
+    assert!(err.contains('…') && err.contains("too long"), "{err}");
+    let made: Vec<_> = std::fs::read_dir(dst.join("src"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        !made.iter().any(|n| n.to_string_lossy().starts_with("d00")),
+        "directories made only for the long path: {made:?}"
+    );
+}

@@ -1,8 +1,8 @@
 //! End-to-end remote copies over a real OpenSSH server (`support::sshd`, on a loopback port
 //! with throwaway keys): push, pull, remote to remote, a custom `-e` command, the
-//! zero-install path (no usable haul on the far host), a blocked data port (fallback through
-//! ssh), far-end errors with the host name and the right exit code, and the ticket staying
-//! out of every process listing.
+//! zero-install path (no usable haul on the far host; its cache there), a blocked data port
+//! (fallback through ssh), far-end errors with the host name and the right exit code, and
+//! the ticket staying out of every process listing.
 //!
 //! Each test prints `SKIPPED` when this machine cannot run sshd (not root, or not
 //! installed); under CI that is a failure instead.
@@ -218,6 +218,82 @@ fn zero_install_uploads_this_binary_and_cleans_up() {
         subdirs(&far_tmp).is_empty(),
         "upload left behind: {:?}",
         subdirs(&far_tmp)
+    );
+}
+
+/// A push to a far host without haul, through the far user's cache; its stderr.
+fn cached_push(sshd: &Sshd, tmp: &Path, run: &str, extra: &[&str]) -> String {
+    let src = build_tree(tmp, run, &TreeOptions::small());
+    let dest = tmp.join(format!("dest-{run}"));
+    let mut cmd = Haul::new().command("copy");
+    cmd.args(["-e", &sshd.rsh(), "--remote-haul", "/nonexistent/haul"])
+        .args(extra)
+        .arg(&src)
+        .arg(at("127.0.0.1", &dest));
+    let out = Running::spawn("copy", cmd).wait();
+    out.assert_code(0);
+    assert_trees_equal(&src, &dest.join(run));
+    out.stderr
+}
+
+/// The cached copies under the far user's cache: (path, mode) of each `haul`.
+fn cached_copies(sshd: &Sshd) -> Vec<(PathBuf, u32)> {
+    subdirs(&sshd.far_cache().join("haul"))
+        .into_iter()
+        .map(|d| d.join("haul"))
+        .filter_map(|f| {
+            fs::symlink_metadata(&f)
+                .ok()
+                .map(|m| (f, m.mode() & 0o7777))
+        })
+        .collect()
+}
+
+#[test]
+fn zero_install_caches_the_upload_and_reuses_it() {
+    let Some(sshd) = Sshd::start("zero_install_caches_the_upload_and_reuses_it") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let first = cached_push(&sshd, tmp.path(), "one", &[]);
+    assert!(first.contains("to your cache there"), "{first}");
+    let copies = cached_copies(&sshd);
+    assert_eq!(copies.len(), 1, "{copies:?}");
+    let (cached, mode) = copies[0].clone();
+    assert_eq!(mode, 0o700);
+    let size = fs::metadata(haul_bin()).unwrap().len();
+    assert_eq!(fs::metadata(&cached).unwrap().len(), size);
+    // The second run uploads nothing.
+    let second = cached_push(&sshd, tmp.path(), "two", &[]);
+    assert!(second.contains("cached there"), "{second}");
+    assert!(!second.contains("copying"), "uploaded again: {second}");
+    // A cached copy someone changed is found out, not run, and replaced.
+    let marker = tmp.path().join("tampered-copy-ran");
+    let evil = format!(
+        "#!/bin/sh
+touch '{}'
+",
+        marker.display()
+    );
+    fs::write(&cached, evil).unwrap();
+    let third = cached_push(&sshd, tmp.path(), "three", &[]);
+    assert!(!marker.exists(), "the tampered copy was run");
+    assert!(third.contains("damaged"), "{third}");
+    assert!(third.contains("to your cache there"), "{third}");
+    assert_eq!(fs::metadata(&cached).unwrap().len(), size, "replaced");
+}
+
+#[test]
+fn zero_install_with_no_cache_writes_no_cache() {
+    let Some(sshd) = Sshd::start("zero_install_with_no_cache_writes_no_cache") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let said = cached_push(&sshd, tmp.path(), "one", &["--no-cache"]);
+    assert!(said.contains("temporary directory"), "{said}");
+    assert!(
+        !sshd.far_cache().join("haul").exists(),
+        "--no-cache wrote the cache"
     );
 }
 

@@ -35,10 +35,10 @@ use crate::send::pipe::PipeFrom;
 
 const MIN_BLOCK_SIZE: u64 = 64 << 10;
 
-/// Compression when the data crosses a network (send, copy between hosts): zstd level 1
-/// on blocks that shrink, with incompressible streams detected and skipped (see
-/// `codec::Encoder`). A local copy does not compress.
-pub const NETWORK_COMPRESSION: Compression = Compression::Zstd(1);
+/// Compression when the data crosses a network (send, copy between hosts): chosen per
+/// unit by each stream from what it measures (`codec::tune`). A local copy does not
+/// compress.
+pub const NETWORK_COMPRESSION: Compression = Compression::Auto;
 
 /// How long `recv` waits for a vanished sender to come back.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -87,6 +87,8 @@ pub struct SshOptions {
     pub via_ssh: bool,
     /// Far ends advertise this address instead of their own (NAT; tests).
     pub advertise: Option<IpAddr>,
+    /// A zero-install upload may use the far user's cache (not `--no-cache`).
+    pub cache: bool,
 }
 
 /// Where `send` gets its ticket: given on the command line (or HAUL_TICKET), or read
@@ -402,10 +404,10 @@ fn copy_command(
     }
     let plan = match (remote.is_empty(), dest) {
         (true, Location::Local(dst)) => {
-            if r.via_ssh || r.no_encrypt || r.remote_haul.is_some() {
+            if r.via_ssh || r.no_encrypt || r.no_cache || r.remote_haul.is_some() {
                 return Err(Error::Usage(
-                    "--via-ssh, --no-encrypt and --remote-haul apply only when a path is \
-                     host:path"
+                    "--via-ssh, --no-encrypt, --no-cache and --remote-haul apply only when a \
+                     path is host:path"
                         .into(),
                 ));
             }
@@ -472,6 +474,7 @@ fn ssh_options(r: &RemoteArgs) -> Result<SshOptions> {
         remote_haul,
         via_ssh: r.via_ssh,
         advertise: r.remote_advertise,
+        cache: !r.no_cache,
     })
 }
 

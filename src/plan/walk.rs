@@ -189,6 +189,7 @@ pub fn walk_from(
         source: 0,
         ancestors: Vec::new(),
         outside: 0,
+        pending: Vec::new(),
     };
     for (i, s) in sources.iter().enumerate() {
         let meta = fs::symlink_metadata(&s.path).map_err(|e| Error::Source {
@@ -277,6 +278,22 @@ struct Walker<'a> {
     ancestors: Vec<(u64, u64)>,
     /// Symlinks seen pointing outside the source.
     outside: u64,
+    /// The directories being walked, innermost last, with their entries until sent.
+    pending: Vec<Pending>,
+}
+
+/// A directory being walked. Its entry is sent just before its first descendant, or when
+/// its walk ends; but not at all when all it held was a path too long to send (over the
+/// 4096 bytes a path may have), so that the destination does not get a chain of empty
+/// directories made only for a file that cannot arrive.
+struct Pending {
+    walked: Option<Walked>,
+    too_long: bool,
+}
+
+/// Whether `e` says a path is longer than the system takes.
+fn is_too_long(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::ENAMETOOLONG)
 }
 
 impl Walker<'_> {
@@ -292,11 +309,8 @@ impl Walker<'_> {
         let Some(walked) = self.entry(path, rel.clone(), meta, skip) else {
             return true;
         };
-        if !emit(walked) {
-            return false;
-        }
         if !meta.is_dir() || (self.select.one_file_system && meta.dev() != self.root_dev) {
-            return true;
+            return self.emit_with_parents(walked, emit);
         }
         let key = (meta.dev(), meta.ino());
         if self.ancestors.contains(&key) {
@@ -304,34 +318,17 @@ impl Walker<'_> {
                 path: path.to_path_buf(),
                 error: io::Error::other("a followed symlink leads back to a directory above it"),
             });
-            return true;
+            return self.emit_with_parents(walked, emit);
         }
-        let mut names = match fs::read_dir(path) {
-            Ok(rd) => {
-                let mut names = Vec::new();
-                for d in rd {
-                    match d {
-                        Ok(d) => names.push(d.file_name()),
-                        Err(e) => {
-                            skip(Skipped {
-                                path: path.to_path_buf(),
-                                error: e,
-                            });
-                            break;
-                        }
-                    }
-                }
-                names
-            }
-            Err(e) => {
-                skip(Skipped {
-                    path: path.to_path_buf(),
-                    error: e,
-                });
-                return true;
-            }
-        };
-        names.sort();
+        self.pending.push(Pending {
+            walked: Some(walked),
+            too_long: false,
+        });
+        let mut long = false;
+        let names = self.names(path, &mut |s: Skipped| {
+            long |= is_too_long(&s.error);
+            skip(s)
+        });
         self.ancestors.push(key);
         let mut go_on = true;
         for name in names {
@@ -340,7 +337,11 @@ impl Walker<'_> {
                 child_rel.push(b'/');
             }
             child_rel.extend_from_slice(name.as_bytes());
-            let Some((child, meta)) = self.admit(path.join(&name), &child_rel, skip) else {
+            let admitted = self.admit(path.join(&name), &child_rel, &mut |s: Skipped| {
+                long |= is_too_long(&s.error);
+                skip(s)
+            });
+            let Some((child, meta)) = admitted else {
                 continue;
             };
             if !self.visit(&child, child_rel, &meta, emit, skip) {
@@ -349,7 +350,66 @@ impl Walker<'_> {
             }
         }
         self.ancestors.pop();
-        go_on
+        if let Some(p) = self.pending.last_mut() {
+            p.too_long |= long;
+        }
+        go_on && self.close_dir(emit)
+    }
+
+    /// A directory's entry names, sorted; what could be read of them after an error.
+    fn names(&self, path: &Path, skip: &mut impl FnMut(Skipped)) -> Vec<std::ffi::OsString> {
+        let mut names = Vec::new();
+        match fs::read_dir(path) {
+            Ok(rd) => {
+                for d in rd {
+                    match d {
+                        Ok(d) => names.push(d.file_name()),
+                        Err(error) => {
+                            let path = path.to_path_buf();
+                            skip(Skipped { path, error });
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(error) => {
+                let path = path.to_path_buf();
+                skip(Skipped { path, error });
+            }
+        }
+        names.sort();
+        names
+    }
+
+    /// Ends a directory's walk: sends its entry if no descendant did, unless all it held
+    /// was too long a path (then its parent may be in the same case). A source's own
+    /// root is always sent.
+    fn close_dir(&mut self, emit: &mut impl FnMut(Walked) -> bool) -> bool {
+        let Some(Pending { walked, too_long }) = self.pending.pop() else {
+            return true;
+        };
+        let Some(w) = walked else {
+            return true;
+        };
+        if too_long && !w.entry.path.is_empty() {
+            if let Some(parent) = self.pending.last_mut() {
+                parent.too_long = true;
+            }
+            return true;
+        }
+        self.emit_with_parents(w, emit)
+    }
+
+    /// Sends the entries of the directories above that are not sent yet, then `w`.
+    fn emit_with_parents(&mut self, w: Walked, emit: &mut impl FnMut(Walked) -> bool) -> bool {
+        for p in &mut self.pending {
+            if let Some(d) = p.walked.take() {
+                if !emit(d) {
+                    return false;
+                }
+            }
+        }
+        emit(w)
     }
 
     /// Stats a directory's child and decides whether it is sent: `None` when the
@@ -531,5 +591,4 @@ fn make_entry(id: u64, path: Vec<u8>, kind: EntryKind, meta: &fs::Metadata) -> E
 }
 
 #[cfg(test)]
-#[path = "walk_tests.rs"]
 mod tests;

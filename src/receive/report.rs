@@ -49,6 +49,7 @@ impl ReceiveReport {
             reconnects: self.reconnects,
             seconds: self.started.elapsed().as_secs_f64(),
             stream_blake3: None,
+            codec_units: None,
         }
     }
 }

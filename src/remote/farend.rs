@@ -2,13 +2,14 @@
 //! executable there when the far host has no usable haul, and the instruction channel
 //! (one JSON line each way, see `wire`).
 //!
-//! **Starting.** One ssh session runs a small POSIX sh script on the far host. It asks the
-//! configured remote haul for its versions (`haul serve --probe`, stdin closed); when they
-//! match it `exec`s `haul serve`. Otherwise it prints `haul-upload`, reads exactly this
-//! binary's size from stdin into a fresh `mktemp -d` directory (umask 077), runs that copy
-//! with `serve --uploaded` (which greets with the BLAKE3 of its own executable, compared
-//! here with the bytes sent) and removes the directory when it exits (trap on EXIT). One
-//! session, so the user authenticates once, and nothing is installed.
+//! **Starting.** One ssh session runs a small POSIX sh script on the far host (`upload`).
+//! It asks the configured remote haul for its versions (`haul serve --probe`, stdin
+//! closed); when they match it `exec`s `haul serve`. Otherwise it runs this executable's
+//! copy: from the far user's private cache when the copy there is intact (`haul-cached`),
+//! or after reading exactly this binary's size from stdin (`haul-upload-cache`, or
+//! `haul-upload` for a temporary directory removed on exit). The copy greets with the
+//! BLAKE3 of its own executable, compared here with this one's. One session, so the user
+//! authenticates once, and nothing is installed.
 //!
 //! **Prompts and errors.** ssh's stdin and stdout are ours (the instruction channel); its
 //! password and host-key prompts use the terminal directly, as with scp. Its stderr, and so
@@ -21,7 +22,7 @@
 //! Not here: what the far end does (`serve`), the data connections (`route`), or choosing
 //! push/pull (`mod`).
 
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Child, ChildStdin, ExitStatus, Stdio};
 use std::thread::JoinHandle;
@@ -30,15 +31,15 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use super::rsh::{sh_quote, spawn_prefixer, Rsh};
+use super::upload::{self, Exe, Stopped};
 use super::wire::{self, Reply, Request};
-use crate::config::RemotePath;
+use crate::config::{RemotePath, SshOptions};
 use crate::error::{exit, Error, Result};
+use crate::progress::escape;
 use crate::transport;
 
 /// Most lines of noise (a chatty login script) skipped before the greeting.
 const MAX_NOISE_LINES: usize = 1000;
-/// What the upload request line says.
-const UPLOAD_LINE: &str = "haul-upload";
 
 /// One far end: the ssh process running `haul serve` on a host.
 pub struct FarEnd {
@@ -52,21 +53,18 @@ pub struct FarEnd {
 }
 
 impl FarEnd {
-    /// Starts `haul serve` on `at`'s host and waits for its greeting, uploading this
-    /// executable first when the far host has no usable haul.
-    pub fn start(rsh: &Rsh, at: &RemotePath, remote_haul: &str, quiet: bool) -> Result<FarEnd> {
+    /// Starts `haul serve` on `at`'s host and waits for its greeting, running this
+    /// executable's copy there when the far host has no usable haul: from the far user's
+    /// cache, or uploaded first (see `upload`).
+    pub fn start(rsh: &Rsh, at: &RemotePath, ssh: &SshOptions, quiet: bool) -> Result<FarEnd> {
         let host = at.host.clone();
-        let exe = Path::new("/proc/self/exe");
-        let size = std::fs::metadata(exe)
-            .map_err(|e| Error::io("reading this executable's size", e))?
-            .len();
-        let sha256 = exe_sha256(exe)?;
+        let remote_haul = &ssh.remote_haul;
+        let exe_path = Path::new("/proc/self/exe");
+        let exe = Exe::read(exe_path)?;
+        let script = upload::bootstrap_script(remote_haul, exe.size, &exe.sha256, ssh.cache);
         let mut cmd = rsh.command();
         cmd.arg(at.ssh_destination())
-            .arg(format!(
-                "sh -c {}",
-                sh_quote(&bootstrap_script(remote_haul, size, &sha256))
-            ))
+            .arg(format!("sh -c {}", sh_quote(&script)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -89,25 +87,47 @@ impl FarEnd {
             stderr,
             reaped: None,
         };
-        match far.next_greeting()? {
-            Greeted::Ready(g) => far.check_greeting(&g, None)?,
-            Greeted::Upload => {
-                if !quiet {
-                    eprintln!(
-                        "haul: {}: no usable haul at '{remote_haul}' there; copying this one \
-                         ({:.1} MB) to a private temporary directory for this transfer",
-                        far.host,
-                        size as f64 / 1e6
-                    );
-                }
-                let hash = far.upload(exe, size)?;
-                match far.next_greeting()? {
-                    Greeted::Ready(g) => far.check_greeting(&g, Some(&hash))?,
-                    Greeted::Upload => return Err(far.error("asked twice for an upload")),
-                }
+        let (host, haul) = (escape(&far.host), escape(remote_haul));
+        let say = |what: &str| {
+            if !quiet {
+                eprintln!("haul: {host}: no usable haul at '{haul}' there; {what}");
             }
+        };
+        let mib = exe.size as f64 / (1 << 20) as f64;
+        let expect = match far.next_greeting()? {
+            Greeted::Ready(g) => return far.check_greeting(&g, None).map(|()| far),
+            Greeted::Cached => {
+                say("running this one's copy cached there");
+                exe.blake3
+            }
+            Greeted::Upload { cache } => {
+                say(&match cache {
+                    true => format!("copying this one ({mib:.1} MiB) to your cache there"),
+                    false => format!(
+                        "copying this one ({mib:.1} MiB) to a private temporary directory \
+                         for this transfer"
+                    ),
+                });
+                far.upload(exe_path, exe.size, quiet)?
+            }
+        };
+        match far.next_greeting()? {
+            Greeted::Ready(g) => far.check_greeting(&g, Some(&expect))?,
+            _ => return Err(far.error("asked twice for an upload")),
         }
         Ok(far)
+    }
+
+    /// Streams `size` bytes of the executable to the far end's stdin; their BLAKE3, hex.
+    fn upload(&mut self, exe: &Path, size: u64, quiet: bool) -> Result<String> {
+        let Some(stdin) = self.stdin.as_mut() else {
+            return Err(self.error("the instruction channel is closed"));
+        };
+        match upload::stream(exe, size, stdin, &self.host, quiet) {
+            Ok(hash) => Ok(hash),
+            Err(Stopped::Local(e)) => Err(e),
+            Err(Stopped::Gone) => Err(self.gone("copying haul there")),
+        }
     }
 
     /// An error about this host, carrying `code`.
@@ -163,8 +183,11 @@ impl FarEnd {
                 return Err(self.gone("starting haul there"));
             };
             let line = line.trim_end();
-            if line == UPLOAD_LINE {
-                return Ok(Greeted::Upload);
+            match line {
+                upload::UPLOAD_LINE => return Ok(Greeted::Upload { cache: false }),
+                upload::UPLOAD_CACHE_LINE => return Ok(Greeted::Upload { cache: true }),
+                upload::CACHED_LINE => return Ok(Greeted::Cached),
+                _ => {}
             }
             if let Some(g) = wire::parse_greeting(line) {
                 return Ok(Greeted::Ready(g));
@@ -195,48 +218,6 @@ impl FarEnd {
             }
         }
         Ok(())
-    }
-
-    /// Streams `size` bytes of the executable to the far end's stdin; their BLAKE3, hex.
-    fn upload(&mut self, exe: &Path, size: u64) -> Result<String> {
-        let mut f =
-            std::fs::File::open(exe).map_err(|e| Error::io("reading this executable", e))?;
-        let mut hasher = blake3::Hasher::new();
-        let mut left = size;
-        let mut buf = vec![0u8; 1 << 20];
-        let Some(stdin) = self.stdin.as_mut() else {
-            return Err(self.error("the instruction channel is closed"));
-        };
-        let mut failed = None;
-        while left > 0 {
-            let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
-            let n = match f.read(&mut buf[..want]) {
-                Ok(0) => {
-                    failed = Some(Error::io(
-                        "reading this executable",
-                        io::Error::new(io::ErrorKind::UnexpectedEof, "it shrank while copying"),
-                    ));
-                    break;
-                }
-                Ok(n) => n,
-                Err(e) => {
-                    failed = Some(Error::io("reading this executable", e));
-                    break;
-                }
-            };
-            hasher.update(&buf[..n]);
-            if stdin.write_all(&buf[..n]).is_err() {
-                break;
-            }
-            left -= n as u64;
-        }
-        if let Some(e) = failed {
-            return Err(e);
-        }
-        if left > 0 || stdin.flush().is_err() {
-            return Err(self.gone("copying haul there"));
-        }
-        Ok(hasher.finalize().to_hex().to_string())
     }
 
     /// Sends one instruction line.
@@ -394,54 +375,12 @@ pub struct Done {
 
 enum Greeted {
     Ready(wire::Greeting),
-    Upload,
-}
-
-/// The script the far host's shell runs (through `sh -c`, whatever the login shell is).
-fn bootstrap_script(remote_haul: &str, size: u64, sha256: &str) -> String {
-    let probe = wire::greeting(None);
-    format!(
-        r#"h={haul}
-if [ "$("$h" serve --probe </dev/null 2>/dev/null)" = '{probe}' ]; then exec "$h" serve; fi
-echo {UPLOAD_LINE}
-m=$(umask)
-umask 077
-d=$(mktemp -d "${{TMPDIR:-/tmp}}/haul.XXXXXXXX") || exit 1
-trap 'rm -rf "$d"' EXIT
-trap 'exit 129' HUP
-trap 'exit 130' INT
-trap 'exit 143' TERM
-head -c {size} > "$d/haul" || exit 1
-if command -v sha256sum >/dev/null 2>&1; then
-  [ "$(sha256sum < "$d/haul")" = '{sha256}  -' ] || {{ echo 'haul: the uploaded copy of haul is damaged (SHA-256 differs); not running it' >&2; exit 1; }}
-fi
-chmod 700 "$d/haul" || exit 1
-umask "$m"
-"$d/haul" serve --uploaded"#,
-        haul = sh_quote(remote_haul),
-    )
-}
-
-/// SHA-256 of this process's executable, hex: the far shell checks the upload with
-/// `sha256sum` (coreutils, on every Linux host) before running it. BLAKE3 would need a
-/// tool the far host does not have.
-fn exe_sha256(exe: &Path) -> Result<String> {
-    let mut f = std::fs::File::open(exe).map_err(|e| Error::io("reading this executable", e))?;
-    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        match f.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => ctx.update(&buf[..n]),
-            Err(e) => return Err(Error::io("reading this executable", e)),
-        }
-    }
-    Ok(ctx
-        .finish()
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
+    /// The far script waits for this executable (to cache it, or not).
+    Upload {
+        cache: bool,
+    },
+    /// The far script runs this executable's copy from its cache.
+    Cached,
 }
 
 /// Reads stdout line by line into a channel; `None` at the end.
@@ -490,76 +429,4 @@ pub struct Ready {
     pub single_file: bool,
     /// Receiver: the single source's new name at the destination, if renamed.
     pub rename: Option<Vec<u8>>,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::process::Command;
-
-    #[test]
-    fn script_is_plain_sh() {
-        let s = bootstrap_script("/opt/my haul/it's", 1234, "ab12");
-        assert!(s.contains("= 'ab12  -' ]"));
-        assert!(s.contains(r"h='/opt/my haul/it'\''s'"));
-        assert!(s.contains("head -c 1234 "));
-        assert!(s.contains(&format!("= '{}' ]", wire::greeting(None))));
-        // Valid sh syntax.
-        let ok = Command::new("sh")
-            .arg("-n")
-            .arg("-c")
-            .arg(&s)
-            .status()
-            .map(|st| st.success())
-            .unwrap_or(true);
-        assert!(ok, "{s}");
-    }
-
-    /// A damaged upload is refused before it runs: the "binary" here is a script that
-    /// would leave a marker, sent with the hash of other bytes.
-    #[test]
-    fn damaged_upload_is_not_run() {
-        let d = tempfile::tempdir().unwrap();
-        let marker = d.path().join("ran");
-        let body = format!("#!/bin/sh\ntouch '{}'\n", marker.display());
-        let script = bootstrap_script(
-            "/nonexistent/haul",
-            body.len() as u64,
-            "0000000000000000000000000000000000000000000000000000000000000000",
-        );
-        let out = run_script(&script, d.path(), body.as_bytes());
-        assert!(!out.status.success());
-        assert!(!marker.exists(), "the damaged upload was run");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("damaged"), "{err}");
-        // The same bytes with their own hash are run.
-        let good = exe_sha256_of(body.as_bytes());
-        let script = bootstrap_script("/nonexistent/haul", body.len() as u64, &good);
-        let _ = run_script(&script, d.path(), body.as_bytes());
-        assert!(marker.exists(), "an intact upload was not run");
-    }
-
-    /// Runs the bootstrap script with `input` on stdin and TMPDIR in `tmp`.
-    fn run_script(script: &str, tmp: &Path, input: &[u8]) -> std::process::Output {
-        use std::io::Write as _;
-        let mut child = Command::new("sh")
-            .arg("-c")
-            .arg(script)
-            .env("TMPDIR", tmp)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(input).unwrap();
-        child.wait_with_output().unwrap()
-    }
-
-    fn exe_sha256_of(bytes: &[u8]) -> String {
-        ring::digest::digest(&ring::digest::SHA256, bytes)
-            .as_ref()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
-    }
 }

@@ -29,6 +29,7 @@ pub mod pipe;
 pub mod route;
 pub mod rsh;
 pub mod serve;
+mod upload;
 pub mod wire;
 
 use std::net::IpAddr;
@@ -149,7 +150,7 @@ fn push(
 ) -> Result<SendReport> {
     let mut srcs: Vec<Source> = sources.iter().map(|p| Source::from_arg(p)).collect();
     walk::check_sources(&srcs)?;
-    let mut far = FarEnd::start(rsh, dest, &f.ssh.remote_haul, f.quiet)?;
+    let mut far = FarEnd::start(rsh, dest, f.ssh, f.quiet)?;
     far.send(&Request::Receive {
         dest: dest.path_or_home(),
         single_file: is_single_file(&srcs),
@@ -181,7 +182,7 @@ fn pull(
     f: &FarOptions<'_>,
 ) -> Result<ReceiveReport> {
     let at = &sources[0];
-    let mut far = FarEnd::start(rsh, at, &f.ssh.remote_haul, f.quiet)?;
+    let mut far = FarEnd::start(rsh, at, f.ssh, f.quiet)?;
     far.send(&send_request(sources, opts, true, f.ssh.advertise))?;
     let ready = far.ready("setting up the sender")?;
     let (ticket, port, single_file) = match ready.ticket {
@@ -269,8 +270,8 @@ fn between(
     let started = Instant::now();
     // Both ssh sessions start at once: their set-up is most of the latency.
     let (sender, receiver) = std::thread::scope(|s| {
-        let a = s.spawn(|| FarEnd::start(rsh, &sources[0], &f.ssh.remote_haul, f.quiet));
-        let b = FarEnd::start(rsh, dest, &f.ssh.remote_haul, f.quiet);
+        let a = s.spawn(|| FarEnd::start(rsh, &sources[0], f.ssh, f.quiet));
+        let b = FarEnd::start(rsh, dest, f.ssh, f.quiet);
         let a = a
             .join()
             .unwrap_or_else(|_| Err(Error::io("ssh", std::io::Error::other("panicked"))));

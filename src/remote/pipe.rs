@@ -37,7 +37,7 @@ pub fn run(
             dest,
             to_command,
         } => {
-            let mut far = FarEnd::start(&rsh, dest, &ssh.remote_haul, quiet)?;
+            let mut far = FarEnd::start(&rsh, dest, ssh, quiet)?;
             far.send(&Request::ReceiveStream {
                 dest: dest.path.clone(),
                 command: to_command.clone(),
@@ -62,7 +62,7 @@ pub fn run(
         } => {
             // Fail on a destination that cannot work before starting anything there.
             let out = Output::open(to)?;
-            let mut far = FarEnd::start(&rsh, source, &ssh.remote_haul, quiet)?;
+            let mut far = FarEnd::start(&rsh, source, ssh, quiet)?;
             far.send(&Request::SendStream {
                 path: source.path.clone(),
                 command: from_command.clone(),

@@ -30,7 +30,7 @@ use crate::protocol::{Accept, Listing, SyncOptions};
 use crate::transport::PROTOCOL_VERSION;
 
 /// Version of this line protocol; bumped whenever `Request` or `Reply` change shape.
-pub const SERVE_VERSION: u16 = 4;
+pub const SERVE_VERSION: u16 = 5;
 /// Every message line starts with this.
 const MSG_PREFIX: &str = "haul-msg ";
 /// Greeting lines start with this.
@@ -343,10 +343,10 @@ mod tests {
         let g = parse_greeting(&greeting(Some("ab12"))).unwrap();
         assert_eq!(g.hash.as_deref(), Some("ab12"));
         assert!(!parse_greeting("haul-serve 9 1").unwrap().compatible());
-        // Version 4: `Receive` carries dry_run, `Send` a listing and a cap, `Done` deleted (3 added
-        // the walk's selection); an older far end cannot read them and is replaced by an
-        // upload.
-        assert_eq!(SERVE_VERSION, 4);
+        // Version 5: `compress` may be "auto" (4 added dry_run, a listing, a cap and
+        // deleted; 3 the walk's selection); an older far end cannot read them and is
+        // replaced by an upload.
+        assert_eq!(SERVE_VERSION, 5);
         for old in 2..SERVE_VERSION {
             let line = format!("haul-serve {old} {PROTOCOL_VERSION}");
             assert!(!parse_greeting(&line).unwrap().compatible());

@@ -258,7 +258,8 @@ fn run_manifest(
                 None
             }
             Ok(WalkMsg::Skipped(sk)) => {
-                crate::progress::warn(&format!("cannot read {}: {}", sk.path.display(), sk.error));
+                let shown = crate::progress::shown_path(&sk.path);
+                crate::progress::warn(&format!("cannot read {shown}: {}", sk.error));
                 if let Ok(mut f) = failures.lock() {
                     f.list.push((sk.path, sk.error));
                 }
@@ -367,7 +368,8 @@ fn resend_changed(
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    crate::progress::warn(&format!("cannot read {}: {e}", path.display()));
+                    let shown = crate::progress::shown_path(&path);
+                    crate::progress::warn(&format!("cannot read {shown}: {e}"));
                     if let Ok(mut f) = failures.lock() {
                         f.list.push((path, e));
                     }

@@ -137,7 +137,8 @@ where
                         stream: i,
                         pace,
                     };
-                    let mut w = Stream::new(&link, key, opts.compress, flow, counters);
+                    let mut w =
+                        Stream::new(&link, key, opts.compress, opts.streams, flow, counters);
                     let r = w.run(&work_rx, &again_rx);
                     if r.is_err() {
                         flow.stop();

@@ -69,6 +69,7 @@ impl SendReport {
             reconnects: load(&c.reconnects),
             seconds: self.started.elapsed().as_secs_f64(),
             stream_blake3: None,
+            codec_units: c.codec_mix(),
         }
     }
 
@@ -77,13 +78,13 @@ impl SendReport {
         if let Some((path, e)) = self.failed.first() {
             return Some(Error::Partial {
                 count: self.failed.len() as u64,
-                first: format!("{}: {e}", path.display()),
+                first: format!("{}: {e}", crate::progress::shown_path(path)),
             });
         }
         let path = self.unstable.first()?;
         Some(Error::Changed {
             count: self.unstable.len() as u64,
-            first: path.display().to_string(),
+            first: crate::progress::shown_path(path),
         })
     }
 }

@@ -61,7 +61,7 @@ pub(super) fn run(
     };
     let mut cbuf = Vec::new();
     let mut hdr = Vec::new();
-    let mut enc = Encoder::new(opts.compress);
+    let mut enc = Encoder::new(opts.compress, opts.streams);
     // A failed first dial is handled like a dropped connection: the first write re-dials
     // with backoff, and gives up as a lost connection (the control stream already proved
     // the receiver; if it is gone now, that is what happened).
@@ -114,7 +114,12 @@ fn send_unit(
     encode_data_header(hdr, codec, raw.len() as u32, &w.segs);
     let hash = unit_hash(&w.key, hashed_parts(hdr), raw);
     set_hash(hdr, &hash);
+    let started = std::time::Instant::now();
     link.write(conn, FrameKind::Data, &[hdr, body], counters)?;
+    enc.wrote(started.elapsed());
+    if let Some(l) = enc.last_level() {
+        Counters::add(&counters.codec_units[l], 1);
+    }
     Counters::add(&counters.units, 1);
     Counters::add(&counters.done_bytes, raw.len() as u64);
     Counters::add(&counters.read_bytes, w.read);
@@ -140,7 +145,8 @@ impl Worker<'_> {
         }
         match fail {
             ReadFail::Unreadable(e) => {
-                crate::progress::warn(&format!("cannot read {}: {e}", job.path.display()));
+                let shown = crate::progress::shown_path(&job.path);
+                crate::progress::warn(&format!("cannot read {shown}: {e}"));
                 f.list.push((job.path.clone(), e));
                 f.unreadable.push(job.id);
             }

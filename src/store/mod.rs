@@ -284,17 +284,7 @@ impl Store {
     /// Completes the transfer: waits for the finishers, makes hardlinks, applies directory
     /// metadata, fsyncs every directory that changed. Fails if any file is incomplete.
     pub fn finish(&self) -> Result<Summary> {
-        if let Ok(mut g) = self.finish_tx.lock() {
-            g.take();
-        }
-        let handles = self
-            .finishers
-            .lock()
-            .map(|mut h| std::mem::take(&mut *h))
-            .unwrap_or_default();
-        for h in handles {
-            let _ = h.join();
-        }
+        self.drain_finishers();
         if let Some(e) = self.take_error() {
             return Err(e);
         }

@@ -192,8 +192,12 @@ impl Store {
     }
 
     /// Makes every pending journal record durable-backed and written: used when the
-    /// transfer stops early, so the next run resumes from here.
+    /// transfer stops early, so the next run resumes from here. Files that arrived whole
+    /// are finished first: they have left the table of files in progress, and their
+    /// journal's last records with it, so a run that stopped before its finishers got to
+    /// them would send them again in full next time.
     pub fn save_progress(&self) {
+        self.drain_finishers();
         let states: Vec<Arc<FileState>> = self
             .files
             .lock()

@@ -173,6 +173,22 @@ impl Store {
         self.error.lock().ok().and_then(|mut g| g.take())
     }
 
+    /// Lets the finishers finish every file queued so far, then stops them (no file can
+    /// be queued after this).
+    pub(super) fn drain_finishers(&self) {
+        if let Ok(mut g) = self.finish_tx.lock() {
+            g.take();
+        }
+        let handles = self
+            .finishers
+            .lock()
+            .map(|mut h| std::mem::take(&mut *h))
+            .unwrap_or_default();
+        for h in handles {
+            let _ = h.join();
+        }
+    }
+
     /// Records a background error; only the first is kept.
     pub(super) fn fail(&self, e: Error) {
         if let Ok(mut g) = self.error.lock() {

@@ -552,3 +552,41 @@ fn resumed_ranges_merge_with_new_data() {
         vec![1u8; 4 * MIB as usize]
     );
 }
+
+/// A transfer that stops (disk full on another file) while a file that arrived whole waits
+/// for its finisher: saving progress finishes it first, so the next run does not send it
+/// again (its journal's last records left with it when it left the files in progress).
+#[test]
+fn saving_progress_finishes_files_that_arrived_whole() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("d");
+    fs::create_dir(&root).unwrap();
+    let s = Arc::new(store(&root));
+    s.apply_entries(vec![entry(1, "big", file(2 * MIB), 0o644)])
+        .unwrap();
+    for i in 0..2 {
+        let seg = Segment {
+            file: 1,
+            offset: i * MIB,
+            len: MIB as u32,
+            keep: false,
+        };
+        write(&s, &[seg], &vec![7u8; MIB as usize]).unwrap();
+    }
+    // Complete and queued; the finishers start now and the transfer stops at once.
+    s.start();
+    s.save_progress();
+    assert_eq!(
+        fs::read(root.join("big")).unwrap(),
+        vec![7u8; 2 * MIB as usize]
+    );
+    let left: Vec<_> = fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        left,
+        vec![std::ffi::OsString::from("big")],
+        "journal or part left"
+    );
+}

@@ -108,6 +108,7 @@ impl Sshd {
              PidFile none\n\
              ListenAddress {addr}\n\
              AcceptEnv TMPDIR\n\
+             SetEnv XDG_CACHE_HOME={d}/far-cache\n\
              AllowTcpForwarding yes\n\
              MaxSessions 100\n\
              MaxStartups 100\n\
@@ -190,6 +191,12 @@ impl Sshd {
             self.port,
             self.key().display()
         )
+    }
+
+    /// The far user's cache base (`XDG_CACHE_HOME` in its sessions), so that uploads are
+    /// cached here and not in the real home directory.
+    pub fn far_cache(&self) -> PathBuf {
+        self.dir.path().join("far-cache")
     }
 
     /// What sshd logged so far.

@@ -40,6 +40,7 @@ impl<'a> Stream<'a> {
         link: &'a Redial<'a>,
         key: [u8; 32],
         compress: Compression,
+        streams: usize,
         flow: &'a Flow,
         counters: &'a Counters,
     ) -> Stream<'a> {
@@ -47,7 +48,7 @@ impl<'a> Stream<'a> {
             link,
             conn: None,
             key,
-            enc: Encoder::new(compress),
+            enc: Encoder::new(compress, streams),
             flow,
             counters,
             outstanding: VecDeque::new(),
@@ -200,6 +201,7 @@ impl<'a> Stream<'a> {
         let hash = unit_hash(&self.key, hashed_parts(&self.hdr), raw);
         set_hash(&mut self.hdr, &hash);
         let len = self.hdr.len() + body.len();
+        let started = std::time::Instant::now();
         self.link.pace.take(len + crate::protocol::FRAME_HEADER_LEN);
         put(
             conn,
@@ -208,6 +210,10 @@ impl<'a> Stream<'a> {
             len,
             &mut self.head,
         )?;
+        self.enc.wrote(started.elapsed());
+        if let Some(l) = self.enc.last_level() {
+            Counters::add(&self.counters.codec_units[l], 1);
+        }
         Counters::add(&self.counters.units, 1);
         Counters::add(&self.counters.wire_bytes, len as u64);
         Ok(())

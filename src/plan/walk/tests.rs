@@ -1,4 +1,4 @@
-//! Unit tests of the walk (kept apart so walk.rs stays short).
+//! The walk's order, links and selection rules, on small trees in temporary directories.
 
 use super::*;
 

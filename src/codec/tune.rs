@@ -1,0 +1,390 @@
+//! The adaptive codec's controller (`--compress auto`, the default across a network): for
+//! one data stream, chooses the codec of each unit from what the stream measured on the
+//! units before it. Pure: it takes byte counts and durations and returns a choice; the
+//! encoder reads the clock.
+//!
+//! The model. A stream handles one unit at a time: it compresses it, then writes it (the
+//! write includes TLS, waiting for room in the socket, and any `--limit` pacing). Per raw
+//! byte at level `L` that is `a = cpu[L]` of compression and `b = ratio[L] * wire` of
+//! writing, where `ratio[L]` is output/input and `wire` the time the stream spends
+//! writing one byte on the wire. A slow link, a slow or busy receiver, or a cap makes
+//! `wire` large, and more compression pays; busy cores make `cpu[L]` large, and less
+//! pays. Incompressible data makes every ratio 1 (units that do not shrink 3% go raw), so
+//! `none` wins. All of it is measured in wall time on this stream, so contention from the
+//! other streams and other processes is in it.
+//!
+//! One stream alone pays `a + b`. With `n` streams, one compresses while others write,
+//! and the resource that limits the transfer hides most of the other's cost; the
+//! predicted cost is `max(a, b) + min(a, b) / n`. (The plain sum undervalued compression
+//! on a shared slow link: when streams compress harder, fewer of them write at once and
+//! each write gets more of the link, which a per-stream `wire` cannot foresee; measured
+//! with the sum, a 100 Mbit/s run on a busy machine sent 188 of 827 units with lz4 and
+//! 27 raw.)
+//!
+//! Exploration. Every unit measures the current level. Every `interval` units the stream
+//! also compresses a slice of the unit (its first 512 KiB) with a neighbouring level
+//! (alternately up and down) and with the current one, and learns the neighbour's cost
+//! and its ratio relative to the current level's; the unit itself still goes at the
+//! current level, so a probe costs a fraction of a unit's compression, never a unit sent
+//! badly. A probe that does not lead to a switch doubles the interval (8 up to 64 units);
+//! a switch, or a current ratio that moved by a fifth since the last probe (the data
+//! changed), resets it.
+//!
+//! Not here: the stream's own reading (the same for every level), and the receiver's
+//! decompression except as it shows in `wire` when it slows the receiver down.
+
+use std::time::Duration;
+
+use super::mode::Compression;
+
+/// The levels the controller chooses among, cheapest first.
+pub const LADDER: [Compression; 5] = [
+    Compression::None,
+    Compression::Lz4,
+    Compression::Zstd(1),
+    Compression::Zstd(3),
+    Compression::Zstd(6),
+];
+
+/// Where a stream starts: the fixed default of earlier versions.
+const START: usize = 2;
+/// Weight of a new sample in a running mean.
+const ALPHA: f64 = 0.25;
+/// Weight of a probe's sample (probes are rarer: trust each one more).
+const PROBE_ALPHA: f64 = 0.5;
+/// A switch needs the new level to be predicted this much faster (hysteresis).
+const MARGIN: f64 = 0.02;
+/// Probe intervals in units.
+const MIN_INTERVAL: u32 = 8;
+const MAX_INTERVAL: u32 = 64;
+/// Units (and probe slices) smaller than this teach nothing reliable about rates (timer
+/// resolution and per-call overheads dominate).
+pub const MIN_SAMPLE: usize = 64 << 10;
+/// Wire bytes a stream must have written before it may switch to a level that sends
+/// more: until the socket's send buffer (up to 4 MiB with Linux's default autotuning) and
+/// the path's queues are full, writes return at once and the link looks free.
+const WARMUP_WIRE: u64 = 8 << 20;
+/// How much of a unit a probe compresses.
+pub const PROBE_SLICE: usize = 512 << 10;
+
+/// Prior compression costs (seconds per raw byte) and ratios, each replaced by the first
+/// measurement of its level. Single-core rates on database pages from docs/design.md's
+/// table (lz4_flex ~490 MB/s, zstd:1 ~335 MB/s), zstd:3 and zstd:6 at about a half and a
+/// fifth of zstd:1.
+const PRIOR_CPU: [f64; 5] = [0.0, 2.0e-9, 3.0e-9, 6.0e-9, 15.0e-9];
+const PRIOR_RATIO: [f64; 5] = [1.0, 0.5, 0.4, 0.37, 0.35];
+/// Prior write cost: 500 MB/s per stream.
+const PRIOR_WIRE: f64 = 2.0e-9;
+
+/// What a probe measured on one slice: the neighbour's and the current level's output
+/// length and compression time.
+#[derive(Debug, Clone, Copy)]
+pub struct Probe {
+    /// The neighbouring level probed.
+    pub level: usize,
+    /// Slice length in raw bytes.
+    pub raw: usize,
+    /// The neighbour's output length (the slice's length when it did not shrink 3%).
+    pub out: usize,
+    /// The neighbour's compression time.
+    pub cpu: Duration,
+    /// The current level's output length on the same slice.
+    pub current_out: usize,
+}
+
+/// One stream's controller.
+#[derive(Debug, Clone)]
+pub struct Tuner {
+    cpu: [f64; 5],
+    ratio: [f64; 5],
+    wire: f64,
+    /// Which means still hold a prior (the first sample replaces it).
+    prior: [bool; 5],
+    prior_wire: bool,
+    /// Wire bytes written so far (up to `WARMUP_WIRE`).
+    written: u64,
+    current: usize,
+    /// Units since the last probe.
+    since: u32,
+    interval: u32,
+    /// The last probe went up (the next goes down, where both exist).
+    up: bool,
+    /// 1 / the number of streams (see the module's *model*).
+    overlap: f64,
+    /// The current level's ratio when the last probe was decided.
+    ratio_at_probe: f64,
+}
+
+impl Tuner {
+    /// A controller for one of `streams` streams, at the starting level with prior
+    /// estimates.
+    pub fn new(streams: usize) -> Tuner {
+        Tuner {
+            cpu: PRIOR_CPU,
+            ratio: PRIOR_RATIO,
+            wire: PRIOR_WIRE,
+            prior: [true; 5],
+            prior_wire: true,
+            written: 0,
+            current: START,
+            since: 0,
+            interval: MIN_INTERVAL,
+            up: false,
+            overlap: 1.0 / streams.max(1) as f64,
+            ratio_at_probe: PRIOR_RATIO[START],
+        }
+    }
+
+    /// The level the stream uses now (its index in [`LADDER`]).
+    pub fn current(&self) -> usize {
+        self.current
+    }
+
+    /// Counts one unit; when a probe is due, the neighbouring level to probe on it.
+    pub fn probe_due(&mut self) -> Option<usize> {
+        self.since += 1;
+        if self.since < self.interval {
+            return None;
+        }
+        self.since = 0;
+        let top = LADDER.len() - 1;
+        let up = match self.current {
+            0 => true,
+            c if c == top => false,
+            _ => !self.up,
+        };
+        self.up = up;
+        Some(if up {
+            self.current + 1
+        } else {
+            self.current - 1
+        })
+    }
+
+    /// Learns from one unit sent at the current level: `raw` bytes became `wire` bytes on
+    /// the wire, compressing took `cpu` and writing took `write`.
+    pub fn observe(&mut self, raw: usize, wire: usize, cpu: Duration, write: Duration) {
+        if raw < MIN_SAMPLE {
+            return;
+        }
+        let raw_f = raw as f64;
+        let c = self.current;
+        if c > 0 {
+            let a = self.weight(c, ALPHA);
+            mix(&mut self.cpu[c], cpu.as_secs_f64() / raw_f, a);
+            mix(&mut self.ratio[c], (wire as f64 / raw_f).min(1.0), a);
+            let moved = (self.ratio[c] - self.ratio_at_probe).abs();
+            if moved > 0.2 * self.ratio_at_probe {
+                self.interval = MIN_INTERVAL;
+                self.ratio_at_probe = self.ratio[c];
+            }
+        }
+        self.written = (self.written + wire as u64).min(WARMUP_WIRE);
+        if wire > 0 {
+            let a = if std::mem::take(&mut self.prior_wire) {
+                1.0
+            } else {
+                ALPHA
+            };
+            mix(&mut self.wire, write.as_secs_f64() / wire as f64, a);
+        }
+        self.reconsider(false);
+    }
+
+    /// Learns from a probe: the neighbour's cost per byte directly, its ratio relative to
+    /// the current level's on the same slice (so a slice that compresses better or worse
+    /// than the whole unit does not bias the choice).
+    pub fn observe_probe(&mut self, p: Probe) {
+        if p.raw < MIN_SAMPLE || p.level >= LADDER.len() || p.level == self.current {
+            return;
+        }
+        let raw = p.raw as f64;
+        let relative = p.out as f64 / p.current_out.max(1) as f64;
+        let ratio = (self.ratio[self.current] * relative).min(1.0);
+        if p.level > 0 {
+            let a = self.weight(p.level, PROBE_ALPHA);
+            mix(&mut self.cpu[p.level], p.cpu.as_secs_f64() / raw, a);
+            mix(&mut self.ratio[p.level], ratio, a);
+        }
+        self.reconsider(true);
+    }
+
+    /// The weight of a new sample of `level`: all of it when the mean is still a prior.
+    fn weight(&mut self, level: usize, a: f64) -> f64 {
+        if std::mem::take(&mut self.prior[level]) {
+            1.0
+        } else {
+            a
+        }
+    }
+
+    /// Predicted seconds per raw byte at `level`.
+    pub fn cost(&self, level: usize) -> f64 {
+        let (a, b) = (self.cpu[level], self.ratio[level] * self.wire);
+        a.max(b) + a.min(b) * self.overlap
+    }
+
+    /// Switches to the level predicted fastest when it beats the current one by more
+    /// than the margin (during the warm-up, only to levels that send less); after a probe
+    /// that changed nothing, probes less often.
+    fn reconsider(&mut self, probed: bool) {
+        let mut best = self.current;
+        let mut best_cost = self.cost(self.current) * (1.0 - MARGIN);
+        let warm = self.written >= WARMUP_WIRE;
+        for level in 0..LADDER.len() {
+            if !warm && self.ratio[level] > self.ratio[self.current] {
+                continue;
+            }
+            let c = self.cost(level);
+            if c < best_cost {
+                best = level;
+                best_cost = c;
+            }
+        }
+        if best != self.current {
+            self.current = best;
+            self.interval = MIN_INTERVAL;
+            self.since = 0;
+            self.ratio_at_probe = self.ratio[best];
+        } else if probed {
+            self.interval = (self.interval * 2).min(MAX_INTERVAL);
+            self.ratio_at_probe = self.ratio[self.current];
+        }
+    }
+}
+
+fn mix(mean: &mut f64, sample: f64, a: f64) {
+    *mean += a * (sample - *mean);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A simulated stream: each level compresses at `cpu_rate[L]` raw bytes/s to
+    /// `ratio[L]`, and the link carries `link` wire bytes/s. Runs `units` units of 4 MiB
+    /// and returns the time they took, probes included.
+    fn run(t: &mut Tuner, cpu_rate: [f64; 5], ratio: [f64; 5], link: f64, units: usize) -> f64 {
+        let raw = 4usize << 20;
+        let cost = |l: usize, n: usize| if l == 0 { 0.0 } else { n as f64 / cpu_rate[l] };
+        let mut total = 0.0;
+        for _ in 0..units {
+            let l = t.current();
+            if let Some(p) = t.probe_due() {
+                let n = PROBE_SLICE;
+                total += cost(p, n) + cost(l, n);
+                t.observe_probe(Probe {
+                    level: p,
+                    raw: n,
+                    out: (n as f64 * ratio[p]) as usize,
+                    cpu: Duration::from_secs_f64(cost(p, n)),
+                    current_out: (n as f64 * ratio[l]) as usize,
+                });
+            }
+            let wire = (raw as f64 * ratio[l]) as usize;
+            let write = wire as f64 / link;
+            total += cost(l, raw) + write;
+            t.observe(
+                raw,
+                wire,
+                Duration::from_secs_f64(cost(l, raw)),
+                Duration::from_secs_f64(write),
+            );
+        }
+        total
+    }
+
+    const RATE: [f64; 5] = [f64::INFINITY, 1.0e9, 4.0e8, 2.0e8, 8.0e7];
+    const PG: [f64; 5] = [1.0, 0.45, 0.33, 0.30, 0.28];
+    const NOISE: [f64; 5] = [1.0; 5];
+
+    /// The best fixed level's time for the same simulated job.
+    fn best_fixed(rate: [f64; 5], ratio: [f64; 5], link: f64, units: usize) -> f64 {
+        (0..5)
+            .map(|l| {
+                let per = if l == 0 { 0.0 } else { 1.0 / rate[l] } + ratio[l] / link;
+                per * (units as f64) * (4u64 << 20) as f64
+            })
+            .fold(f64::INFINITY, f64::min)
+    }
+
+    #[test]
+    fn a_fast_link_uses_little_cpu() {
+        let mut t = Tuner::new(1);
+        // A 4 GiB job: the warm-up's 8 MiB of wire at zstd:1 is amortized.
+        let took = run(&mut t, RATE, PG, 1.0e9, 1000);
+        assert!(t.current() <= 1, "level {}", t.current());
+        let best = best_fixed(RATE, PG, 1.0e9, 1000);
+        assert!(took <= 1.05 * best, "{took} against {best}");
+    }
+
+    #[test]
+    fn a_slow_link_compresses_hard() {
+        let mut t = Tuner::new(1);
+        let took = run(&mut t, RATE, PG, 1.0e6, 400);
+        assert!(t.current() >= 3, "level {}", t.current());
+        assert!(took <= 1.05 * best_fixed(RATE, PG, 1.0e6, 400));
+    }
+
+    #[test]
+    fn incompressible_data_goes_raw_and_rarely_probes() {
+        let mut t = Tuner::new(1);
+        run(&mut t, RATE, NOISE, 1.0e8, 200);
+        assert_eq!(t.current(), 0);
+        let probes = (0..640).filter(|_| t.probe_due().is_some()).count();
+        assert!(probes <= 640 / MAX_INTERVAL as usize + 1, "{probes} probes");
+    }
+
+    #[test]
+    fn follows_a_link_throttled_mid_run() {
+        let mut t = Tuner::new(1);
+        run(&mut t, RATE, PG, 1.0e9, 200);
+        let fast = t.current();
+        run(&mut t, RATE, PG, 1.0e6, 100);
+        assert!(t.current() > fast, "{fast} -> {}", t.current());
+        run(&mut t, RATE, PG, 1.0e9, 200);
+        assert!(t.current() <= 1, "back to {}", t.current());
+    }
+
+    #[test]
+    fn data_turning_compressible_is_noticed() {
+        let mut t = Tuner::new(1);
+        run(&mut t, RATE, NOISE, 1.0e8, 300);
+        assert_eq!(t.current(), 0);
+        run(&mut t, RATE, PG, 1.0e8, 2 * MAX_INTERVAL as usize);
+        assert!(t.current() > 0);
+    }
+
+    #[test]
+    fn free_writes_at_the_start_do_not_fool_it() {
+        // The first 8 MiB go into an empty socket buffer: the writes take no time.
+        let mut t = Tuner::new(1);
+        for _ in 0..30 {
+            let l = t.current();
+            t.probe_due();
+            let wire = (4 << 20) / 10;
+            t.observe(
+                4 << 20,
+                wire,
+                Duration::from_secs_f64((4 << 20) as f64 / RATE[l]),
+                Duration::ZERO,
+            );
+            if t.written < WARMUP_WIRE {
+                assert!(
+                    t.current() >= START,
+                    "went to {} in the warm-up",
+                    t.current()
+                );
+            }
+        }
+        assert!(t.written >= WARMUP_WIRE);
+    }
+
+    #[test]
+    fn small_units_teach_nothing() {
+        let mut t = Tuner::new(1);
+        let before = t.clone();
+        t.observe(100, 50, Duration::from_secs(1), Duration::from_secs(1));
+        assert_eq!(t.cost(2), before.cost(2));
+    }
+}

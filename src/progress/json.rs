@@ -1,0 +1,148 @@
+//! What `--json` prints: the final account of a transfer, or the error of a failed run.
+//! The field names are a stable interface (README, *JSON summary*).
+
+/// The final account of a transfer, as `--json` prints it. The field names are a
+/// stable interface (documented in README).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Report {
+    /// Regular files written (new or changed).
+    pub files: u64,
+    /// Regular files already up to date at the destination.
+    pub files_unchanged: u64,
+    /// Source bytes read and sent (sender; 0 on the receiving side).
+    pub bytes_read: u64,
+    /// Bytes of frames on the wire (before TLS).
+    pub bytes_wire: u64,
+    /// Bytes not sent because the destination already had them.
+    pub bytes_skipped: u64,
+    /// Bytes written at the destination.
+    pub bytes_written: u64,
+    /// Entries removed by --delete.
+    pub deleted: u64,
+    /// Files that could not be read.
+    pub failed_files: u64,
+    /// Files that kept changing while read.
+    pub changed_files: u64,
+    /// Connections re-established during the run.
+    pub reconnects: u64,
+    /// Wall time.
+    pub seconds: f64,
+    /// A stream's BLAKE3 (hex), checked by both sides; `None` for files.
+    pub stream_blake3: Option<String>,
+    /// Units sent at each level of the adaptive codec (sender with `auto` only).
+    pub codec_units: Option<[u64; 5]>,
+}
+
+impl Report {
+    /// One JSON object on one line.
+    pub fn to_json(&self) -> String {
+        let json = format!(
+            concat!(
+                "{{\"files\":{},\"files_unchanged\":{},\"bytes_read\":{},\"bytes_wire\":{},",
+                "\"bytes_skipped\":{},\"bytes_written\":{},\"deleted\":{},\"failed_files\":{},",
+                "\"changed_files\":{},\"reconnects\":{},\"seconds\":{:.3}}}"
+            ),
+            self.files,
+            self.files_unchanged,
+            self.bytes_read,
+            self.bytes_wire,
+            self.bytes_skipped,
+            self.bytes_written,
+            self.deleted,
+            self.failed_files,
+            self.changed_files,
+            self.reconnects,
+            self.seconds
+        );
+        let mut json = match &self.stream_blake3 {
+            Some(h) => format!("{},\"stream_blake3\":\"{h}\"}}", &json[..json.len() - 1]),
+            None => json,
+        };
+        if let Some(mix) = &self.codec_units {
+            json.pop();
+            json.push_str(",\"codec_units\":{");
+            for (i, (c, n)) in crate::codec::tune::LADDER.iter().zip(mix).enumerate() {
+                let comma = if i > 0 { "," } else { "" };
+                json.push_str(&format!("{comma}\"{c}\":{n}"));
+            }
+            json.push_str("}}");
+        }
+        json
+    }
+}
+
+/// The JSON object `--json` prints when a run fails: what failed and the exit code.
+pub fn failure_json(message: &str, code: i32) -> String {
+    format!(
+        "{{\"error\":{},\"exit_code\":{code}}}",
+        json_string(message)
+    )
+}
+
+/// `s` as a JSON string literal (quotes, backslashes and control characters escaped).
+pub fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                out.push_str(&format!("\\u{:04x}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_is_one_object() {
+        let r = Report {
+            files: 3,
+            seconds: 1.5,
+            ..Report::default()
+        };
+        let j = r.to_json();
+        assert!(j.starts_with("{\"files\":3,"), "{j}");
+        assert!(j.ends_with("\"seconds\":1.500}"), "{j}");
+        assert!(!j.contains('\n'));
+        let r = Report {
+            stream_blake3: Some("ab".repeat(32)),
+            ..Report::default()
+        };
+        let j = r.to_json();
+        assert!(
+            j.ends_with(&format!("\"stream_blake3\":\"{}\"}}", "ab".repeat(32))),
+            "{j}"
+        );
+    }
+
+    #[test]
+    fn json_names_the_codec_levels() {
+        let r = Report {
+            codec_units: Some([1, 2, 3, 4, 5]),
+            ..Report::default()
+        };
+        let j = r.to_json();
+        assert!(
+            j.ends_with(
+                "\"codec_units\":{\"none\":1,\"lz4\":2,\"zstd:1\":3,\"zstd:3\":4,\"zstd:6\":5}}"
+            ),
+            "{j}"
+        );
+    }
+
+    #[test]
+    fn failure_json_escapes_the_message() {
+        assert_eq!(
+            failure_json("a \"b\" \\ c\nd", 4),
+            r#"{"error":"a \"b\" \\ c\u000ad","exit_code":4}"#
+        );
+    }
+}
