@@ -206,6 +206,15 @@ pub struct RsyncHabits {
     /// -D: --devices --specials (always; devices when the receiver is root).
     #[arg(short = 'D', global = true, hide = true, action = ArgAction::Count)]
     pub d_upper: u8,
+    /// -X, --xattrs (always, unless --no-xattrs).
+    #[arg(short = 'X', long = "xattrs", global = true, hide = true, action = ArgAction::Count)]
+    pub xattrs: u8,
+    /// -A, --acls (always, unless --no-xattrs: ACLs travel as extended attributes).
+    #[arg(short = 'A', long = "acls", global = true, hide = true, action = ArgAction::Count)]
+    pub acls: u8,
+    /// --numeric-ids (always: owners travel and are applied as numbers).
+    #[arg(long = "numeric-ids", global = true, hide = true, action = ArgAction::Count)]
+    pub numeric_ids: u8,
 }
 
 /// What the receiving side keeps of the sender's metadata (rsync's names). For a pull from
@@ -228,6 +237,10 @@ pub struct AcceptArgs {
     /// only links that were there before the run and belong to you or root).
     #[arg(short = 'K', long)]
     pub keep_dirlinks: bool,
+    /// Everything received gets this owner and group (rsync's; names are looked up on the
+    /// receiving host; either part may be left out; set-id bits are dropped).
+    #[arg(long, value_name = "USER:GROUP")]
+    pub chown: Option<String>,
 }
 
 /// Options of `copy` between hosts.
@@ -368,6 +381,10 @@ pub struct FilterArgs {
     /// plan's sources (no SRC arguments).
     #[arg(long, value_name = "FILE")]
     pub shard: Option<PathBuf>,
+    /// Send no extended attributes (ACLs, SELinux labels, capabilities, user.*); the
+    /// destination's are left as they are.
+    #[arg(long)]
+    pub no_xattrs: bool,
     /// The include/exclude options in command-line order (filled by [`parse_from`]).
     #[arg(skip)]
     pub order: Vec<RuleArg>,

@@ -53,7 +53,14 @@ fn run_command(cfg: &Config) -> Result<()> {
             ticket_file,
             timeout,
             accept,
-        } => run_recv(dir, *listen, ticket_file.as_deref(), *timeout, *accept, cfg),
+        } => run_recv(
+            dir,
+            *listen,
+            ticket_file.as_deref(),
+            *timeout,
+            accept.clone(),
+            cfg,
+        ),
         Command::Send {
             paths,
             ticket,
@@ -83,7 +90,7 @@ fn run_command(cfg: &Config) -> Result<()> {
             dest,
             transfer,
             accept,
-        } => run_copy(sources, dest, transfer, *accept, cfg),
+        } => run_copy(sources, dest, transfer, accept.clone(), cfg),
         Command::Remote {
             plan,
             transfer,
@@ -92,7 +99,14 @@ fn run_command(cfg: &Config) -> Result<()> {
         } => {
             let outgoing = !matches!(plan, crate::config::RemoteCopy::Pull { .. });
             let opts = send_options(transfer, cfg, outgoing);
-            match crate::remote::run(plan, &opts, transfer.encrypt, *accept, ssh, cfg.quiet)? {
+            match crate::remote::run(
+                plan,
+                &opts,
+                transfer.encrypt,
+                accept.clone(),
+                ssh,
+                cfg.quiet,
+            )? {
                 Outcome::Sent(report) => finish_send(&report, cfg),
                 Outcome::Received(report) => finish_recv(&report, cfg),
                 Outcome::Between => Ok(()),
@@ -225,7 +239,7 @@ fn run_recv(
     let quiet = cfg.quiet;
     // Fail on an unwritable destination before printing a ticket.
     let store = Store::open(dir)?;
-    store.set_accept(accept);
+    store.set_accept(accept)?;
     let listener = Listener::bind(listen)?;
     let ticket = listener.ticket();
     let line = ticket.encode();
@@ -316,7 +330,7 @@ fn run_copy(
         true => Store::open_dry(&dest)?,
         false => Store::open(&dest)?,
     };
-    store.set_accept(accept);
+    store.set_accept(accept)?;
     let key = *Secret::random().as_bytes();
     let opts = send_options(t, cfg, false);
     // One socket pair per connection; the receiving halves are handed over in order.

@@ -90,3 +90,99 @@ fn recv_applies_its_own_policy_whatever_the_sender() {
     assert_transfer_ok(&sent, &received);
     check_refused(&dest.join("src"));
 }
+
+/// `getent DB NAME`'s third field (the number), if NAME exists here.
+fn id_of(db: &str, name: &str) -> Option<u32> {
+    let out = std::process::Command::new("getent")
+        .args([db, name])
+        .output()
+        .ok()?;
+    let line = String::from_utf8(out.stdout).ok()?;
+    line.split(':').nth(2)?.trim().parse().ok()
+}
+
+#[test]
+fn chown_gives_everything_received_one_owner_by_name_or_number() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(src) = hostile_source(tmp.path(), "accept_chown") else {
+        return;
+    };
+    let (Some(uid), Some(gid)) = (id_of("passwd", "daemon"), id_of("group", "daemon")) else {
+        println!("SKIPPED: accept_chown: no user and group daemon here");
+        return;
+    };
+    let owned = |dst: &Path, want: (u32, u32)| {
+        for rel in ["src", "src/suid", "src/pipe"] {
+            let m = fs::symlink_metadata(dst.join(rel)).unwrap();
+            assert_eq!((m.uid(), m.gid()), want, "{rel}");
+        }
+        let suid = fs::metadata(dst.join("src/suid")).unwrap();
+        assert_eq!(suid.mode() & 0o7777, 0o755, "set-id bits dropped");
+    };
+    let named = tmp.path().join("named");
+    copy(&[&src], &named, &["--chown", "daemon:daemon"]).assert_code(0);
+    owned(&named, (uid, gid));
+
+    // Numbers, and one part alone: the other stays the sender's.
+    let numbers = tmp.path().join("numbers");
+    copy(&[&src], &numbers, &["--chown", "4321:"]).assert_code(0);
+    let m = fs::metadata(numbers.join("src/suid")).unwrap();
+    assert_eq!((m.uid(), m.gid()), (4321, 2345));
+
+    // The receiver looks the names up: recv's --chown, whatever the sender.
+    let dest = tmp.path().join("recv");
+    let (sent, received) = transfer(&[&src], &dest, &[], &["--chown", ":daemon"]);
+    assert_transfer_ok(&sent, &received);
+    let m = fs::metadata(dest.join("src/suid")).unwrap();
+    assert_eq!((m.uid(), m.gid(), m.mode() & 0o7777), (1234, gid, 0o4755));
+}
+
+#[test]
+fn chown_refuses_unknown_names_and_foreign_owners_at_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    fs::create_dir(&src).unwrap();
+    fs::write(src.join("f"), b"x").unwrap();
+    let dst = tmp.path().join("dst");
+    let out = copy(&[&src], &dst, &["--chown", "no-such-user-haul:"]);
+    out.assert_code(2);
+    assert!(
+        out.stderr.contains("no user named no-such-user-haul"),
+        "{}",
+        out.stderr
+    );
+    assert!(!dst.join("src").exists(), "nothing may be sent");
+    copy(&[&src], &dst, &["--chown", ":"]).assert_code(2);
+    if !is_root() {
+        println!("SKIPPED: accept_chown_foreign: needs root to run as another user");
+        return;
+    }
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let mine = tmp.path().join("mine");
+    fs::create_dir(&mine).unwrap();
+    std::os::unix::fs::chown(&mine, Some(65534), Some(65534)).unwrap();
+    let as_nobody = |owner: &str| {
+        std::process::Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                haul_bin(),
+            ])
+            .args(["copy", "--chown", owner])
+            .arg(&src)
+            .arg(&mine)
+            .output()
+            .unwrap()
+    };
+    let out = as_nobody("root");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("only root"));
+    let out = as_nobody(":0");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    // Its own user and group are fine.
+    let out = as_nobody("65534:65534");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let m = fs::metadata(mine.join("src/f")).unwrap();
+    assert_eq!((m.uid(), m.gid()), (65534, 65534));
+}

@@ -80,6 +80,7 @@ fn entry(id: u64, path: &[u8], kind: EntryKind) -> Entry {
         mtime_nsec: 0,
         uid: 0,
         gid: 0,
+        xattrs: None,
     }
 }
 

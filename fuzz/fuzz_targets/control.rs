@@ -1,10 +1,13 @@
-//! Control messages (protocol v2): `Control::decode` on arbitrary payload bytes — the
+//! Control messages (protocol v4): `Control::decode` on arbitrary payload bytes — the
 //! parser behind the control MAC — and, for whatever decodes, a round trip through the
 //! real wire path: `Control::encode` with a `Sealer`, read back by a `FrameReader` with
 //! the matching `Opener`, decoded to the same message.
 #![no_main]
 
-use haul::protocol::{Control, FrameKind, FrameReader, Opener, SafeRelPath, Sealer};
+use haul::protocol::{
+    known_name, Control, FrameKind, FrameReader, Opener, SafeRelPath, Sealer, MAX_XATTRS,
+    MAX_XATTR_TOTAL, MAX_XATTR_VALUE,
+};
 use libfuzzer_sys::fuzz_target;
 
 const LINK: [u8; 32] = [0x63; 32];
@@ -17,6 +20,13 @@ fuzz_target!(|data: &[u8]| {
     if let Control::Entries(entries) = &msg {
         for e in entries {
             let _ = SafeRelPath::parse(&e.path);
+            // Extended attributes decode only within their bounds and namespaces.
+            if let Some(xs) = &e.xattrs {
+                assert!(xs.list().len() <= MAX_XATTRS && xs.bytes() <= MAX_XATTR_TOTAL);
+                for x in xs.list() {
+                    assert!(known_name(&x.name) && x.value.len() <= MAX_XATTR_VALUE);
+                }
+            }
         }
     }
     // Sealed twice on one connection, so the second frame's tag and MAC use seq 1.

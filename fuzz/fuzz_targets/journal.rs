@@ -92,6 +92,7 @@ fn entry(size: u64, data_bytes: u64) -> Entry {
         mtime_nsec: NSEC,
         uid: 0,
         gid: 0,
+        xattrs: None,
     }
 }
 

@@ -68,8 +68,10 @@ fn make(
         .collect();
     walk::check_sources(&srcs)?;
     let dir = open_out(out)?;
+    // The plan lists entries; their extended attributes travel with the tasks.
     let select = Selection {
         quiet: cfg.quiet,
+        no_xattrs: true,
         ..select.clone()
     };
     let mut plan = Plan::default();

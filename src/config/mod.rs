@@ -6,6 +6,7 @@
 //! imports only plain data types from below (compression, sync options and limits, the
 //! ticket). `location` parses `[user@]host:path` and `-e` words.
 
+mod accept;
 mod location;
 mod pipe;
 mod select;
@@ -16,7 +17,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cli::{AcceptArgs, Cli, CommandArgs, RemoteArgs, TransferArgs};
+use crate::cli::{Cli, CommandArgs, RemoteArgs, TransferArgs};
 use crate::codec::Compression;
 use crate::error::{Error, Result};
 use crate::plan::select::Selection;
@@ -258,7 +259,7 @@ impl Config {
                             ));
                         }
                         Command::Recv {
-                            accept: accept_config(&accept),
+                            accept: accept::accept_config(&accept)?,
                             dir,
                             listen,
                             ticket_file,
@@ -334,7 +335,7 @@ impl Config {
                 None if paths.len() < 2 => {
                     return Err(Error::Usage("copy needs SRC... DST".into()))
                 }
-                None => copy_command(paths, &transfer, accept_config(&accept), &remote)?,
+                None => copy_command(paths, &transfer, accept::accept_config(&accept)?, &remote)?,
             },
             CommandArgs::Plan(p) => Command::Plan(shard::plan_job(p)?),
             CommandArgs::Serve { probe, uploaded } => Command::Serve { probe, uploaded },
@@ -485,22 +486,12 @@ fn stream_options(a: &TransferArgs, t: &Transfer) -> Result<Pipe> {
             "--checksum, --inplace, --delete and --dry-run apply to files, not to a stream".into(),
         ));
     }
-    if t.select != Selection::default() {
+    if t.select.selects() {
         return Err(Error::Usage(
             "filters, --files-from, -L and -x apply to files, not to a stream".into(),
         ));
     }
     pipe::pipe_options(a.size.as_deref(), a.buffer.as_deref(), t.block_size)
-}
-
-fn accept_config(a: &AcceptArgs) -> Accept {
-    Accept {
-        owner: !a.no_owner,
-        group: !a.no_group,
-        devices: !a.no_devices,
-        specials: !a.no_specials,
-        keep_dirlinks: a.keep_dirlinks,
-    }
 }
 
 fn transfer_config(

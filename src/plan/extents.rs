@@ -1,13 +1,19 @@
 //! What the sender knows of a source file's data: where its bytes are (sparse files are
-//! mapped with SEEK_DATA/SEEK_HOLE), the stamp that tells whether it changed, and how it
-//! is opened (never through a symlink, never blocking on a FIFO).
+//! mapped with SEEK_DATA/SEEK_HOLE), the stamp that tells whether it changed, how it
+//! is opened (never through a symlink, never blocking on a FIFO), and its extended
+//! attributes.
 
 use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use rustix::fs::SeekFrom;
+use std::os::fd::AsFd;
+
+use rustix::fs::{OFlags, SeekFrom};
+
+use crate::protocol::Xattrs;
+use crate::store::xattr;
 
 /// What identifies a version of a file: which inode it is, its size, mtime and ctime
 /// (nanoseconds). A path swapped for another file (or a symlink, or a FIFO) between the
@@ -50,6 +56,51 @@ pub fn open_source(path: &Path) -> io::Result<File> {
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)
+}
+
+/// The extended attributes of the walked `path` when it is a regular file, directory or
+/// symlink (`None` for other kinds, or with a warning when they cannot be read), read
+/// through a descriptor checked to be the inode `meta` describes: the file or directory
+/// opened without following a symlink or blocking, a symlink as `O_PATH` (see
+/// `store::xattr`). Most files have none, which one `llistxattr` on the name (following
+/// nothing) says without opening anything.
+pub(super) fn source_xattrs(path: &Path, meta: &fs::Metadata) -> Option<Xattrs> {
+    let ft = meta.file_type();
+    let flags = if ft.is_symlink() {
+        OFlags::PATH
+    } else if ft.is_dir() {
+        OFlags::RDONLY | OFlags::DIRECTORY
+    } else if ft.is_file() {
+        OFlags::RDONLY | OFlags::NONBLOCK
+    } else {
+        return None;
+    };
+    match rustix::fs::llistxattr_query(path) {
+        Ok(0) | Err(rustix::io::Errno::NOTSUP) => return Some(Xattrs::default()),
+        _ => {}
+    }
+    let read = || -> io::Result<Xattrs> {
+        let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = rustix::fs::open(path, flags, rustix::fs::Mode::empty())?;
+        let st = rustix::fs::fstat(&fd)?;
+        if (st.st_dev, st.st_ino) != (meta.dev(), meta.ino()) {
+            return Err(io::Error::other("replaced while being read"));
+        }
+        xattr::read(match ft.is_symlink() {
+            true => xattr::Target::Path(fd.as_fd()),
+            false => xattr::Target::Fd(fd.as_fd()),
+        })
+    };
+    match read() {
+        Ok(x) => Some(x),
+        Err(e) => {
+            crate::progress::warn(&format!(
+                "cannot read the extended attributes of {}: {e}; sent without them",
+                crate::progress::escape(&path.to_string_lossy())
+            ));
+            None
+        }
+    }
 }
 
 /// The byte ranges of `path` that hold data. A file whose allocated blocks cover its

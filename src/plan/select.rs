@@ -31,6 +31,8 @@ pub struct Selection {
     /// on the way to them. Never crosses the wire (a shard is walked where it was read).
     #[serde(skip)]
     pub shard: Option<Arc<ShardList>>,
+    /// `--no-xattrs`: send no extended attributes (the receiver leaves its own alone).
+    pub no_xattrs: bool,
 }
 
 /// Which symlinks the walk follows (sending what they point to) instead of sending them.
@@ -63,6 +65,16 @@ impl Selection {
             (None, Some(shard)) => shard.listed(source, rel.get(base..).unwrap_or_default()),
             (None, None) => Listed::Yes,
         }
+    }
+
+    /// Whether it leaves anything out or follows links (which only a walk of files can do):
+    /// anything but the default and `--no-xattrs`.
+    pub fn selects(&self) -> bool {
+        let plain = Selection {
+            no_xattrs: self.no_xattrs,
+            ..Selection::default()
+        };
+        *self != plain
     }
 
     /// Refuses a `--files-from` walk of anything but one source.

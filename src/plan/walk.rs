@@ -17,7 +17,7 @@ use crate::protocol::{Entry, EntryKind};
 
 use super::select::{Links, Listed, Selection};
 
-use super::extents::data_extents;
+use super::extents::{data_extents, source_xattrs};
 pub use super::extents::{open_source, Stamp};
 
 /// One thing to send, as the user named it.
@@ -76,7 +76,7 @@ pub struct FileData {
 
 /// The entry for one regular file, walked again (after it changed while being read).
 /// `None` if it is no longer a regular file.
-pub fn file_again(id: u64, path: &Path, dest: Vec<u8>) -> io::Result<Option<Walked>> {
+pub fn file_again(id: u64, path: &Path, dest: Vec<u8>, xattrs: bool) -> io::Result<Option<Walked>> {
     let meta = fs::symlink_metadata(path)?;
     if !meta.is_file() {
         return Ok(None);
@@ -84,13 +84,15 @@ pub fn file_again(id: u64, path: &Path, dest: Vec<u8>) -> io::Result<Option<Walk
     let extents = data_extents(path, &meta)?;
     let data_bytes = extents.iter().map(|(a, b)| b - a).sum();
     let size = meta.len();
+    let mut entry = make_entry(
+        id,
+        dest.clone(),
+        EntryKind::File { size, data_bytes },
+        &meta,
+    );
+    entry.xattrs = xattrs.then(|| source_xattrs(path, &meta)).flatten();
     Ok(Some(Walked {
-        entry: make_entry(
-            id,
-            dest.clone(),
-            EntryKind::File { size, data_bytes },
-            &meta,
-        ),
+        entry,
         data: Some(FileData {
             path: path.to_path_buf(),
             size,
@@ -570,10 +572,11 @@ impl Walker<'_> {
             crate::progress::warn(&format!("skipping socket {}", path.display()));
             return None;
         };
-        Some(Walked {
-            entry: make_entry(id, rel, kind, meta),
-            data,
-        })
+        let mut entry = make_entry(id, rel, kind, meta);
+        if !self.select.no_xattrs {
+            entry.xattrs = source_xattrs(path, meta);
+        }
+        Some(Walked { entry, data })
     }
 }
 
@@ -587,6 +590,7 @@ fn make_entry(id: u64, path: Vec<u8>, kind: EntryKind, meta: &fs::Metadata) -> E
         mtime_nsec: meta.mtime_nsec().clamp(0, 999_999_999) as u32,
         uid: meta.uid(),
         gid: meta.gid(),
+        xattrs: None,
     }
 }
 

@@ -16,7 +16,7 @@ const SET_GID: u32 = 0o2000;
 
 /// Which of the sender's metadata the receiver keeps. The default keeps everything (a
 /// faithful copy); owners and devices still need a root receiver.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Accept {
     /// Keep the sender's owner (else files belong to the receiving user).
     pub owner: bool,
@@ -29,6 +29,40 @@ pub struct Accept {
     /// `-K`: a symlink to a directory already at the destination (not made by this run,
     /// owned by the receiving user or root) stands for the directory the sender sends.
     pub keep_dirlinks: bool,
+    /// `--chown USER:GROUP`: this owner and group for everything received, as given
+    /// (names are looked up on the receiving host, where they mean something).
+    pub chown: Option<OwnerSpec>,
+}
+
+/// `--chown`'s two parts as the user wrote them: names or numbers, either may be absent.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnerSpec {
+    /// The user, if given.
+    pub user: Option<String>,
+    /// The group, if given.
+    pub group: Option<String>,
+}
+
+impl OwnerSpec {
+    /// Parses rsync's `USER:GROUP`, `USER` or `:GROUP`; `None` when both are empty.
+    pub fn parse(s: &str) -> Option<OwnerSpec> {
+        let (user, group) = s.split_once(':').unwrap_or((s, ""));
+        let part = |p: &str| (!p.is_empty()).then(|| p.to_string());
+        let spec = OwnerSpec {
+            user: part(user),
+            group: part(group),
+        };
+        (spec != OwnerSpec::default()).then_some(spec)
+    }
+}
+
+/// `--chown`'s owner and group as numbers on the receiving host.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Chown {
+    /// Owner of everything received.
+    pub uid: Option<u32>,
+    /// Group of everything received.
+    pub gid: Option<u32>,
 }
 
 impl Default for Accept {
@@ -39,6 +73,7 @@ impl Default for Accept {
             devices: true,
             specials: true,
             keep_dirlinks: false,
+            chown: None,
         }
     }
 }
@@ -46,22 +81,35 @@ impl Default for Accept {
 impl Accept {
     /// Adjusts `e` to this policy for a receiver running as `uid`:`gid`; `false` means the
     /// entry is skipped. An owner or group not kept also drops the set-id bits of anything
-    /// but a directory: they would grant the receiving user's rights, not the sender's.
-    pub fn apply(&self, e: &mut Entry, uid: u32, gid: u32) -> bool {
+    /// but a directory: they would grant the receiving user's rights, not the sender's; an
+    /// owner not kept drops `security.*` attributes for the same reason. A receiver that
+    /// is not root drops `trusted.*`, which only root may set. `chown` (`--chown`,
+    /// resolved) replaces the owner and group like `--no-owner`/`--no-group` do, with its
+    /// own instead of the receiving user's.
+    pub fn apply(&self, e: &mut Entry, (uid, gid): (u32, u32), chown: Chown) -> bool {
         match e.kind {
             EntryKind::Device { .. } if !self.devices => return false,
             EntryKind::Fifo if !self.specials => return false,
             _ => {}
         }
+        let owner = self.owner && chown.uid.is_none();
+        let group = self.group && chown.gid.is_none();
+        if let Some(x) = &mut e.xattrs {
+            // trusted.* is root's alone; security.* (file capabilities, SELinux labels)
+            // grants rights like set-id bits do, so it goes with the sender's owner.
+            x.retain(|n| {
+                !(n.starts_with(b"trusted.") && uid != 0 || n.starts_with(b"security.") && !owner)
+            });
+        }
         let dir = matches!(e.kind, EntryKind::Dir);
-        if !self.owner {
-            e.uid = uid;
+        if !owner {
+            e.uid = chown.uid.unwrap_or(uid);
             if !dir {
                 e.mode &= !SET_ID;
             }
         }
-        if !self.group {
-            e.gid = gid;
+        if !group {
+            e.gid = chown.gid.unwrap_or(gid);
             if !dir {
                 e.mode &= !SET_GID;
             }
@@ -84,6 +132,7 @@ mod tests {
             mtime_nsec: 0,
             uid: 0,
             gid: 0,
+            xattrs: None,
         }
     }
 
@@ -97,7 +146,7 @@ mod tests {
     #[test]
     fn default_keeps_everything() {
         let mut e = entry(file(), 0o4755);
-        assert!(Accept::default().apply(&mut e, 1000, 1000));
+        assert!(Accept::default().apply(&mut e, (1000, 1000), Chown::default()));
         assert_eq!((e.uid, e.gid, e.mode), (0, 0, 0o4755));
     }
 
@@ -109,19 +158,82 @@ mod tests {
             ..Accept::default()
         };
         let mut e = entry(file(), 0o6755);
-        assert!(a.apply(&mut e, 1000, 100));
+        assert!(a.apply(&mut e, (1000, 100), Chown::default()));
         assert_eq!((e.uid, e.gid, e.mode), (1000, 100, 0o0755));
         // A set-gid directory only makes new files inherit its group: kept.
         let mut d = entry(EntryKind::Dir, 0o2775);
-        assert!(a.apply(&mut d, 1000, 100));
+        assert!(a.apply(&mut d, (1000, 100), Chown::default()));
         assert_eq!(d.mode, 0o2775);
         let only_group = Accept {
             group: false,
             ..Accept::default()
         };
         let mut e = entry(file(), 0o6755);
-        assert!(only_group.apply(&mut e, 1000, 100));
+        assert!(only_group.apply(&mut e, (1000, 100), Chown::default()));
         assert_eq!((e.uid, e.gid, e.mode), (0, 100, 0o4755));
+    }
+
+    #[test]
+    fn privileged_attributes_follow_owner_and_root() {
+        let names = [&b"user.a"[..], b"trusted.t", b"security.capability"];
+        let all = crate::protocol::Xattrs::new(
+            names
+                .iter()
+                .map(|n| crate::protocol::Xattr {
+                    name: n.to_vec(),
+                    value: vec![1],
+                })
+                .collect(),
+        )
+        .unwrap();
+        let kept = |a: Accept, uid: u32| {
+            let mut e = entry(file(), 0o644);
+            e.xattrs = Some(all.clone());
+            a.apply(&mut e, (uid, 0), Chown::default());
+            let x = e.xattrs.unwrap();
+            x.list().iter().map(|x| x.name.clone()).collect::<Vec<_>>()
+        };
+        assert_eq!(kept(Accept::default(), 0).len(), 3);
+        assert_eq!(
+            kept(Accept::default(), 1000),
+            [b"security.capability".to_vec(), b"user.a".to_vec()]
+        );
+        let no_owner = Accept {
+            owner: false,
+            ..Accept::default()
+        };
+        assert_eq!(
+            kept(no_owner, 0),
+            [b"trusted.t".to_vec(), b"user.a".to_vec()]
+        );
+    }
+
+    #[test]
+    fn chown_parses_rsyncs_forms_and_replaces_owners() {
+        let spec = |u: Option<&str>, g: Option<&str>| OwnerSpec {
+            user: u.map(String::from),
+            group: g.map(String::from),
+        };
+        assert_eq!(OwnerSpec::parse("a:b"), Some(spec(Some("a"), Some("b"))));
+        assert_eq!(OwnerSpec::parse("a"), Some(spec(Some("a"), None)));
+        assert_eq!(OwnerSpec::parse("a:"), Some(spec(Some("a"), None)));
+        assert_eq!(OwnerSpec::parse(":7"), Some(spec(None, Some("7"))));
+        assert_eq!(OwnerSpec::parse(":"), None);
+        assert_eq!(OwnerSpec::parse(""), None);
+        let mut e = entry(file(), 0o6755);
+        let only_group = Chown {
+            uid: None,
+            gid: Some(50),
+        };
+        assert!(Accept::default().apply(&mut e, (0, 0), only_group));
+        assert_eq!((e.uid, e.gid, e.mode), (0, 50, 0o4755));
+        let mut d = entry(EntryKind::Dir, 0o2775);
+        let both = Chown {
+            uid: Some(7),
+            gid: Some(8),
+        };
+        assert!(Accept::default().apply(&mut d, (0, 0), both));
+        assert_eq!((d.uid, d.gid, d.mode), (7, 8, 0o2775));
     }
 
     #[test]
@@ -138,10 +250,10 @@ mod tests {
             },
             0o666,
         );
-        assert!(!a.apply(&mut dev, 0, 0));
+        assert!(!a.apply(&mut dev, (0, 0), Chown::default()));
         let mut fifo = entry(EntryKind::Fifo, 0o644);
-        assert!(!a.apply(&mut fifo, 0, 0));
+        assert!(!a.apply(&mut fifo, (0, 0), Chown::default()));
         let mut f = entry(file(), 0o644);
-        assert!(a.apply(&mut f, 0, 0));
+        assert!(a.apply(&mut f, (0, 0), Chown::default()));
     }
 }

@@ -10,8 +10,8 @@
 //!
 //! Of rsync's `%i` columns haul fills the kind of update, the file type, and `c` (content:
 //! a changed symlink target, or `--checksum`), `s` (size), `t` (mtime), `p` (permissions),
-//! `o` and `g` (owner and group: only a root receiver applies them). `u`, `a` (ACLs) and
-//! `x` (xattrs) stay `.`.
+//! `o` and `g` (owner and group: only a root receiver applies them), `a` (POSIX ACLs) and
+//! `x` (other extended attributes). `u` stays `.`.
 
 use serde::{Deserialize, Serialize};
 
@@ -64,6 +64,10 @@ pub struct Change {
     pub owner: bool,
     /// Group differs (and is applied).
     pub group: bool,
+    /// POSIX ACLs differ (and are applied).
+    pub acls: bool,
+    /// Other extended attributes differ (and are applied).
+    pub xattrs: bool,
     /// Removed by `--delete`.
     pub deleted: bool,
 }
@@ -79,6 +83,8 @@ impl Change {
             || self.perms
             || self.owner
             || self.group
+            || self.acls
+            || self.xattrs
             || self.deleted
     }
 }
@@ -147,13 +153,15 @@ impl Listing {
         }
         let flag = |on: bool, ch: char| if on { ch } else { '.' };
         format!(
-            "{y}{x}{}{}{}{}{}{}...",
+            "{y}{x}{}{}{}{}{}{}.{}{}",
             flag(c.content, 'c'),
             flag(c.size, 's'),
             flag(c.time, 't'),
             flag(c.perms, 'p'),
             flag(c.owner, 'o'),
             flag(c.group, 'g'),
+            flag(c.acls, 'a'),
+            flag(c.xattrs, 'x'),
         )
     }
 }
@@ -296,6 +304,18 @@ mod tests {
                 "*deleting   x/",
             ),
             (item("b", ItemKind::Hardlink, new), "hf+++++++++ b => a"),
+            (
+                item(
+                    "f",
+                    ItemKind::File,
+                    Change {
+                        acls: true,
+                        xattrs: true,
+                        ..Change::default()
+                    },
+                ),
+                ".f.......ax f",
+            ),
         ];
         for (it, want) in cases {
             assert_eq!(I.line(&it).unwrap(), want);

@@ -13,7 +13,7 @@
 //! `seal`
 //! (every frame's tag and every control message's MAC, per connection), `data` (the
 //! data-unit header), `msg` (control messages), `path` (safe relative paths), `filter`
-//! (rsync's include/exclude rules).
+//! (rsync's include/exclude rules), `xattr` (extended attributes in an entry, bounded).
 //!
 //! # Streams and order
 //! One control stream, then N data streams. On the control stream the sender writes
@@ -44,8 +44,9 @@ mod msg;
 mod path;
 mod reader;
 mod seal;
+mod xattr;
 
-pub use accept::Accept;
+pub use accept::{Accept, Chown, OwnerSpec};
 pub use data::{encode_data_header, hashed_parts, set_hash, Codec, DataHeader, Segment};
 pub use filter::{Filter, FilterRule, MAX_PATTERN, MAX_RULES};
 pub use frame::{Frame, FrameHeader, FrameKind, ReadError, FRAME_HEADER_LEN};
@@ -58,6 +59,10 @@ pub use msg::{Control, Entry, EntryKind, Summary, SyncOptions, Want, WantKind};
 pub use path::{PathError, SafeRelPath};
 pub use reader::FrameReader;
 pub use seal::{Opener, Sealer};
+pub use xattr::{
+    known_name, Xattr, XattrError, Xattrs, MAX_XATTRS, MAX_XATTR_NAME, MAX_XATTR_TOTAL,
+    MAX_XATTR_VALUE,
+};
 
 /// Everything the decoder can reject. Each is a reason to drop the connection; only
 /// [`ProtocolError::Forged`] (and a data payload that fails to parse or verify, which

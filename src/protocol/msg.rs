@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::item::Item;
 use super::limits::{CONTROL_MAC_LEN, MAX_CONTROL_LEN};
 use super::seal::Sealer;
+use super::xattr::Xattrs;
 use super::ProtocolError;
 
 /// One message on the control stream.
@@ -191,6 +192,10 @@ pub struct Entry {
     pub uid: u32,
     /// Group, applied when the receiver runs as root.
     pub gid: u32,
+    /// Extended attributes (ACLs, labels, capabilities, `user.*`) of a regular file,
+    /// directory or symlink; `None` when the sender does not send them (`--no-xattrs`, or
+    /// another kind of entry): the receiver then leaves the destination's as they are.
+    pub xattrs: Option<Xattrs>,
 }
 
 /// The kinds of entry a manifest can hold.
@@ -299,6 +304,7 @@ mod tests {
                 mtime_nsec: 999_999_999,
                 uid: 0,
                 gid: 7,
+                xattrs: None,
             }]),
             Control::Need(vec![
                 Want {

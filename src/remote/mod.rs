@@ -156,7 +156,7 @@ fn push(
         single_file: is_single_file(&srcs),
         advertise: f.ssh.advertise,
         everywhere: false,
-        accept: f.accept,
+        accept: f.accept.clone(),
         dry_run: opts.sync.dry_run,
     })?;
     let ready = far.ready("setting up the receiver")?;
@@ -195,7 +195,7 @@ fn pull(
         true => Store::open_dry(&root)?,
         false => Store::open(&root)?,
     };
-    store.set_accept(f.accept);
+    store.set_accept(f.accept.clone())?;
     far.send(&Request::Go {
         rename,
         ticket: None,
@@ -285,7 +285,7 @@ fn between(
         single_file,
         advertise: f.ssh.advertise,
         everywhere: true,
-        accept: f.accept,
+        accept: f.accept.clone(),
         dry_run: opts.sync.dry_run,
     })?;
     let ready = receiver.ready("setting up the receiver")?;

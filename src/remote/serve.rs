@@ -196,7 +196,7 @@ fn serve_receive(
         true => Store::open_dry(&root)?,
         false => Store::open(&root)?,
     };
-    store.set_accept(accept);
+    store.set_accept(accept)?;
     let (listener, ticket, port) = listen(advertise, everywhere)?;
     let key = ticket.secret.block_key();
     out.line(&wire::encode(&Reply::Ready {

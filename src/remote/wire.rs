@@ -282,6 +282,7 @@ mod tests {
                     one_file_system: true,
                     quiet: false,
                     shard: None,
+                    no_xattrs: true,
                 },
                 limit: Some(10 << 20),
                 listing: Listing {

@@ -115,7 +115,15 @@ where
             .map_err(|e| Error::io("starting the walk thread", e))?;
 
         let outcome = run_manifest(&mut link, &wrx, &queue, &counters, &failures, &mut registry)
-            .and_then(|()| resend_changed(&mut link, &queue, &failures, &mut registry))
+            .and_then(|()| {
+                resend_changed(
+                    &mut link,
+                    &queue,
+                    &failures,
+                    &mut registry,
+                    !opts.select.no_xattrs,
+                )
+            })
             .and_then(|()| finish(&mut link, &queue, &counters, &failures, &mut registry));
         if outcome.is_err() {
             queue.abort();
@@ -253,7 +261,9 @@ fn run_manifest(
                     );
                     data.insert(w.entry.id, d);
                 }
-                batch_bytes += w.entry.path.len() + 64;
+                let xattrs = w.entry.xattrs.as_ref();
+                batch_bytes +=
+                    w.entry.path.len() + 64 + xattrs.map_or(0, |x| x.bytes() + 8 * x.list().len());
                 batch.push(w.entry);
                 None
             }
@@ -328,6 +338,7 @@ fn resend_changed(
     queue: &WorkQueue,
     failures: &Mutex<Failures>,
     registry: &mut HashMap<u64, FileData>,
+    xattrs: bool,
 ) -> Result<()> {
     let mut next_id = RETRY_ID_BASE;
     for round in 0..=CHANGE_RETRIES {
@@ -358,7 +369,7 @@ fn resend_changed(
         let mut entries: Vec<Entry> = Vec::new();
         let mut data = HashMap::new();
         for (path, dest) in changed.into_values() {
-            match walk::file_again(next_id, &path, dest) {
+            match walk::file_again(next_id, &path, dest, xattrs) {
                 Ok(Some(w)) => {
                     if let Some(d) = w.data {
                         data.insert(next_id, d);

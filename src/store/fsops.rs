@@ -10,6 +10,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use rustix::fs::{self as rfs, Mode, OFlags, ResolveFlags, Timespec, Timestamps};
 
+use super::xattr;
 use crate::protocol::{Entry, SafeRelPath};
 
 const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
@@ -192,20 +193,48 @@ fn mtime(e: &Entry) -> Timestamps {
     }
 }
 
-/// Applies owner (when root), mode and mtime to an open file or directory.
-pub fn apply_meta_fd(fd: impl AsFd, e: &Entry, as_root: bool) -> io::Result<()> {
-    let fd = fd.as_fd();
-    if as_root {
-        // chown first: it clears set-id bits, which chmod then restores.
-        rfs::fchown(
-            fd,
-            Some(rustix::process::Uid::from_raw(e.uid)),
-            Some(rustix::process::Gid::from_raw(e.gid)),
-        )?;
+/// Which of an entry's owner and group the store sets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Owners {
+    /// Both (a root receiver).
+    Both,
+    /// The group alone (`--chown :GROUP` by a user in that group).
+    Group,
+    /// Neither: files belong to the receiving user.
+    Neither,
+}
+
+impl Owners {
+    /// The `chown` arguments for `e`; `None` when nothing is set.
+    fn of(self, e: &Entry) -> Option<(Option<rustix::process::Uid>, Option<rustix::process::Gid>)> {
+        let gid = Some(rustix::process::Gid::from_raw(e.gid));
+        match self {
+            Owners::Both => Some((Some(rustix::process::Uid::from_raw(e.uid)), gid)),
+            Owners::Group => Some((None, gid)),
+            Owners::Neither => None,
+        }
     }
+}
+
+/// Applies owner (see [`Owners`]), extended attributes (when sent), mode and mtime to an
+/// open file or directory. What the attributes did is returned, not failed on: a
+/// destination that cannot hold them gets one warning per run (`Store::note_xattrs`).
+pub fn apply_meta_fd(fd: impl AsFd, e: &Entry, owners: Owners) -> io::Result<xattr::Applied> {
+    let fd = fd.as_fd();
+    if let Some((uid, gid)) = owners.of(e) {
+        // chown first: it clears set-id bits, which chmod then restores, and file
+        // capabilities, which the attributes then restore.
+        rfs::fchown(fd, uid, gid)?;
+    }
+    // Before chmod: setting an access ACL sets the group bits, which chmod then makes the
+    // sender's again (they agree, both taken from the same file).
+    let done = match &e.xattrs {
+        Some(want) => xattr::apply(xattr::Target::Fd(fd), want),
+        None => xattr::Applied::default(),
+    };
     rfs::fchmod(fd, Mode::from_raw_mode(e.mode & 0o7777))?;
     rfs::futimens(fd, &mtime(e))?;
-    Ok(())
+    Ok(done)
 }
 
 /// Opens `name` in `dir` never following a symlink nor blocking on a FIFO, with what
@@ -286,9 +315,9 @@ pub fn apply_meta_made(
     dir: &OwnedFd,
     name: &[u8],
     e: &Entry,
-    as_root: bool,
+    owners: Owners,
     kind: rfs::FileType,
-) -> io::Result<()> {
+) -> io::Result<xattr::Applied> {
     let fd = rfs::openat(
         dir,
         name,
@@ -302,16 +331,14 @@ pub fn apply_meta_made(
     {
         return Err(replaced());
     }
-    if as_root {
+    if let Some((uid, gid)) = owners.of(e) {
         // chown first: it clears set-id bits, which chmod then restores.
-        rfs::chownat(
-            &fd,
-            c"",
-            Some(rustix::process::Uid::from_raw(e.uid)),
-            Some(rustix::process::Gid::from_raw(e.gid)),
-            rfs::AtFlags::EMPTY_PATH,
-        )?;
+        rfs::chownat(&fd, c"", uid, gid, rfs::AtFlags::EMPTY_PATH)?;
     }
+    let done = match &e.xattrs {
+        Some(want) => xattr::apply(xattr::Target::Path(fd.as_fd()), want),
+        None => xattr::Applied::default(),
+    };
     let proc = format!("/proc/self/fd/{}", fd.as_raw_fd());
     if kind != rfs::FileType::Symlink {
         rfs::chmodat(
@@ -327,8 +354,8 @@ pub fn apply_meta_made(
             rfs::utimensat(rfs::CWD, proc.as_str(), &mtime(e), rfs::AtFlags::empty())
         }
         other => other,
-    }
-    .map_err(io::Error::from)
+    }?;
+    Ok(done)
 }
 
 /// Durably flushes a directory (entries created or renamed in it).

@@ -26,6 +26,7 @@
 //!   and the receiver's private key that authenticates journals;
 //! - `tests`: unit tests against a local user who swaps and plants files in the destination.
 
+mod chown;
 mod fsops;
 mod journal;
 mod key;
@@ -37,6 +38,7 @@ mod resume;
 mod state;
 #[cfg(test)]
 mod tests;
+pub mod xattr;
 
 pub use fsops::PARTIAL_PREFIX;
 pub use state::{Store, WriterCache};
@@ -145,6 +147,7 @@ impl Store {
             made_links: Mutex::new(HashSet::new()),
             options: Mutex::new((SyncOptions::default(), [0u8; 32])),
             accept: Mutex::new(Accept::default()),
+            chown: Mutex::new(Default::default()),
             linker: AtomicU8::new(0),
             journal_key: OnceLock::new(),
             ranges: AtomicU64::new(0),
@@ -152,6 +155,8 @@ impl Store {
             collect: AtomicBool::new(false),
             items: Mutex::new(Vec::new()),
             matched: AtomicU64::new(0),
+            xattr_failed: AtomicU64::new(0),
+            xattr_first: Mutex::new(None),
             absent,
             fresh: created && !dry,
         })
@@ -187,11 +192,19 @@ impl Store {
     /// Applies what the sender announced: block size (files larger than it are
     /// precreated and journaled), sync options, and the block key (for delta hashes).
     /// What this receiver keeps of the sender's metadata (`--no-owner` and friends);
-    /// call before the transfer starts. The default keeps everything.
-    pub fn set_accept(&self, accept: Accept) {
+    /// call before the transfer starts. The default keeps everything. Fails (a usage
+    /// error) on a `--chown` name unknown here or an owner this user may not give.
+    pub fn set_accept(&self, accept: Accept) -> Result<()> {
+        if let Some(spec) = &accept.chown {
+            let ids = chown::resolve(spec, self.as_root)?;
+            if let Ok(mut c) = self.chown.lock() {
+                *c = ids;
+            }
+        }
         if let Ok(mut g) = self.accept.lock() {
             *g = accept;
         }
+        Ok(())
     }
 
     pub fn configure(&self, block_size: u64, options: SyncOptions, key: [u8; 32]) {
@@ -215,7 +228,7 @@ impl Store {
         let delete = self.options().delete;
         let dry = self.options().dry_run;
         let look = dry || self.collecting();
-        let accept = self.accept();
+        let (accept, chown) = (self.accept(), self.chown());
         let me = (
             rustix::process::geteuid().as_raw(),
             rustix::process::getegid().as_raw(),
@@ -234,7 +247,7 @@ impl Store {
             }
             // Refused by this receiver's own policy (--no-devices, --no-specials): skipped,
             // but still "seen", so --delete leaves what the destination has by that name.
-            if !accept.apply(&mut e, me.0, me.1) {
+            if !accept.apply(&mut e, me, chown) {
                 self.skipped.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
@@ -334,7 +347,9 @@ impl Store {
             let fd = self
                 .at(path, fsops::open_dir)
                 .map_err(|x| self.dest_err(path, x))?;
-            fsops::apply_meta_fd(&fd, e, self.as_root).map_err(|x| self.dest_err(path, x))?;
+            let done =
+                fsops::apply_meta_fd(&fd, e, self.owners()).map_err(|x| self.dest_err(path, x))?;
+            self.note_xattrs(path, done);
             if let Some((parent, _)) = path.split_last() {
                 touched.insert(parent);
             }
@@ -344,6 +359,7 @@ impl Store {
             self.at(dir, fsops::sync_dir)
                 .map_err(|x| self.dest_err(dir, x))?;
         }
+        self.warn_xattrs();
         Ok(self.summary())
     }
 

@@ -125,9 +125,10 @@ impl Store {
                 m.insert(path.clone());
             }
         }
-        fsops::apply_meta_made(&pfd, &tmp, e, self.as_root, kind)
-            .and_then(|()| fsops::rename_in(&pfd, &tmp, name))
+        let done = fsops::apply_meta_made(&pfd, &tmp, e, self.owners(), kind)
+            .and_then(|done| fsops::rename_in(&pfd, &tmp, name).map(|()| done))
             .map_err(|x| self.dest_err(path, x))?;
+        self.note_xattrs(path, done);
         self.other.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -177,6 +178,7 @@ mod tests {
             mtime_nsec: 0,
             uid: rustix::process::geteuid().as_raw(),
             gid: rustix::process::getegid().as_raw(),
+            xattrs: None,
         }
     }
 
@@ -186,7 +188,8 @@ mod tests {
         s.set_accept(Accept {
             keep_dirlinks: true,
             ..Accept::default()
-        });
+        })
+        .unwrap();
         s
     }
 

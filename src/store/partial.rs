@@ -294,7 +294,7 @@ impl Store {
         let tmp = fsops::partial_name(name);
         let named = fsops::create_new(pfd, &tmp, OFlags::WRONLY)?;
         copy_range(file, &named, file.metadata()?.len())?;
-        fsops::apply_meta_fd(&named, entry, self.as_root)?;
+        fsops::apply_meta_fd(&named, entry, self.owners())?;
         named.sync_all()?;
         fsops::rename_file_in(pfd, &tmp, name, &named)
     }
@@ -302,7 +302,8 @@ impl Store {
     /// fsync, metadata and rename of one complete file (runs on a finisher thread).
     pub(super) fn finalize_file(&self, state: &FileState, file: File) -> Result<()> {
         let err = |x| self.dest_err(&state.path, x);
-        fsops::apply_meta_fd(&file, &state.entry, self.as_root).map_err(err)?;
+        let done = fsops::apply_meta_fd(&file, &state.entry, self.owners()).map_err(err)?;
+        self.note_xattrs(&state.path, done);
         file.sync_all().map_err(err)?;
         let (parent, name) = state
             .path
@@ -488,6 +489,7 @@ mod tests {
             mtime_nsec: 7,
             uid: 0,
             gid: 0,
+            xattrs: None,
         }
     }
 

@@ -8,11 +8,15 @@
 
 use std::sync::atomic::Ordering;
 
-use rustix::fs::{AtFlags, FileType, Stat};
+use std::os::fd::AsFd;
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 
 use super::fsops;
 use super::state::Store;
-use crate::protocol::{Change, Entry, EntryKind, Item, ItemKind, SafeRelPath};
+use super::xattr;
+use crate::progress::escape_bytes;
+use crate::protocol::{Change, Entry, EntryKind, Item, ItemKind, SafeRelPath, Xattrs};
 
 impl Store {
     /// Collect an [`Item`] for every entry that changes (for `-v`/`-i`), taken with
@@ -40,6 +44,33 @@ impl Store {
             if let Ok(mut i) = self.items.lock() {
                 i.push(item);
             }
+        }
+    }
+
+    /// Counts a file whose extended attributes could not all be applied (remembering the
+    /// first), for the one warning [`Store::warn_xattrs`] prints.
+    pub(super) fn note_xattrs(&self, path: &SafeRelPath, done: xattr::Applied) {
+        let Some(e) = done.failed else { return };
+        if self.xattr_failed.fetch_add(1, Ordering::Relaxed) == 0 {
+            if let Ok(mut first) = self.xattr_first.lock() {
+                *first = Some(format!("{}: {e}", escape_bytes(path.as_bytes())));
+            }
+        }
+    }
+
+    /// One warning for the whole run when extended attributes could not be applied (a
+    /// file system without them, or a namespace this user may not set). Not an error:
+    /// the data and the rest of the metadata are there, as with rsync.
+    pub(super) fn warn_xattrs(&self) {
+        let n = self.xattr_failed.load(Ordering::Relaxed);
+        let first = self.xattr_first.lock().ok().and_then(|f| f.clone());
+        if let (1.., Some(first)) = (n, first) {
+            crate::progress::warn(&format!(
+                "extended attributes (ACLs, labels, user.*) not kept on {n} file{} here \
+                 (first: {first}): the file system or this user cannot set them; \
+                 --no-xattrs leaves them out",
+                if n == 1 { "" } else { "s" }
+            ));
         }
     }
 
@@ -122,13 +153,44 @@ impl Store {
                 });
                 change.content = now.as_ref().map(|t| t.as_bytes()) != Some(&target[..]);
                 change.time = mtime_differs;
+                (change.acls, change.xattrs) = self.xattrs_differ(path, e);
                 return;
             }
             _ => change.time = mtime_differs,
         }
+        (change.acls, change.xattrs) = self.xattrs_differ(path, e);
         change.perms = st.st_mode & 0o7777 != e.mode & 0o7777;
-        change.owner = self.as_root && st.st_uid != e.uid;
-        change.group = self.as_root && st.st_gid != e.gid;
+        let owners = self.owners();
+        change.owner = owners == fsops::Owners::Both && st.st_uid != e.uid;
+        change.group = owners != fsops::Owners::Neither && st.st_gid != e.gid;
+    }
+
+    /// Whether the ACLs, and the other extended attributes, at `path` differ from those
+    /// `e` brings (never, when it brings none: they are left alone).
+    fn xattrs_differ(&self, path: &SafeRelPath, e: &Entry) -> (bool, bool) {
+        let Some(want) = &e.xattrs else {
+            return (false, false);
+        };
+        let have = match path.split_last() {
+            None => xattr::read(xattr::Target::Fd(self.root.as_fd())),
+            Some((parent, name)) => self.at(&parent, fsops::open_dir).and_then(|pfd| {
+                let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+                let fd = rustix::fs::openat(&pfd, name, flags, Mode::empty())?;
+                xattr::read(xattr::Target::Path(fd.as_fd()))
+            }),
+        };
+        let Ok(have) = have else {
+            return (false, false);
+        };
+        let part = |x: &Xattrs, acl: bool| {
+            let mut x = x.clone();
+            x.retain(|n| n.starts_with(b"system.posix_acl_") == acl);
+            x
+        };
+        (
+            xattr::differs(&part(&have, true), &part(want, true)),
+            xattr::differs(&part(&have, false), &part(want, false)),
+        )
     }
 
     /// A dry run's account of `e` (whose `item` says what would change): counted as a
@@ -174,6 +236,7 @@ mod tests {
             mtime_nsec: 0,
             uid: 0,
             gid: 0,
+            xattrs: None,
         }
     }
 

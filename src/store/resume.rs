@@ -81,7 +81,8 @@ impl Store {
                 && st.st_mtime == e.mtime_sec
                 && st.st_mtime_nsec as u32 == e.mtime_nsec;
             if same && !opts.checksum {
-                fsops::apply_meta_fd(f, &e, self.as_root).map_err(err)?;
+                let done = fsops::apply_meta_fd(f, &e, self.owners()).map_err(err)?;
+                self.note_xattrs(&path, done);
                 self.unchanged_files.fetch_add(1, Ordering::Relaxed);
                 self.unchanged_bytes
                     .fetch_add(data_bytes, Ordering::Relaxed);

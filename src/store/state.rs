@@ -23,7 +23,7 @@ use crossbeam_channel::{Receiver, Sender};
 use super::fsops;
 use crate::error::{Error, Result};
 use crate::progress::Counters;
-use crate::protocol::{Accept, Entry, Item, ProtocolError, SafeRelPath, SyncOptions};
+use crate::protocol::{Accept, Chown, Entry, Item, ProtocolError, SafeRelPath, SyncOptions};
 
 /// A file whose last byte is written, with an open descriptor, ready to finish.
 pub(super) type Completed = (Arc<FileState>, File);
@@ -60,6 +60,8 @@ pub struct Store {
     pub(super) options: Mutex<(SyncOptions, [u8; 32])>,
     /// What this receiver keeps of the sender's metadata (its own choice).
     pub(super) accept: Mutex<Accept>,
+    /// `--chown`, resolved on this host.
+    pub(super) chown: Mutex<Chown>,
     /// How small files are created and named: anonymous files linked with
     /// [`fsops::Linker::EmptyPath`] (0) or [`fsops::Linker::ProcFd`] (1), or named
     /// partial files renamed into place (2) where neither works.
@@ -77,6 +79,9 @@ pub struct Store {
     pub(super) items: Mutex<Vec<Item>>,
     /// Bytes of files sent that were not sent (delta pieces, resumed ranges).
     pub(super) matched: AtomicU64,
+    /// Files whose extended attributes could not all be set, and the first of them.
+    pub(super) xattr_failed: AtomicU64,
+    pub(super) xattr_first: Mutex<Option<String>>,
     /// A dry run's root that does not exist: everything beneath it would be new.
     pub(super) absent: bool,
     /// The root was created by this run (so it counts as new, not as changed).
@@ -150,8 +155,22 @@ impl Store {
     }
 
     /// What this receiver keeps of the sender's metadata.
+    pub(super) fn chown(&self) -> Chown {
+        self.chown.lock().map(|c| *c).unwrap_or_default()
+    }
+
+    /// Which owner fields this receiver sets: both as root, the group alone when a user
+    /// gave `--chown :GROUP` (a group of its own), else neither.
+    pub(super) fn owners(&self) -> fsops::Owners {
+        match (self.as_root, self.chown().gid) {
+            (true, _) => fsops::Owners::Both,
+            (false, Some(_)) => fsops::Owners::Group,
+            (false, None) => fsops::Owners::Neither,
+        }
+    }
+
     pub(super) fn accept(&self) -> Accept {
-        self.accept.lock().map(|g| *g).unwrap_or_default()
+        self.accept.lock().map(|g| g.clone()).unwrap_or_default()
     }
 
     /// The block key the sender announced, for delta piece hashes.

@@ -31,6 +31,7 @@ fn entry(id: u64, path: &str, kind: EntryKind, mode: u32) -> Entry {
         mtime_nsec: 7,
         uid: 0,
         gid: 0,
+        xattrs: None,
     }
 }
 

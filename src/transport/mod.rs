@@ -51,7 +51,8 @@ pub use tunnel::Tunnel;
 /// [`TransportError::PeerIncompatible`]. 2: every frame tagged with the link key, control
 /// messages MACed, unit hashes over the segment table. 3: `Control::Keepalive` (pipe mode)
 /// and `Control::Protect` (filter rules for `--delete`) change the control message enum.
-pub const PROTOCOL_VERSION: u16 = 3;
+/// 4: manifest entries carry extended attributes, items the `a` and `x` columns.
+pub const PROTOCOL_VERSION: u16 = 4;
 
 /// Which kind of connection this is within one transfer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use haul::codec::{unit_hash, Compression, Encoder};
 use haul::protocol::{
     encode_data_header, hashed_parts, set_hash, Codec, Control, Entry, EntryKind, FrameKind,
-    Sealer, Segment, Summary, SyncOptions, Want, WantKind,
+    Sealer, Segment, Summary, SyncOptions, Want, WantKind, Xattr, Xattrs,
 };
 use haul::transport::{Secret, Ticket};
 
@@ -46,6 +46,7 @@ fn entry(id: u64, path: &str, kind: EntryKind) -> Entry {
         mtime_nsec: 123,
         uid: 1000,
         gid: 1000,
+        xattrs: None,
     }
 }
 
@@ -111,6 +112,25 @@ fn messages() -> Vec<(&'static str, Control)> {
                     },
                 ),
             ]),
+        ),
+        (
+            "entries-xattrs",
+            Control::Entries(vec![Entry {
+                xattrs: Some(
+                    Xattrs::new(vec![
+                        Xattr {
+                            name: b"user.mime_type".to_vec(),
+                            value: b"text/plain".to_vec(),
+                        },
+                        Xattr {
+                            name: b"system.posix_acl_access".to_vec(),
+                            value: vec![2, 0, 0, 0, 1, 0, 6, 0, 255, 255, 255, 255],
+                        },
+                    ])
+                    .expect("valid attributes"),
+                ),
+                ..file(8, "tagged", 10)
+            }]),
         ),
         (
             "need",
