@@ -1,8 +1,9 @@
 //! Extended attributes through the real binary: `user.*`, POSIX ACLs (set with `setfacl`),
 //! and as root `trusted.*` (on a symlink too) and file capabilities arrive with a local
-//! copy, send/recv and a push over ssh; a re-run brings changes to an unchanged file (and
+//! copy, send/recv, a push and a pull over ssh; a re-run brings changes to an unchanged file (and
 //! `-i` says `x`); `--no-xattrs` leaves them out; a destination file system without
-//! extended attributes gets one warning for the run and exit 0.
+//! extended attributes gets one warning for the run and exit 0; a receiver that is not
+//! root keeps `user.*` and ACLs and skips root's namespaces without a warning.
 //!
 //! Needs the `acl` package (`setfacl`) and root for the `trusted.*`, capability and ramfs
 //! parts: without them a test prints SKIPPED (and fails when `CI` is set).
@@ -185,8 +186,26 @@ fn send_and_recv_carry_xattrs_and_acls() {
     assert_same_xattrs(&src, &dest.join("src"));
 }
 
+/// `haul copy -e RSH --remote-haul HAUL ARGS...` through `sshd`, to completion.
+fn over_ssh(sshd: &Sshd, args: &[&OsStr]) {
+    let rsh = sshd.rsh();
+    let mut all: Vec<&OsStr> = vec![
+        "copy".as_ref(),
+        "-e".as_ref(),
+        rsh.as_ref(),
+        "--remote-haul".as_ref(),
+        haul_bin().as_ref(),
+    ];
+    all.extend_from_slice(args);
+    let out = Haul::new().run(&all);
+    if out.code() != Some(0) {
+        eprintln!("--- sshd log ---\n{}", sshd.log());
+    }
+    out.assert_code(0);
+}
+
 #[test]
-fn a_push_over_ssh_carries_xattrs_and_acls() {
+fn a_push_and_a_pull_over_ssh_carry_xattrs_and_acls() {
     let test = "xattrs_ssh";
     if !need(test, "setfacl (package acl)", have_setfacl()) {
         return;
@@ -196,25 +215,18 @@ fn a_push_over_ssh_carries_xattrs_and_acls() {
     };
     let tmp = tempfile::tempdir().unwrap();
     let src = source(tmp.path());
-    let dest = tmp.path().join("dest");
-    let rsh = sshd.rsh();
-    let far = PathBuf::from(format!("127.0.0.1:{}", dest.display()));
-    let args: [&OsStr; 6] = [
-        "copy".as_ref(),
-        "-e".as_ref(),
-        rsh.as_ref(),
-        "--remote-haul".as_ref(),
-        haul_bin().as_ref(),
-        src.as_os_str(),
-    ];
-    let mut all = args.to_vec();
-    all.push(far.as_os_str());
-    let out = Haul::new().run(&all);
-    if out.code() != Some(0) {
-        eprintln!("--- sshd log ---\n{}", sshd.log());
-    }
-    out.assert_code(0);
-    assert_same_xattrs(&src, &dest.join("src"));
+    let far = |p: &Path| PathBuf::from(format!("127.0.0.1:{}", p.display()));
+    let pushed = tmp.path().join("pushed");
+    over_ssh(&sshd, &[src.as_os_str(), far(&pushed).as_os_str()]);
+    assert_same_xattrs(&src, &pushed.join("src"));
+    let pulled = tmp.path().join("pulled");
+    over_ssh(&sshd, &[far(&src).as_os_str(), pulled.as_os_str()]);
+    assert_same_xattrs(&src, &pulled.join("src"));
+    // --no-xattrs reaches the far sender of a pull.
+    let bare = tmp.path().join("bare");
+    let no: &OsStr = "--no-xattrs".as_ref();
+    over_ssh(&sshd, &[no, far(&src).as_os_str(), bare.as_os_str()]);
+    assert_eq!(xattrs_of(&bare.join("src/dir/f.txt")), BTreeMap::new());
 }
 
 /// A ramfs (it takes no extended attributes), unmounted on drop.
@@ -264,4 +276,45 @@ fn a_destination_without_xattrs_gets_one_warning_and_exit_0() {
     assert_eq!(fs::read(fs_.0.path().join("src/b")).unwrap(), b"b");
     // The directory had none: nothing to warn about.
     copy(&[&src], fs_.0.path(), &["--no-xattrs"]).assert_code(0);
+}
+
+#[test]
+fn a_users_receiver_keeps_user_xattrs_and_acls_and_skips_root_only_ones_quietly() {
+    let test = "xattrs_as_user";
+    if !need(test, "setfacl (package acl)", have_setfacl())
+        || !need(test, "root, to run as another user", is_root())
+    {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let src = source(tmp.path());
+    // Readable by nobody (the ACLs above give user 1234 more, not others less).
+    let chmod = Command::new("chmod")
+        .args(["-R", "a+rX"])
+        .arg(tmp.path())
+        .status()
+        .unwrap();
+    assert!(chmod.success());
+    let dst = tmp.path().join("dst");
+    fs::create_dir(&dst).unwrap();
+    std::os::unix::fs::chown(&dst, Some(65534), Some(65534)).unwrap();
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            haul_bin(),
+        ])
+        .arg("copy")
+        .arg(&src)
+        .arg(&dst)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("extended attributes"), "{stderr}");
+    let f = dst.join("src/dir/f.txt");
+    assert_eq!(xattrs_of(&f), xattrs_of(&src.join("dir/f.txt")));
+    // The capability (security.*) is root's to give: not there, and no warning about it.
+    assert_eq!(xattrs_of(&dst.join("src/tool")), BTreeMap::new());
 }

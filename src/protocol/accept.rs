@@ -83,7 +83,7 @@ impl Accept {
     /// entry is skipped. An owner or group not kept also drops the set-id bits of anything
     /// but a directory: they would grant the receiving user's rights, not the sender's; an
     /// owner not kept drops `security.*` attributes for the same reason. A receiver that
-    /// is not root drops `trusted.*`, which only root may set. `chown` (`--chown`,
+    /// is not root drops `trusted.*` and `security.*`, which only root may set. `chown` (`--chown`,
     /// resolved) replaces the owner and group like `--no-owner`/`--no-group` do, with its
     /// own instead of the receiving user's.
     pub fn apply(&self, e: &mut Entry, (uid, gid): (u32, u32), chown: Chown) -> bool {
@@ -95,10 +95,13 @@ impl Accept {
         let owner = self.owner && chown.uid.is_none();
         let group = self.group && chown.gid.is_none();
         if let Some(x) = &mut e.xattrs {
-            // trusted.* is root's alone; security.* (file capabilities, SELinux labels)
-            // grants rights like set-id bits do, so it goes with the sender's owner.
+            // trusted.* is root's alone, and so in practice is security.* (setting
+            // capabilities or labels needs privileges): a user's receiver drops both, as
+            // rsync's does, rather than warn about every labelled file. security.* grants
+            // rights like set-id bits do, so it also goes with the sender's owner.
             x.retain(|n| {
-                !(n.starts_with(b"trusted.") && uid != 0 || n.starts_with(b"security.") && !owner)
+                let security = n.starts_with(b"security.");
+                !((n.starts_with(b"trusted.") || security) && uid != 0 || security && !owner)
             });
         }
         let dir = matches!(e.kind, EntryKind::Dir);
@@ -194,10 +197,7 @@ mod tests {
             x.list().iter().map(|x| x.name.clone()).collect::<Vec<_>>()
         };
         assert_eq!(kept(Accept::default(), 0).len(), 3);
-        assert_eq!(
-            kept(Accept::default(), 1000),
-            [b"security.capability".to_vec(), b"user.a".to_vec()]
-        );
+        assert_eq!(kept(Accept::default(), 1000), [b"user.a".to_vec()]);
         let no_owner = Accept {
             owner: false,
             ..Accept::default()

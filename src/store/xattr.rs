@@ -72,18 +72,26 @@ impl Target<'_> {
 /// system without extended attributes. An attribute removed between listing and reading
 /// is left out.
 pub fn read(t: Target<'_>) -> io::Result<Xattrs> {
-    let mut names = vec![0u8; LIST_MAX];
-    let len = match t.list(&mut names) {
-        Ok(n) => n,
-        Err(Errno::NOTSUP) => 0,
+    // Most files have no or few attributes: a small list buffer on the stack, and the
+    // largest one Linux can return only when that is too small.
+    let mut small = [0u8; 1024];
+    let mut big = Vec::new();
+    let names = match t.list(&mut small) {
+        Ok(n) => &small[..n],
+        Err(Errno::RANGE) => {
+            big.resize(LIST_MAX, 0);
+            let n = t.list(&mut big)?;
+            &big[..n]
+        }
+        Err(Errno::NOTSUP) => &[][..],
         Err(e) => return Err(e.into()),
     };
     let mut out = Vec::new();
-    if len == 0 {
+    if names.is_empty() {
         return Ok(Xattrs::default());
     }
     let mut value = vec![0u8; MAX_XATTR_VALUE];
-    for name in names[..len].split(|&b| b == 0).filter(|n| known_name(n)) {
+    for name in names.split(|&b| b == 0).filter(|n| known_name(n)) {
         let n = match t.get(name, &mut value) {
             Ok(n) => n,
             Err(Errno::NODATA) => continue,
@@ -232,5 +240,11 @@ mod tests {
         let fewer = xs(&[("user.b", "2")]);
         assert!(apply(Target::Fd(f.as_fd()), &fewer).changed);
         assert_eq!(read(Target::Fd(f.as_fd())).unwrap(), fewer);
+        // More names than the small list buffer holds.
+        let names: Vec<String> = (0..40).map(|i| format!("user.{i:0>40}")).collect();
+        let many = xs(&names.iter().map(|n| (n.as_str(), "v")).collect::<Vec<_>>());
+        let done = apply(Target::Fd(f.as_fd()), &many);
+        assert!(done.failed.is_none(), "{:?}", done.failed);
+        assert_eq!(read(Target::Fd(f.as_fd())).unwrap(), many);
     }
 }
