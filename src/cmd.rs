@@ -5,6 +5,7 @@
 
 mod docs;
 mod pipe;
+mod shards;
 mod ticket;
 
 use std::io::Write;
@@ -111,6 +112,7 @@ fn run_command(cfg: &Config) -> Result<()> {
                 Outcome::Between => Ok(()),
             }
         }
+        Command::Plan(job) => shards::run(job, cfg),
         Command::Limit { rate, pid } => run_limit(*rate, *pid),
         Command::Completions(shell) => docs::completions(*shell, &mut std::io::stdout().lock()),
         Command::Man => docs::man(&mut std::io::stdout().lock()),

@@ -10,6 +10,7 @@ mod accept;
 mod location;
 mod pipe;
 mod select;
+mod shard;
 mod size;
 
 use std::net::{IpAddr, SocketAddr};
@@ -27,6 +28,7 @@ pub use location::{
     parse_listen, parse_location, split_command, Location, RemoteCopy, RemotePath, SpecError,
 };
 pub use pipe::{Pipe, PipeCopy, DEFAULT_PIPE_BUFFER, MAX_PIPE_BUFFER};
+pub use shard::{read_shard_file, PlanJob};
 pub use size::{parse_rate, parse_size};
 
 use crate::receive::pipe::PipeTo;
@@ -186,6 +188,8 @@ pub enum Command {
         /// What the receiving side keeps of the sender's metadata.
         accept: Accept,
     },
+    /// `haul plan`: write shard files, or check that they arrived.
+    Plan(PlanJob),
     /// Change a running transfer's cap.
     Limit {
         /// The new cap (`None`: off).
@@ -224,7 +228,8 @@ pub struct Config {
 impl Config {
     /// Validates the parsed command line.
     pub fn from_cli(cli: Cli) -> Result<Config> {
-        let command = match cli.command {
+        let (cli, shard) = shard::take(cli)?;
+        let mut command = match cli.command {
             CommandArgs::Recv {
                 dir,
                 stream,
@@ -333,6 +338,7 @@ impl Config {
                 }
                 None => copy_command(paths, &transfer, accept::accept_config(&accept)?, &remote)?,
             },
+            CommandArgs::Plan(p) => Command::Plan(shard::plan_job(p)?),
             CommandArgs::Serve { probe, uploaded } => Command::Serve { probe, uploaded },
             CommandArgs::Completions { shell } => Command::Completions(shell),
             CommandArgs::Man => Command::Man,
@@ -344,6 +350,7 @@ impl Config {
                 pid,
             },
         };
+        attach_shard(&mut command, shard)?;
         Ok(Config {
             command,
             quiet: cli.quiet,
@@ -434,6 +441,30 @@ fn copy_command(
     })
 }
 
+/// Gives the walk of `command` the shard's list (`--shard`) and the plan's symlink rule.
+fn attach_shard(command: &mut Command, shard: Option<shard::Shard>) -> Result<()> {
+    let Some(shard) = shard else {
+        return Ok(());
+    };
+    let transfer = match command {
+        Command::Copy { transfer, .. }
+        | Command::Send { transfer, .. }
+        | Command::Remote {
+            plan: RemoteCopy::Push { .. },
+            transfer,
+            ..
+        } => transfer,
+        _ => {
+            return Err(Error::Usage(
+                "--shard copies to a local or host:DST directory".into(),
+            ))
+        }
+    };
+    transfer.select.shard = Some(std::sync::Arc::new(shard.list));
+    transfer.select.links = shard.links;
+    Ok(())
+}
+
 fn ssh_options(r: &RemoteArgs) -> Result<SshOptions> {
     let rsh = split_command(r.rsh.as_deref().unwrap_or("ssh")).map_err(|e| Error::Usage(e.0))?;
     let remote_haul = r.remote_haul.clone().unwrap_or_else(|| "haul".into());
@@ -513,64 +544,4 @@ fn transfer_config(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn cfg(args: &[&str]) -> Result<Config> {
-        use clap::Parser;
-        let mut all = vec!["haul"];
-        all.extend_from_slice(args);
-        Config::from_cli(Cli::try_parse_from(all).unwrap())
-    }
-
-    #[test]
-    fn copy_picks_local_push_pull_or_between() {
-        let c = cfg(&["copy", "/a", "/b"]).unwrap();
-        assert!(matches!(c.command, Command::Copy { .. }));
-        let c = cfg(&["copy", "/a", "./x:y"]).unwrap();
-        assert!(matches!(c.command, Command::Copy { .. }));
-        let c = cfg(&["copy", "-e", "ssh -p 2222", "/a", "u@db2:/d", "--no-owner"]).unwrap();
-        let Command::Remote {
-            plan,
-            ssh,
-            transfer,
-            accept,
-        } = c.command
-        else {
-            panic!()
-        };
-        assert!(matches!(plan, RemoteCopy::Push { .. }));
-        assert!(!accept.owner && accept.group && accept.devices);
-        assert_eq!(ssh.rsh, ["ssh", "-p", "2222"]);
-        assert_eq!(ssh.remote_haul, "haul");
-        assert!(transfer.encrypt);
-        let c = cfg(&["copy", "db1:/a", "db1:/b", "/d", "--no-encrypt"]).unwrap();
-        let Command::Remote { plan, transfer, .. } = c.command else {
-            panic!()
-        };
-        assert!(matches!(plan, RemoteCopy::Pull { .. }));
-        assert!(!transfer.encrypt);
-        let c = cfg(&["copy", "db1:/a", "[::1]:/b"]).unwrap();
-        assert!(matches!(
-            c.command,
-            Command::Remote {
-                plan: RemoteCopy::Between { .. },
-                ..
-            }
-        ));
-    }
-
-    #[test]
-    fn copy_refuses_mixed_or_bad_remote_forms() {
-        for args in [
-            &["copy", "/a", "db1:/b", "/d"][..],
-            &["copy", "db1:/a", "db2:/b", "/d"],
-            &["copy", "/a", "h::mod"],
-            &["copy", "/a", "/b", "--via-ssh"],
-            &["copy", "-e", "ssh 'x", "/a", "h:/b"],
-        ] {
-            let e = cfg(args).unwrap_err();
-            assert_eq!(e.exit_code(), crate::error::exit::USAGE, "{args:?}: {e}");
-        }
-    }
-}
+mod tests;

@@ -1,0 +1,61 @@
+//! Unit tests of the configuration (kept apart so mod.rs stays short).
+
+use super::*;
+
+fn cfg(args: &[&str]) -> Result<Config> {
+    use clap::Parser;
+    let mut all = vec!["haul"];
+    all.extend_from_slice(args);
+    Config::from_cli(Cli::try_parse_from(all).unwrap())
+}
+
+#[test]
+fn copy_picks_local_push_pull_or_between() {
+    let c = cfg(&["copy", "/a", "/b"]).unwrap();
+    assert!(matches!(c.command, Command::Copy { .. }));
+    let c = cfg(&["copy", "/a", "./x:y"]).unwrap();
+    assert!(matches!(c.command, Command::Copy { .. }));
+    let c = cfg(&["copy", "-e", "ssh -p 2222", "/a", "u@db2:/d", "--no-owner"]).unwrap();
+    let Command::Remote {
+        plan,
+        ssh,
+        transfer,
+        accept,
+    } = c.command
+    else {
+        panic!()
+    };
+    assert!(matches!(plan, RemoteCopy::Push { .. }));
+    assert!(!accept.owner && accept.group && accept.devices);
+    assert_eq!(ssh.rsh, ["ssh", "-p", "2222"]);
+    assert_eq!(ssh.remote_haul, "haul");
+    assert!(transfer.encrypt);
+    let c = cfg(&["copy", "db1:/a", "db1:/b", "/d", "--no-encrypt"]).unwrap();
+    let Command::Remote { plan, transfer, .. } = c.command else {
+        panic!()
+    };
+    assert!(matches!(plan, RemoteCopy::Pull { .. }));
+    assert!(!transfer.encrypt);
+    let c = cfg(&["copy", "db1:/a", "[::1]:/b"]).unwrap();
+    assert!(matches!(
+        c.command,
+        Command::Remote {
+            plan: RemoteCopy::Between { .. },
+            ..
+        }
+    ));
+}
+
+#[test]
+fn copy_refuses_mixed_or_bad_remote_forms() {
+    for args in [
+        &["copy", "/a", "db1:/b", "/d"][..],
+        &["copy", "db1:/a", "db2:/b", "/d"],
+        &["copy", "/a", "h::mod"],
+        &["copy", "/a", "/b", "--via-ssh"],
+        &["copy", "-e", "ssh 'x", "/a", "h:/b"],
+    ] {
+        let e = cfg(args).unwrap_err();
+        assert_eq!(e.exit_code(), crate::error::exit::USAGE, "{args:?}: {e}");
+    }
+}
