@@ -82,7 +82,7 @@ pub enum CommandArgs {
     Send {
         /// Files or directories; `dir/` sends the contents of dir (as rsync does); `-`
         /// alone sends standard input as one stream.
-        #[arg(required_unless_present = "from_command", value_name = "PATH")]
+        #[arg(required_unless_present_any = ["from_command", "shard"], value_name = "PATH")]
         paths: Vec<PathBuf>,
         /// Send the standard output of this command as one stream (run with sh -c; it
         /// must exit 0, or the transfer fails on both sides).
@@ -143,6 +143,9 @@ pub enum CommandArgs {
         #[arg(long, value_name = "N")]
         streams: Option<usize>,
     },
+    /// Split sources into N byte-balanced shard files for a scheduler (`haul copy --shard
+    /// FILE DST` moves one); `haul plan --check DIR DST` confirms they all arrived.
+    Plan(PlanArgs),
     /// Change the bandwidth cap of a running `haul send` or `haul copy` of yours.
     Limit {
         /// Bytes per second (K, M, G: KiB, MiB, GiB), or `off`.
@@ -337,6 +340,26 @@ pub struct TransferArgs {
     pub filter: FilterArgs,
 }
 
+/// `haul plan`.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// SRC...: the sources, as `haul copy` takes them; with --check: DIR DST.
+    #[arg(required = true, value_name = "SRC...|DIR DST")]
+    pub paths: Vec<PathBuf>,
+    /// How many shards to write (1 to 65536).
+    #[arg(long, value_name = "N", required_unless_present = "check")]
+    pub shards: Option<u32>,
+    /// The directory to write shard-0 … shard-N-1 into (created if missing).
+    #[arg(long, value_name = "DIR", required_unless_present = "check")]
+    pub out: Option<PathBuf>,
+    /// Confirm that every shard of the plan in DIR arrived in DST (the union is the
+    /// plan, nothing twice, every entry there with its type and size).
+    #[arg(long, conflicts_with_all = ["shards", "out"])]
+    pub check: bool,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+}
+
 /// What to send of the sources (rsync's spellings and rules).
 #[derive(Debug, Args)]
 pub struct FilterArgs {
@@ -369,6 +392,10 @@ pub struct FilterArgs {
     /// Follow only symlinks that point outside the transfer (absolute, or above it).
     #[arg(long)]
     pub copy_unsafe_links: bool,
+    /// Move exactly the entries of this shard file (written by `haul plan`), from the
+    /// plan's sources (no SRC arguments).
+    #[arg(long, value_name = "FILE")]
+    pub shard: Option<PathBuf>,
     /// Send no extended attributes (ACLs, SELinux labels, capabilities, user.*); the
     /// destination's are left as they are.
     #[arg(long)]
@@ -430,6 +457,7 @@ where
     let (sub, filter) = match &mut cli.command {
         CommandArgs::Send { transfer, .. } => ("send", &mut transfer.filter),
         CommandArgs::Copy { transfer, .. } => ("copy", &mut transfer.filter),
+        CommandArgs::Plan(p) => ("plan", &mut p.filter),
         _ => return Ok(cli),
     };
     let Some(m) = m.subcommand_matches(sub) else {

@@ -6,6 +6,7 @@
 mod docs;
 mod pipe;
 mod probe;
+mod shards;
 mod ticket;
 
 use std::io::Write;
@@ -112,6 +113,7 @@ fn run_command(cfg: &Config) -> Result<()> {
                 Outcome::Between => Ok(()),
             }
         }
+        Command::Plan(job) => shards::run(job, cfg),
         Command::Limit { rate, pid } => run_limit(*rate, *pid),
         Command::Probe(p) => probe::run_probe(p, cfg),
         Command::Completions(shell) => docs::completions(*shell, &mut std::io::stdout().lock()),

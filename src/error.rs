@@ -34,6 +34,9 @@ pub mod exit {
     /// Some source files kept changing while being read and were not sent; the rest
     /// arrived (like rsync's 24).
     pub const CHANGED: i32 = 24;
+    /// `plan --check`: entries of the plan are missing or differ at the destination,
+    /// or the shard lists overlap.
+    pub const INCOMPLETE: i32 = 25;
 }
 
 /// Everything that can make a transfer fail.
@@ -119,6 +122,14 @@ pub enum Error {
         /// The first of them.
         first: String,
     },
+    /// `plan --check` found the destination short of the plan.
+    #[error("{count} entries of the plan are missing or differ at the destination: {first}")]
+    Incomplete {
+        /// How many.
+        count: u64,
+        /// The first few, with what is wrong, escaped.
+        first: String,
+    },
     /// Already reported to the user (on the far end of a remote copy: in its final line);
     /// only the exit code is left.
     #[error("exit status {code}")]
@@ -152,6 +163,7 @@ impl Error {
             Error::Transport(t) => t.exit_code(),
             Error::Partial { .. } => exit::PARTIAL,
             Error::Changed { .. } => exit::CHANGED,
+            Error::Incomplete { .. } => exit::INCOMPLETE,
             Error::Io { .. } => exit::OTHER,
         }
     }

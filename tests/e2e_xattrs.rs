@@ -1,6 +1,6 @@
 //! Extended attributes through the real binary: `user.*`, POSIX ACLs (set with `setfacl`),
 //! and as root `trusted.*` (on a symlink too) and file capabilities arrive with a local
-//! copy, send/recv and a push over ssh; a re-run brings changes to an unchanged file (and
+//! copy, send/recv, a push and a pull over ssh; a re-run brings changes to an unchanged file (and
 //! `-i` says `x`); `--no-xattrs` leaves them out; a destination file system without
 //! extended attributes gets one warning for the run and exit 0; a receiver that is not
 //! root keeps `user.*` and ACLs and skips root's namespaces without a warning.
@@ -186,8 +186,26 @@ fn send_and_recv_carry_xattrs_and_acls() {
     assert_same_xattrs(&src, &dest.join("src"));
 }
 
+/// `haul copy -e RSH --remote-haul HAUL ARGS...` through `sshd`, to completion.
+fn over_ssh(sshd: &Sshd, args: &[&OsStr]) {
+    let rsh = sshd.rsh();
+    let mut all: Vec<&OsStr> = vec![
+        "copy".as_ref(),
+        "-e".as_ref(),
+        rsh.as_ref(),
+        "--remote-haul".as_ref(),
+        haul_bin().as_ref(),
+    ];
+    all.extend_from_slice(args);
+    let out = Haul::new().run(&all);
+    if out.code() != Some(0) {
+        eprintln!("--- sshd log ---\n{}", sshd.log());
+    }
+    out.assert_code(0);
+}
+
 #[test]
-fn a_push_over_ssh_carries_xattrs_and_acls() {
+fn a_push_and_a_pull_over_ssh_carry_xattrs_and_acls() {
     let test = "xattrs_ssh";
     if !need(test, "setfacl (package acl)", have_setfacl()) {
         return;
@@ -197,25 +215,18 @@ fn a_push_over_ssh_carries_xattrs_and_acls() {
     };
     let tmp = tempfile::tempdir().unwrap();
     let src = source(tmp.path());
-    let dest = tmp.path().join("dest");
-    let rsh = sshd.rsh();
-    let far = PathBuf::from(format!("127.0.0.1:{}", dest.display()));
-    let args: [&OsStr; 6] = [
-        "copy".as_ref(),
-        "-e".as_ref(),
-        rsh.as_ref(),
-        "--remote-haul".as_ref(),
-        haul_bin().as_ref(),
-        src.as_os_str(),
-    ];
-    let mut all = args.to_vec();
-    all.push(far.as_os_str());
-    let out = Haul::new().run(&all);
-    if out.code() != Some(0) {
-        eprintln!("--- sshd log ---\n{}", sshd.log());
-    }
-    out.assert_code(0);
-    assert_same_xattrs(&src, &dest.join("src"));
+    let far = |p: &Path| PathBuf::from(format!("127.0.0.1:{}", p.display()));
+    let pushed = tmp.path().join("pushed");
+    over_ssh(&sshd, &[src.as_os_str(), far(&pushed).as_os_str()]);
+    assert_same_xattrs(&src, &pushed.join("src"));
+    let pulled = tmp.path().join("pulled");
+    over_ssh(&sshd, &[far(&src).as_os_str(), pulled.as_os_str()]);
+    assert_same_xattrs(&src, &pulled.join("src"));
+    // --no-xattrs reaches the far sender of a pull.
+    let bare = tmp.path().join("bare");
+    let no: &OsStr = "--no-xattrs".as_ref();
+    over_ssh(&sshd, &[no, far(&src).as_os_str(), bare.as_os_str()]);
+    assert_eq!(xattrs_of(&bare.join("src/dir/f.txt")), BTreeMap::new());
 }
 
 /// A ramfs (it takes no extended attributes), unmounted on drop.

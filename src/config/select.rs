@@ -60,6 +60,7 @@ pub(super) fn selection(a: &FilterArgs, delete: bool) -> Result<Selection> {
         },
         one_file_system: a.one_file_system,
         quiet: false,
+        shard: None,
         no_xattrs: a.no_xattrs,
     })
 }

@@ -1,4 +1,4 @@
-//! Unit tests of the validated configuration.
+//! Unit tests of the configuration (kept apart so mod.rs stays short).
 
 use super::*;
 

@@ -3,8 +3,10 @@
 //! rsync's destination layout rules, and what the walk selects (filters, --files-from,
 //! symlinks followed, -x).
 
+pub mod balance;
 mod extents;
 pub mod layout;
 pub mod queue;
 pub mod select;
+pub mod shard;
 pub mod walk;

@@ -6,6 +6,7 @@
 //! far end), and the matching of rules (`protocol::filter`, which the receiver shares).
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -26,6 +27,10 @@ pub struct Selection {
     pub one_file_system: bool,
     /// `-q`: no warning for symlinks that lead outside the source.
     pub quiet: bool,
+    /// `--shard FILE`: only the entries this shard of a plan lists, and the directories
+    /// on the way to them. Never crosses the wire (a shard is walked where it was read).
+    #[serde(skip)]
+    pub shard: Option<Arc<ShardList>>,
     /// `--no-xattrs`: send no extended attributes (the receiver leaves its own alone).
     pub no_xattrs: bool,
 }
@@ -49,6 +54,16 @@ impl Selection {
             Links::Keep => false,
             Links::CopyAll => true,
             Links::CopyUnsafe => unsafe_symlink(target, rel),
+        }
+    }
+
+    /// How the entry at `rel` (its transfer path; `base`: where the path inside source
+    /// number `source` starts) stands to `--files-from` or `--shard`.
+    pub fn listed(&self, source: usize, rel: &[u8], base: usize) -> Listed {
+        match (&self.files_from, &self.shard) {
+            (Some(list), _) => list.listed(rel),
+            (None, Some(shard)) => shard.listed(source, rel.get(base..).unwrap_or_default()),
+            (None, None) => Listed::Yes,
         }
     }
 
@@ -148,6 +163,61 @@ impl FileList {
             Some(p) if p.starts_with(&prefix) => Listed::Parent,
             _ => Listed::No,
         }
+    }
+}
+
+/// What one shard of a plan lists (`plan::shard`), as the walk asks it: per source,
+/// the paths inside it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ShardList {
+    sources: Vec<BTreeSet<Vec<u8>>>,
+}
+
+impl ShardList {
+    /// The list of `paths`, each `(source index, path inside it)`, in a plan of
+    /// `sources` sources.
+    pub fn new(sources: usize, paths: impl Iterator<Item = (usize, Vec<u8>)>) -> ShardList {
+        let mut sets = vec![BTreeSet::new(); sources];
+        for (source, path) in paths {
+            if let Some(set) = sets.get_mut(source) {
+                set.insert(path);
+            }
+        }
+        ShardList { sources: sets }
+    }
+
+    /// How the entry at `inside` (its path inside source `source`; empty: the source
+    /// itself) stands to this shard: listed (`Yes`: sent, its children only if listed
+    /// themselves), on the way to a listed entry (`Parent`), or neither.
+    pub fn listed(&self, source: usize, inside: &[u8]) -> Listed {
+        let Some(set) = self.sources.get(source) else {
+            return Listed::No;
+        };
+        if set.contains(inside) {
+            return Listed::Yes;
+        }
+        if inside.is_empty() {
+            return if set.is_empty() {
+                Listed::No
+            } else {
+                Listed::Parent
+            };
+        }
+        let mut prefix = inside.to_vec();
+        prefix.push(b'/');
+        match set.range(prefix.clone()..).next() {
+            Some(p) if p.starts_with(&prefix) => Listed::Parent,
+            _ => Listed::No,
+        }
+    }
+
+    /// The listed paths of source `source`.
+    pub fn paths(&self, source: usize) -> impl Iterator<Item = &[u8]> {
+        self.sources
+            .get(source)
+            .into_iter()
+            .flatten()
+            .map(|p| p.as_slice())
     }
 }
 

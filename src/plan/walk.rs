@@ -144,6 +144,41 @@ pub fn walk(
     sources: &[Source],
     select: &Selection,
     mut emit: impl FnMut(Walked) -> bool,
+    skip: impl FnMut(Skipped),
+) -> Result<()> {
+    walk_from(sources, select, |_, w| emit(w), skip)
+}
+
+/// Where a walked entry comes from: which source, and where the path inside it starts
+/// in the entry's path (after the source's name and its `/`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Origin {
+    /// Index into the sources.
+    pub source: usize,
+    /// Bytes of the entry's path before the path inside the source.
+    pub base: usize,
+}
+
+/// The path of `source`'s own entry in the transfer (empty: its contents go into the
+/// destination root), given whether it is a directory: rsync's rule, and `file/` is
+/// the file itself.
+pub fn root_rel(source: &Source, is_dir: bool) -> Vec<u8> {
+    match &source.dest_name {
+        Some(name) => name.clone(),
+        None if !is_dir => source
+            .path
+            .file_name()
+            .map(|n| n.as_bytes().to_vec())
+            .unwrap_or_default(),
+        None => Vec::new(),
+    }
+}
+
+/// [`walk`], telling `emit` where each entry comes from (the plan of shards needs it).
+pub fn walk_from(
+    sources: &[Source],
+    select: &Selection,
+    mut emit: impl FnMut(Origin, Walked) -> bool,
     mut skip: impl FnMut(Skipped),
 ) -> Result<()> {
     select.check(sources.len())?;
@@ -153,32 +188,23 @@ pub fn walk(
         select,
         root_dev: 0,
         base: 0,
+        source: 0,
         ancestors: Vec::new(),
         outside: 0,
         pending: Vec::new(),
     };
-    for s in sources {
+    for (i, s) in sources.iter().enumerate() {
         let meta = fs::symlink_metadata(&s.path).map_err(|e| Error::Source {
             path: s.path.clone(),
             source: e,
         })?;
-        let (rel, base) = match &s.dest_name {
-            // --files-from: the listed paths are relative to the source directory.
-            _ if select.files_from.is_some() => (Vec::new(), 0),
-            Some(name) => (name.clone(), name.len() + 1),
-            // `file/` is not a thing; treat as the file itself.
-            None if !meta.is_dir() => {
-                let name = s
-                    .path
-                    .file_name()
-                    .map(|n| n.as_bytes().to_vec())
-                    .unwrap_or_default();
-                let base = name.len() + 1;
-                (name, base)
-            }
-            None => (Vec::new(), 0),
+        // --files-from: the listed paths are relative to the source directory.
+        let rel = match select.files_from {
+            Some(_) => Vec::new(),
+            None => root_rel(s, meta.is_dir()),
         };
-        w.base = base;
+        let base = if rel.is_empty() { 0 } else { rel.len() + 1 };
+        (w.base, w.source) = (base, i);
         let Some((path, meta)) = w.follow(s.path.clone(), &rel, meta, &mut skip) else {
             continue;
         };
@@ -189,21 +215,22 @@ pub fn walk(
                         .into(),
                 ));
             }
-            for p in list.paths().filter(|p| !p.is_empty()) {
-                let listed = path.join(std::ffi::OsStr::from_bytes(p));
-                if let Err(error) = fs::symlink_metadata(&listed) {
-                    skip(Skipped {
-                        path: listed,
-                        error,
-                    });
-                }
+            missing(&path, list.paths(), &mut skip);
+        }
+        if let Some(shard) = &select.shard {
+            missing(&path, shard.paths(i), &mut skip);
+            match select.listed(i, &rel, base) {
+                Listed::No => continue,
+                Listed::Parent if !meta.is_dir() => continue,
+                _ => {}
             }
         }
         if select.filter.excluded(&rel, meta.is_dir()) {
             continue;
         }
         w.root_dev = meta.dev();
-        if !w.visit(&path, rel, &meta, &mut emit, &mut skip) {
+        let origin = Origin { source: i, base };
+        if !w.visit(&path, rel, &meta, &mut |x| emit(origin, x), &mut skip) {
             return Ok(());
         }
     }
@@ -214,6 +241,23 @@ pub fn walk(
         ));
     }
     Ok(())
+}
+
+/// Reports each of `listed` (paths inside the source at `root`) that is not there.
+fn missing<'a>(
+    root: &Path,
+    listed: impl Iterator<Item = &'a [u8]>,
+    skip: &mut impl FnMut(Skipped),
+) {
+    for p in listed.filter(|p| !p.is_empty()) {
+        let listed = root.join(std::ffi::OsStr::from_bytes(p));
+        if let Err(error) = fs::symlink_metadata(&listed) {
+            skip(Skipped {
+                path: listed,
+                error,
+            });
+        }
+    }
 }
 
 /// Symlinks pointing outside the source named in a warning each; the rest are counted.
@@ -229,6 +273,8 @@ struct Walker<'a> {
     /// Bytes of the current source's name and its `/` at the start of each path: what
     /// follows is the path inside the source.
     base: usize,
+    /// The index of the current source.
+    source: usize,
     /// (dev, ino) of the directories being walked, outermost first: a followed symlink
     /// to one of them would loop.
     ancestors: Vec<(u64, u64)>,
@@ -376,10 +422,7 @@ impl Walker<'_> {
         rel: &[u8],
         skip: &mut impl FnMut(Skipped),
     ) -> Option<(PathBuf, fs::Metadata)> {
-        let listed = match &self.select.files_from {
-            Some(list) => list.listed(rel),
-            None => Listed::Yes,
-        };
+        let listed = self.select.listed(self.source, rel, self.base);
         if listed == Listed::No {
             return None;
         }
@@ -526,7 +569,10 @@ impl Walker<'_> {
                 rdev: meta.rdev(),
             }
         } else {
-            crate::progress::warn(&format!("skipping socket {}", path.display()));
+            crate::progress::warn(&format!(
+                "skipping socket {}",
+                crate::progress::shown_path(path)
+            ));
             return None;
         };
         let mut entry = make_entry(id, rel, kind, meta);

@@ -290,6 +290,7 @@ mod tests {
                     links: crate::plan::select::Links::CopyUnsafe,
                     one_file_system: true,
                     quiet: false,
+                    shard: None,
                     no_xattrs: true,
                 },
                 limit: Some(10 << 20),
