@@ -34,9 +34,8 @@ ALL_LINKS = ("unshaped", "10gbit", "1gbit", "100mbit")
 # --quick runs every method on the unshaped link, and these on the shaped one (time budget).
 QUICK_SHAPED_METHODS = ("haul", "haul-none", "rsync-z", "tar-nc", "iperf3",
                         "haul-pipe", "nc")
-# Methods run only when asked for by name (none now: plain haul picks its codec itself,
-# and every fixed codec is a variant to compare it with).
-NOT_BY_DEFAULT = ()
+# `haul --compress zstd` is what plain `haul` does across a network: run only when asked.
+NOT_BY_DEFAULT = ("haul-zstd",)
 
 # Sizes per mode: the defaults for a 2-core, 24 GB machine, and tiny ones for --quick.
 SIZES = {

@@ -85,6 +85,7 @@ METHODS = {m.id: m for m in (
     Method("haul-none", ("--compress", "none")),
     Method("haul-zstd", ("--compress", "zstd")),
     Method("haul-zstd3", ("--compress", "zstd:3")),
+    Method("haul-auto", ("--compress", "auto")),
     # The one command across hosts: ssh starts the far end, data flows over direct TCP.
     Method("haul-ssh", (), needs=("ssh", "sshd"), ssh=True),
     Method("scp", needs=("scp", "ssh", "sshd"), ssh=True),

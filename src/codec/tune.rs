@@ -48,10 +48,12 @@ pub const LADDER: [Compression; 5] = [
 
 /// Where a stream starts: the fixed default of earlier versions.
 const START: usize = 2;
-/// Weight of a new sample in a running mean.
-const ALPHA: f64 = 0.25;
-/// Weight of a probe's sample (probes are rarer: trust each one more).
-const PROBE_ALPHA: f64 = 0.5;
+/// What a running mean keeps of its past at each new sample of a unit: a time constant
+/// of about ten units (a second or two at 100 Mbit/s; single units are noisy: a write
+/// into a socket buffer with room returns at once, the next one waits for the link).
+const KEEP: f64 = 0.9;
+/// The same at each probe (probes are rarer: each one counts more).
+const PROBE_KEEP: f64 = 0.7;
 /// A switch needs the new level to be predicted this much faster (hysteresis).
 const MARGIN: f64 = 0.02;
 /// Probe intervals in units.
@@ -67,8 +69,8 @@ const WARMUP_WIRE: u64 = 8 << 20;
 /// How much of a unit a probe compresses.
 pub const PROBE_SLICE: usize = 512 << 10;
 
-/// Prior compression costs (seconds per raw byte) and ratios, each replaced by the first
-/// measurement of its level. Single-core rates on database pages from docs/design.md's
+/// Prior compression costs (seconds per raw byte) and ratios, used until a level has a
+/// measurement. Single-core rates on database pages from docs/design.md's
 /// table (lz4_flex ~490 MB/s, zstd:1 ~335 MB/s), zstd:3 and zstd:6 at about a half and a
 /// fifth of zstd:1.
 const PRIOR_CPU: [f64; 5] = [0.0, 2.0e-9, 3.0e-9, 6.0e-9, 15.0e-9];
@@ -92,15 +94,47 @@ pub struct Probe {
     pub current_out: usize,
 }
 
+/// A running mean of a rate: decaying sums of a quantity and of the bytes it was measured
+/// over, so a big unit counts more than a small one and one odd sample cannot swing it.
+#[derive(Debug, Clone, Copy)]
+struct Mean {
+    num: f64,
+    den: f64,
+    prior: f64,
+}
+
+impl Mean {
+    fn new(prior: f64) -> Mean {
+        Mean {
+            num: 0.0,
+            den: 0.0,
+            prior,
+        }
+    }
+
+    fn add(&mut self, num: f64, den: f64, keep: f64) {
+        self.num = self.num * keep + num;
+        self.den = self.den * keep + den;
+    }
+
+    fn get(&self) -> f64 {
+        if self.den > 0.0 {
+            self.num / self.den
+        } else {
+            self.prior
+        }
+    }
+}
+
 /// One stream's controller.
 #[derive(Debug, Clone)]
 pub struct Tuner {
-    cpu: [f64; 5],
-    ratio: [f64; 5],
-    wire: f64,
-    /// Which means still hold a prior (the first sample replaces it).
-    prior: [bool; 5],
-    prior_wire: bool,
+    /// Compression seconds per raw byte, per level.
+    cpu: [Mean; 5],
+    /// Output bytes per raw byte, per level.
+    ratio: [Mean; 5],
+    /// Write seconds per wire byte.
+    wire: Mean,
     /// Wire bytes written so far (up to `WARMUP_WIRE`).
     written: u64,
     current: usize,
@@ -120,11 +154,9 @@ impl Tuner {
     /// estimates.
     pub fn new(streams: usize) -> Tuner {
         Tuner {
-            cpu: PRIOR_CPU,
-            ratio: PRIOR_RATIO,
-            wire: PRIOR_WIRE,
-            prior: [true; 5],
-            prior_wire: true,
+            cpu: PRIOR_CPU.map(Mean::new),
+            ratio: PRIOR_RATIO.map(Mean::new),
+            wire: Mean::new(PRIOR_WIRE),
             written: 0,
             current: START,
             since: 0,
@@ -170,23 +202,17 @@ impl Tuner {
         let raw_f = raw as f64;
         let c = self.current;
         if c > 0 {
-            let a = self.weight(c, ALPHA);
-            mix(&mut self.cpu[c], cpu.as_secs_f64() / raw_f, a);
-            mix(&mut self.ratio[c], (wire as f64 / raw_f).min(1.0), a);
-            let moved = (self.ratio[c] - self.ratio_at_probe).abs();
-            if moved > 0.2 * self.ratio_at_probe {
+            self.cpu[c].add(cpu.as_secs_f64(), raw_f, KEEP);
+            self.ratio[c].add((wire as f64).min(raw_f), raw_f, KEEP);
+            let now = self.ratio[c].get();
+            if (now - self.ratio_at_probe).abs() > 0.2 * self.ratio_at_probe {
                 self.interval = MIN_INTERVAL;
-                self.ratio_at_probe = self.ratio[c];
+                self.ratio_at_probe = now;
             }
         }
         self.written = (self.written + wire as u64).min(WARMUP_WIRE);
         if wire > 0 {
-            let a = if std::mem::take(&mut self.prior_wire) {
-                1.0
-            } else {
-                ALPHA
-            };
-            mix(&mut self.wire, write.as_secs_f64() / wire as f64, a);
+            self.wire.add(write.as_secs_f64(), wire as f64, KEEP);
         }
         self.reconsider(false);
     }
@@ -200,27 +226,20 @@ impl Tuner {
         }
         let raw = p.raw as f64;
         let relative = p.out as f64 / p.current_out.max(1) as f64;
-        let ratio = (self.ratio[self.current] * relative).min(1.0);
+        let ratio = (self.ratio[self.current].get() * relative).min(1.0);
         if p.level > 0 {
-            let a = self.weight(p.level, PROBE_ALPHA);
-            mix(&mut self.cpu[p.level], p.cpu.as_secs_f64() / raw, a);
-            mix(&mut self.ratio[p.level], ratio, a);
+            self.cpu[p.level].add(p.cpu.as_secs_f64(), raw, PROBE_KEEP);
+            self.ratio[p.level].add(ratio * raw, raw, PROBE_KEEP);
         }
         self.reconsider(true);
     }
 
-    /// The weight of a new sample of `level`: all of it when the mean is still a prior.
-    fn weight(&mut self, level: usize, a: f64) -> f64 {
-        if std::mem::take(&mut self.prior[level]) {
-            1.0
-        } else {
-            a
-        }
-    }
-
     /// Predicted seconds per raw byte at `level`.
     pub fn cost(&self, level: usize) -> f64 {
-        let (a, b) = (self.cpu[level], self.ratio[level] * self.wire);
+        let (a, b) = (
+            self.cpu[level].get(),
+            self.ratio[level].get() * self.wire.get(),
+        );
         a.max(b) + a.min(b) * self.overlap
     }
 
@@ -232,7 +251,7 @@ impl Tuner {
         let mut best_cost = self.cost(self.current) * (1.0 - MARGIN);
         let warm = self.written >= WARMUP_WIRE;
         for level in 0..LADDER.len() {
-            if !warm && self.ratio[level] > self.ratio[self.current] {
+            if !warm && self.ratio[level].get() > self.ratio[self.current].get() {
                 continue;
             }
             let c = self.cost(level);
@@ -245,16 +264,12 @@ impl Tuner {
             self.current = best;
             self.interval = MIN_INTERVAL;
             self.since = 0;
-            self.ratio_at_probe = self.ratio[best];
+            self.ratio_at_probe = self.ratio[best].get();
         } else if probed {
             self.interval = (self.interval * 2).min(MAX_INTERVAL);
-            self.ratio_at_probe = self.ratio[self.current];
+            self.ratio_at_probe = self.ratio[self.current].get();
         }
     }
-}
-
-fn mix(mean: &mut f64, sample: f64, a: f64) {
-    *mean += a * (sample - *mean);
 }
 
 #[cfg(test)]
