@@ -569,7 +569,10 @@ impl Walker<'_> {
                 rdev: meta.rdev(),
             }
         } else {
-            crate::progress::warn(&format!("skipping socket {}", path.display()));
+            crate::progress::warn(&format!(
+                "skipping socket {}",
+                crate::progress::shown_path(path)
+            ));
             return None;
         };
         let mut entry = make_entry(id, rel, kind, meta);

@@ -116,12 +116,13 @@ impl SafeRelPath {
         Ok(SafeRelPath(v))
     }
 
-    /// A printable form for messages (lossy for non-UTF-8).
+    /// A printable form for messages: control characters and bytes that are not UTF-8
+    /// escaped as rsync does (`\#012`), so a name cannot forge or break a line.
     pub fn display(&self) -> String {
         if self.0.is_empty() {
             ".".into()
         } else {
-            String::from_utf8_lossy(&self.0).into_owned()
+            crate::progress::escape_bytes(&self.0)
         }
     }
 }
@@ -145,6 +146,12 @@ fn check_name(c: &[u8]) -> Result<(), PathError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_in_messages_are_escaped() {
+        let p = SafeRelPath::parse(b"dir/evil\nhaul: sent 999 files\xff").unwrap();
+        assert_eq!(p.display(), "dir/evil\\#012haul: sent 999 files\\#377");
+    }
 
     /// Found by the `path` fuzz target: a name with `/` passed to `join`.
     #[test]

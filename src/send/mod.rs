@@ -359,7 +359,7 @@ fn resend_changed(
                 for (path, _) in changed.into_values() {
                     crate::progress::warn(&format!(
                         "{} kept changing while being read; not sent",
-                        path.display()
+                        crate::progress::shown_path(&path)
                     ));
                     f.unstable.push(path);
                 }
