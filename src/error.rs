@@ -123,7 +123,7 @@ pub enum Error {
         first: String,
     },
     /// `plan --check` found the destination short of the plan.
-    #[error("{count} entries of the plan are missing or differ at the destination: {first}")]
+    #[error("{count} {} of the plan missing or different at the destination: {first}", if *count == 1 { "entry" } else { "entries" })]
     Incomplete {
         /// How many.
         count: u64,

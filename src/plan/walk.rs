@@ -168,8 +168,7 @@ pub fn root_rel(source: &Source, is_dir: bool) -> Vec<u8> {
         None if !is_dir => source
             .path
             .file_name()
-            .map(|n| n.as_bytes().to_vec())
-            .unwrap_or_default(),
+            .map_or(Vec::new(), |n| n.as_bytes().to_vec()),
         None => Vec::new(),
     }
 }
@@ -219,10 +218,9 @@ pub fn walk_from(
         }
         if let Some(shard) = &select.shard {
             missing(&path, shard.paths(i), &mut skip);
-            match select.listed(i, &rel, base) {
-                Listed::No => continue,
-                Listed::Parent if !meta.is_dir() => continue,
-                _ => {}
+            let listed = select.listed(i, &rel, base);
+            if listed == Listed::No || (listed == Listed::Parent && !meta.is_dir()) {
+                continue;
             }
         }
         if select.filter.excluded(&rel, meta.is_dir()) {
