@@ -14,7 +14,9 @@
 //!   next window even so, and each window marks a page of the one after (a chain that
 //!   would run ahead of haul to the end of the file). So `before` also notes the
 //!   [`LOOKAHEAD`] past the range and `after` drops what came in there too, which ends
-//!   the chain; the pages of that window may be read twice, once.
+//!   the chain; the pages of that window may be read twice, once. Where nothing around
+//!   the range was cached there is no marked page and only the range itself is dropped
+//!   (the lookahead would hold the blocks the other streams are reading).
 //! - **Writing:** [`drop_written`] waits for a written range's writeback and drops it.
 //!   The pages are new data that nobody else had cached.
 //!
@@ -77,6 +79,13 @@ impl Reader {
         if !mincore(file, self.start, pages as u64 * page, &mut self.resident) {
             // Unknown: count every page as cached, so nothing is dropped.
             self.resident.fill(1);
+        }
+        // Nothing cached around: no page another reader's readahead marked, so no chain
+        // to end. Keep to the range itself then, or the lookahead would drop the blocks
+        // other streams are reading right now and make them read them again.
+        if self.resident.iter().all(|r| r & 1 == 0) {
+            let own = (offset + len - self.start).div_ceil(page) as usize;
+            self.resident.truncate(own);
         }
     }
 
@@ -251,8 +260,8 @@ mod tests {
         r.before(&f, 100, 5000, 5100);
         assert_eq!(r.start, 0);
         assert_eq!(r.resident.len(), 2);
-        // The lookahead, up to the end of the file.
+        // The lookahead, up to the end of the file, when something there is cached.
         r.before(&f, 0, 4096, 1 << 16);
-        assert_eq!(r.resident.len(), 16);
+        assert!([1, 16].contains(&r.resident.len()), "{}", r.resident.len());
     }
 }
