@@ -63,7 +63,34 @@ fn render(out: &mut dyn Write) -> std::io::Result<()> {
         writeln!(out, "{line}")?;
     }
     for line in lines.filter(|l| !preamble.contains(l)) {
-        writeln!(out, "{line}")?;
+        writeln!(out, "{}", ascii(line))?;
     }
     out.flush()
+}
+
+/// `line` with every character outside ASCII written as groff's `\[uXXXX]`: troff reads
+/// bytes, and without `preconv` (which `man` runs but a plain `groff` does not) the
+/// help texts' dashes, arrows and ellipses would come out as garbage.
+fn ascii(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    for c in line.chars() {
+        match c.is_ascii() {
+            true => out.push(c),
+            false => out.push_str(&format!("\\[u{:04X}]", u32::from(c))),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_page_is_ascii() {
+        assert_eq!(ascii("a … b → c"), "a \\[u2026] b \\[u2192] c");
+        let mut page = Vec::new();
+        render(&mut page).unwrap();
+        assert!(page.is_ascii());
+    }
 }
