@@ -282,6 +282,35 @@ pub fn write_rate(dir: &Path, data: &[Vec<u8>]) -> io::Result<f64> {
     Ok(written as f64 / secs)
 }
 
+/// Seconds each file adds at the destination beyond its bytes: 32 small files per thread
+/// on `threads` threads at once (the store's finishers), each an anonymous file written
+/// (4 KiB), `fdatasync`ed and closed; the wall time over the files. Nothing remains.
+pub fn file_cost(dir: &Path, threads: usize) -> io::Result<f64> {
+    let started = Instant::now();
+    let results: Vec<io::Result<()>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads.max(1))
+            .map(|_| {
+                s.spawn(|| {
+                    for _ in 0..32 {
+                        let f = temp_file(dir)?;
+                        f.write_all_at(&[0x5a; 4096], 0)?;
+                        f.sync_data()?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(io::Error::other("panicked")))
+            })
+            .collect()
+    });
+    results.into_iter().collect::<io::Result<Vec<()>>>()?;
+    Ok(started.elapsed().as_secs_f64() / (threads.max(1) * 32) as f64)
+}
+
 fn temp_file(dir: &Path) -> io::Result<File> {
     let anon = OpenOptions::new()
         .read(true)
@@ -482,6 +511,7 @@ mod tests {
         assert!(!s.blocks.is_empty() && s.read_rate.unwrap() > 0.0);
         let out = tempfile::tempdir().unwrap();
         assert!(write_rate(out.path(), &s.blocks).unwrap() > 0.0);
+        assert!(file_cost(out.path(), 3).unwrap() > 0.0);
         assert_eq!(fs::read_dir(out.path()).unwrap().count(), 0);
         let rates = codec_rates(&s.blocks, 2);
         assert_eq!(rates.len(), CODECS.len());

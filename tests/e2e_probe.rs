@@ -82,8 +82,10 @@ fn probe_measures_a_local_copy_and_changes_nothing() {
             "{text}"
         );
     }
-    // The predicted time is the bytes over the rate.
-    let predicted = field(&text, "bytes") / field(&text, "predicted_rate");
+    // The predicted time is the bytes over the rate plus each file's cost.
+    assert!(field(&text, "file_seconds") > 0.0, "{text}");
+    let predicted =
+        field(&text, "bytes") / field(&text, "predicted_rate") + 3.0 * field(&text, "file_seconds");
     assert!((field(&text, "predicted_seconds") - predicted).abs() < 0.1 + predicted / 100.0);
     assert_eq!(names(&dst), before, "the probe changed the destination");
     assert_eq!(std::fs::read(dst.join("kept")).unwrap(), b"was here");

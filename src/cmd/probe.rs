@@ -14,6 +14,8 @@ struct Outcome {
     src: Sources,
     dest: PathBuf,
     write: Option<f64>,
+    /// Seconds each file adds at the destination (create, fsync, close).
+    per_file: Option<f64>,
     codecs: Vec<CodecRate>,
     choice: Option<probe::Choice>,
     streams: usize,
@@ -33,6 +35,8 @@ pub(super) fn run_probe(p: &Probe, cfg: &Config) -> Result<()> {
         source: e,
         hint: "",
     })?;
+    // The store finishes files on 8 threads.
+    let per_file = probe::file_cost(&dir, 8).ok();
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let codecs = probe::codec_rates(&src.blocks, cores.min(p.streams));
     let same = std::fs::metadata(&dir).is_ok_and(|m| {
@@ -44,6 +48,7 @@ pub(super) fn run_probe(p: &Probe, cfg: &Config) -> Result<()> {
         src,
         dest: dir,
         write: Some(write),
+        per_file,
         codecs,
         choice,
         streams: p.streams,
@@ -78,8 +83,11 @@ fn rate(r: Option<f64>) -> String {
     }
 }
 
+/// The bytes at the chosen rate, plus each file's cost at the destination.
 fn predicted(o: &Outcome) -> Option<f64> {
-    o.choice.map(|c| o.src.bytes as f64 / c.rate.max(1.0))
+    let files = o.src.files as f64 * o.per_file.unwrap_or(0.0);
+    o.choice
+        .map(|c| o.src.bytes as f64 / c.rate.max(1.0) + files)
 }
 
 fn text(o: &Outcome) -> String {
@@ -104,9 +112,10 @@ fn text(o: &Outcome) -> String {
         s.cached * 100.0,
     );
     t += &format!(
-        "destination {}: durable write {}\nnetwork: none (a copy on this host)\n",
+        "destination {}: durable write {}, {:.2} ms per file\nnetwork: none (a copy on this host)\n",
         escape(&o.dest.display().to_string()),
-        rate(o.write)
+        rate(o.write),
+        o.per_file.unwrap_or(0.0) * 1000.0
     );
     for c in &o.codecs {
         t += &format!(
@@ -156,7 +165,8 @@ fn json(o: &Outcome) -> String {
     format!(
         concat!(
             "{{\"files\":{},\"bytes\":{},\"walk_complete\":{},\"read_rate\":{},",
-            "\"read_direct\":{},\"read_cached\":{:.3},\"write_rate\":{},\"network_rate\":null,",
+            "\"read_direct\":{},\"read_cached\":{:.3},\"write_rate\":{},\"file_seconds\":{},",
+            "\"network_rate\":null,",
             "\"bottleneck\":{},\"compress\":{},\"streams\":{},\"predicted_rate\":{},",
             "\"predicted_seconds\":{},\"seconds\":{:.3},\"codecs\":[{}]}}"
         ),
@@ -167,6 +177,7 @@ fn json(o: &Outcome) -> String {
         s.direct,
         s.cached,
         num(o.write),
+        o.per_file.map_or("null".into(), |s| format!("{s:.6}")),
         bottleneck,
         codec,
         o.streams,
