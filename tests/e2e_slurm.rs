@@ -270,37 +270,6 @@ impl Drop for Cluster {
     }
 }
 
-/// The network-namespace test bed next to the repository, when this machine can run it.
-fn netlab() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/testbed/netlab");
-    let usable = p.is_file()
-        && Command::new("ip")
-            .args(["netns", "list"])
-            .output()
-            .is_ok_and(|o| o.status.success());
-    usable.then_some(p)
-}
-
-fn netlab_cmd(script: &Path, arg: &str) -> Command {
-    let mut c = Command::new("bash");
-    c.arg(script)
-        .arg(arg)
-        .env("NETLAB_A", "haulslurm-a")
-        .env("NETLAB_B", "haulslurm-b")
-        .env("NETLAB_IP_A", "198.18.9.1")
-        .env("NETLAB_IP_B", "198.18.9.2");
-    c
-}
-
-/// Brings the namespaces down when the test ends, however it ends.
-struct NetlabGuard(PathBuf);
-
-impl Drop for NetlabGuard {
-    fn drop(&mut self) {
-        let _ = netlab_cmd(&self.0, "down").output();
-    }
-}
-
 /// Where the tasks send to: `HOST:DST` through the test bed, or a local DST.
 struct Route {
     haul: String,
@@ -308,7 +277,7 @@ struct Route {
     rsh: String,
     remote: bool,
     _sshd: Option<Sshd>,
-    _net: Option<NetlabGuard>,
+    _net: Option<support::netbed::Netbed>,
 }
 
 impl Route {
@@ -327,16 +296,12 @@ impl Route {
         if !support::sshd::available(test) {
             return local("no sshd");
         }
-        let Some(script) = netlab() else {
+        let Some(mut net) = support::netbed::Netbed::new("haulslurm", "198.18.9") else {
             return local("the netlab test bed is not usable here");
         };
-        if !netlab_cmd(&script, "up")
-            .status()
-            .is_ok_and(|s| s.success())
-        {
+        if !net.up().status.success() {
             return local("netlab up failed");
         }
-        let net = NetlabGuard(script);
         let sshd = Sshd::start_at("198.18.9.2", Some("haulslurm-b"));
         Route {
             haul: format!("ip netns exec haulslurm-a {}", haul_bin()),

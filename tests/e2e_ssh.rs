@@ -535,58 +535,24 @@ fn tickets_never_appear_in_process_listings() {
     assert!(serves > 0, "the watcher never saw a far end running");
 }
 
-/// The network-namespace test bed next to the repository, when this machine can run it.
-fn netlab() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/testbed/netlab");
-    let usable = p.is_file()
-        && is_root()
-        && Command::new("ip")
-            .args(["netns", "list"])
-            .output()
-            .is_ok_and(|o| o.status.success());
-    usable.then_some(p)
-}
-
-/// Runs netlab with this test's own namespaces and addresses.
-fn netlab_cmd(script: &Path, arg: &str) -> Command {
-    let mut c = Command::new("bash");
-    c.arg(script)
-        .arg(arg)
-        .env("NETLAB_A", "haulssh-a")
-        .env("NETLAB_B", "haulssh-b")
-        .env("NETLAB_IP_A", "198.18.7.1")
-        .env("NETLAB_IP_B", "198.18.7.2");
-    c
-}
-
-/// Brings the namespaces down when the test ends, however it ends.
-struct NetlabGuard(PathBuf);
-
-impl Drop for NetlabGuard {
-    fn drop(&mut self) {
-        let _ = netlab_cmd(&self.0, "down").output();
-    }
-}
-
 #[test]
 fn push_across_the_netns_test_bed() {
     let test = "push_across_the_netns_test_bed";
     if !support::sshd::available(test) {
         return;
     }
-    let Some(script) = netlab() else {
+    let Some(mut bed) = support::netbed::Netbed::new("haulssh", "198.18.7") else {
         println!("SKIPPED: {test}: the netlab test bed is not usable here (needs root and ip)");
         eprintln!("SKIPPED: {test}: the netlab test bed is not usable here (needs root and ip)");
         return;
     };
-    let up = netlab_cmd(&script, "up").output().unwrap();
+    let up = bed.up();
     if !up.status.success() {
         let why = String::from_utf8_lossy(&up.stderr);
         println!("SKIPPED: {test}: netlab up failed: {why}");
         eprintln!("SKIPPED: {test}: netlab up failed: {why}");
         return;
     }
-    let _guard = NetlabGuard(script);
     let sshd = Sshd::start_at("198.18.7.2", Some("haulssh-b"));
     let tmp = tempfile::tempdir().unwrap();
     let src = build_tree(tmp.path(), "src", &TreeOptions::small());

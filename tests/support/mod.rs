@@ -7,6 +7,7 @@
 //! - [`pipe_harness`]: pipe-mode runs with a ticket file, JSON fields, namespaces to cut
 //!   connections in, a peak-RSS watcher.
 //! - [`sshd`]: a throwaway OpenSSH server for the remote-copy tests.
+//! - [`netbed`]: the shared netlab test bed under a test's own names.
 //!
 //! The helpers panic with a full explanation instead of returning errors: a test either
 //! proves what arrived or fails saying what did not. Each test binary uses a subset, hence
@@ -14,6 +15,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod compare;
+pub mod netbed;
 pub mod pipe_harness;
 pub mod piped;
 pub mod process;
