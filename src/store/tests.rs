@@ -490,13 +490,11 @@ fn devices_and_foreign_owners_get_their_metadata_as_root() {
     }
 }
 
-#[test]
-fn partial_file_swapped_before_its_rename_is_not_published() {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("d");
-    fs::create_dir(&root).unwrap();
-    let s = Arc::new(store(&root));
-    s.apply_entries(vec![entry(1, "big", file(2 * MIB), 0o4755)])
+/// A store in `root` that received both 1 MiB blocks of file 1 ("big", `mode`, every byte
+/// `byte`): complete and queued for a finisher, none started yet.
+fn whole_file_queued(root: &std::path::Path, mode: u32, byte: u8) -> Arc<Store> {
+    let s = Arc::new(store(root));
+    s.apply_entries(vec![entry(1, "big", file(2 * MIB), mode)])
         .unwrap();
     for i in 0..2 {
         let seg = Segment {
@@ -505,8 +503,17 @@ fn partial_file_swapped_before_its_rename_is_not_published() {
             len: MIB as u32,
             keep: false,
         };
-        write(&s, &[seg], &vec![1u8; MIB as usize]).unwrap();
+        write(&s, &[seg], &vec![byte; MIB as usize]).unwrap();
     }
+    s
+}
+
+#[test]
+fn partial_file_swapped_before_its_rename_is_not_published() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("d");
+    fs::create_dir(&root).unwrap();
+    let s = whole_file_queued(&root, 0o4755, 1);
     // Complete and queued; no finisher has run yet.
     let part = root.join(std::str::from_utf8(&fsops::partial_name(b"big")).unwrap());
     fs::remove_file(&part).unwrap();
@@ -562,18 +569,7 @@ fn saving_progress_finishes_files_that_arrived_whole() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("d");
     fs::create_dir(&root).unwrap();
-    let s = Arc::new(store(&root));
-    s.apply_entries(vec![entry(1, "big", file(2 * MIB), 0o644)])
-        .unwrap();
-    for i in 0..2 {
-        let seg = Segment {
-            file: 1,
-            offset: i * MIB,
-            len: MIB as u32,
-            keep: false,
-        };
-        write(&s, &[seg], &vec![7u8; MIB as usize]).unwrap();
-    }
+    let s = whole_file_queued(&root, 0o644, 7);
     // Complete and queued; the finishers start now and the transfer stops at once.
     s.start();
     s.save_progress();
