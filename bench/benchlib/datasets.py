@@ -7,6 +7,8 @@ full sizes live side by side and a changed size means a new directory):
 - pg      a real PostgreSQL data directory: initdb + pgbench -i -s SCALE, server stopped cleanly
 - small   COUNT files of SIZE random bytes, 1,000 per subdirectory
 - sparse  one file of apparent SIZE holding DATA bytes of random data in 4 MiB extents
+- million COUNT files of 1-8 KiB random bytes (sizes drawn per file), 1,000 per subdirectory:
+          the many-files scale test; only on request (`--datasets million`), never by default
 
 and the "stream" family, one file each, carried as one byte stream by the stream methods:
 
@@ -28,6 +30,7 @@ import ctypes
 import json
 import os
 import pwd
+import random
 import shutil
 import stat
 import subprocess
@@ -37,7 +40,9 @@ from pathlib import Path
 
 from . import procs
 
-KINDS = ("big", "pg", "small", "sparse", "stream-pg", "stream-rand")
+KINDS = ("big", "pg", "small", "sparse", "stream-pg", "stream-rand", "million")
+# Sets that run only when named in --datasets (slow to make, and they test scale, not speed).
+ON_REQUEST = ("million",)
 # The stream family: one file, sent as one byte stream (`cat FILE | ...`) by the stream
 # methods and as a file by haul's file mode (the reference).
 STREAM_KINDS = ("stream-pg", "stream-rand")
@@ -94,6 +99,7 @@ class Spec:
             "sparse": lambda: f"sparse-{_tag(p['size'])}-{_tag(p['data'])}",
             "stream-pg": lambda: f"stream-pg-s{p['scale']}",
             "stream-rand": lambda: f"stream-rand-{_tag(p['size'])}",
+            "million": lambda: f"million-{p['count']}",
         }[self.kind]()
 
     @property
@@ -108,6 +114,7 @@ class Spec:
             "stream-pg": lambda: f"stream: tar of the PostgreSQL data directory "
                                  f"(pgbench scale {p['scale']})",
             "stream-rand": lambda: f"stream: {fmt_size(p['size'])} of random bytes",
+            "million": lambda: f"{p['count']:,} files of 1-8 KiB (random bytes)",
         }[self.kind]()
 
 
@@ -195,6 +202,22 @@ def _gen_small(root: Path, p: dict, log) -> str:
     return ""
 
 
+def _gen_million(root: Path, p: dict, log) -> str:
+    """COUNT files of 1-8 KiB (sizes from a generator seeded with COUNT, so a set is the same
+    every time it is made), 1,000 per subdirectory."""
+    root.mkdir()
+    sizes = random.Random(p["count"])
+    for i in range(p["count"]):
+        sub = root / f"d{i // 1000:04d}"
+        if i % 1000 == 0:
+            sub.mkdir()
+            if i % 100_000 == 0:
+                log(f"data set {root.name}: {i:,} files")
+        with open(sub / f"f{i:07d}", "wb") as f:
+            f.write(os.urandom(sizes.randint(1024, 8192)))
+    return ""
+
+
 def _gen_sparse(root: Path, p: dict, log) -> str:
     size, data = p["size"], p["data"]
     if data > size:
@@ -274,7 +297,8 @@ def _gen_stream_rand(root: Path, p: dict, log) -> str:
 
 
 GENERATORS = {"big": _gen_big, "pg": _gen_pg, "small": _gen_small, "sparse": _gen_sparse,
-              "stream-pg": _gen_stream_pg, "stream-rand": _gen_stream_rand}
+              "stream-pg": _gen_stream_pg, "stream-rand": _gen_stream_rand,
+              "million": _gen_million}
 
 
 # ---- listing and verification -----------------------------------------------------------
