@@ -299,6 +299,7 @@ impl Session<'_> {
                     listing::count_entries(counters, &entries);
                     let need = store.apply_entries(entries)?;
                     let mut replies = self.items(store.take_items());
+                    replies.extend(listing::arrived(store.take_arrived()));
                     replies.push(Control::Need(need));
                     if let Some(f) = first {
                         self.cached = Some((f, replies.clone()));
@@ -327,6 +328,9 @@ impl Session<'_> {
                         )));
                     }
                     self.cached = None;
+                    for reply in listing::arrived(store.take_arrived()) {
+                        self.reply(&reply)?;
+                    }
                     self.reply(&Control::Need(missing))?;
                 }
                 Control::Error { code, message } => {

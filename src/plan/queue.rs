@@ -102,6 +102,8 @@ struct State {
     aborted: bool,
     /// Units handed out and not yet reported done.
     in_flight: usize,
+    /// Files queued and not yet wholly handed out (the bound of [`WorkQueue::wait_room`]).
+    files: usize,
 }
 
 /// Largest-first work queue shared by the stream workers.
@@ -111,6 +113,8 @@ pub struct WorkQueue {
     pack_max_files: usize,
     state: Mutex<State>,
     ready: Condvar,
+    /// Signalled when files leave the queue (see [`WorkQueue::wait_room`]).
+    room: Condvar,
 }
 
 impl WorkQueue {
@@ -122,6 +126,7 @@ impl WorkQueue {
             pack_max_files: crate::protocol::MAX_SEGMENTS,
             state: Mutex::new(State::default()),
             ready: Condvar::new(),
+            room: Condvar::new(),
         }
     }
 
@@ -151,6 +156,7 @@ impl WorkQueue {
             delta,
         });
         let mut st = self.lock();
+        st.files += 1;
         if whole && data.size <= self.pack_max_file {
             st.pack.push(job);
             st.pack_bytes += data.size;
@@ -203,6 +209,23 @@ impl WorkQueue {
         let mut st = self.lock();
         st.aborted = true;
         self.ready.notify_all();
+        self.room.notify_all();
+    }
+
+    /// Waits until fewer than `max` files are queued (or the queue was aborted), sealing
+    /// the current pack first so that the workers can take it. The manifest waits here, so
+    /// the files known to both sides and not yet sent stay a bounded window, however many
+    /// the tree holds: largest-first then orders the files within that window.
+    pub fn wait_room(&self, max: usize) {
+        let mut st = self.lock();
+        if st.files < max {
+            return;
+        }
+        Self::seal_pack(&mut st);
+        self.ready.notify_all();
+        while !st.aborted && st.files >= max {
+            st = self.room.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
     }
 
     /// The next unit of work, largest first; `None` once closed and empty, or aborted.
@@ -214,16 +237,23 @@ impl WorkQueue {
             }
             if let Some(item) = st.heap.pop() {
                 st.in_flight += 1;
-                return Some(match item {
-                    Item::Pack(files, _) => Work::Pack(files),
+                let work = match item {
+                    Item::Pack(files, _) => {
+                        st.files = st.files.saturating_sub(files.len());
+                        Work::Pack(files)
+                    }
                     Item::File(mut c) => {
                         let work = self.cut(&mut c);
                         if c.remaining > 0 {
                             st.heap.push(Item::File(c));
+                        } else {
+                            st.files = st.files.saturating_sub(1);
                         }
                         work
                     }
-                });
+                };
+                self.room.notify_all();
+                return Some(work);
             }
             if st.closed {
                 return None;
@@ -369,6 +399,35 @@ mod tests {
         }
         assert_eq!(packs.len(), 2);
         assert_eq!(packs.iter().map(Vec::len).sum::<usize>(), 9);
+    }
+
+    #[test]
+    fn wait_room_seals_the_pack_and_waits_for_the_workers() {
+        let q = Arc::new(WorkQueue::new(100));
+        for id in 0..3 {
+            q.push(id, data(20, vec![(0, 20)]), WantKind::All);
+        }
+        q.push(3, data(250, vec![(0, 250)]), WantKind::All);
+        q.wait_room(5); // 4 queued: returns at once
+        let q2 = Arc::clone(&q);
+        let taker = std::thread::spawn(move || {
+            let mut ids = Vec::new();
+            // The pack of 3 (sealed by wait_room), then file 3 in three blocks.
+            for _ in 0..4 {
+                match q2.next() {
+                    Some(Work::Pack(p)) => ids.extend(p.iter().map(|f| f.id)),
+                    Some(Work::Block { file, .. }) => ids.push(file.id),
+                    None => break,
+                }
+                q2.done();
+            }
+            ids
+        });
+        q.wait_room(1); // returns once every file was handed out
+        let mut ids = taker.join().unwrap();
+        ids.sort();
+        assert_eq!(ids, [0, 1, 2, 3, 3, 3]);
+        assert_eq!(q.lock().files, 0);
     }
 
     #[test]

@@ -102,6 +102,11 @@ pub enum Control {
     /// destination (for `-v`/`-i`), sent before the `Need` answering a batch and before
     /// `Done` (deletions). The sender prints them and keeps waiting for its answer.
     Items(Vec<Item>),
+    /// Receiver → sender: files whose every byte has arrived since the last `Arrived`,
+    /// sent before the answer to `Entries` or `Finish`. They are never asked for again, so
+    /// the sender forgets them: what it remembers per file lasts only while the file is on
+    /// its way.
+    Arrived(Vec<u64>),
 }
 
 /// How the receiver treats files it already has (set by the sender's user).
@@ -274,6 +279,7 @@ impl Control {
             Control::Items(_) => "Items",
             Control::Keepalive => "Keepalive",
             Control::Protect(_) => "Protect",
+            Control::Arrived(_) => "Arrived",
         }
     }
 }
@@ -324,6 +330,7 @@ mod tests {
                 },
             ]),
             Control::Forget(vec![4]),
+            Control::Arrived(vec![0, 7, u64::MAX]),
             Control::Finish {
                 failed: vec![],
                 units: 3,

@@ -1,11 +1,14 @@
 //! The receiver's part in `-v`, `-i` and `--stats`: counting the manifest, and cutting the
-//! items a sender asked for into `Items` messages. Printing is the driver's.
+//! items a sender asked for into `Items` messages (and the files that arrived into
+//! `Arrived` messages). Printing is the driver's.
 
 use crate::progress::Counters;
 use crate::protocol::{Control, Entry, EntryKind, Item};
 
 /// Names per `Items` message, in bytes: far below the control message bound.
 const ITEMS_BYTES: usize = 1 << 20;
+/// Ids per `Arrived` message: at most 10 bytes each, far below the control message bound.
+const ARRIVED_IDS: usize = 1 << 16;
 
 /// Counts a manifest batch for the progress bar and `--stats`.
 pub(super) fn count_entries(counters: &Counters, entries: &[Entry]) {
@@ -38,4 +41,11 @@ pub(super) fn messages(items: Vec<Item>) -> Vec<Control> {
         out.push(Control::Items(batch));
     }
     out
+}
+
+/// `ids` as `Arrived` messages of at most `ARRIVED_IDS` each (none for none).
+pub(super) fn arrived(ids: Vec<u64>) -> Vec<Control> {
+    ids.chunks(ARRIVED_IDS)
+        .map(|c| Control::Arrived(c.to_vec()))
+        .collect()
 }

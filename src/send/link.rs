@@ -32,6 +32,8 @@ pub(super) struct Link<'a> {
     counters: &'a Counters,
     /// Where the receiver's `Items` go (printed for `-v`/`-i`).
     on_items: Option<&'a (dyn Fn(Vec<Item>) + Sync)>,
+    /// Files the receiver said arrived whole (`Control::Arrived`), not yet taken.
+    arrived: Vec<u64>,
 }
 
 impl<'a> Link<'a> {
@@ -67,6 +69,7 @@ impl<'a> Link<'a> {
             retries,
             counters,
             on_items: None,
+            arrived: Vec::new(),
         })
     }
 
@@ -75,7 +78,14 @@ impl<'a> Link<'a> {
         self.on_items = Some(f);
     }
 
-    /// The next message that is not `Items` (those go to `on_items`).
+    /// Files the receiver said arrived whole since the last call: they will never be
+    /// asked for again.
+    pub(super) fn take_arrived(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.arrived)
+    }
+
+    /// The next message that is not `Items` (those go to `on_items`) or `Arrived` (kept for
+    /// `take_arrived`).
     fn read_answer(&mut self) -> Result<Control> {
         loop {
             match self.chan.read(None)? {
@@ -84,6 +94,7 @@ impl<'a> Link<'a> {
                         f(items);
                     }
                 }
+                Control::Arrived(ids) => self.arrived.extend(ids),
                 other => return Ok(other),
             }
         }

@@ -40,6 +40,9 @@ const RETRY_ID_BASE: u64 = 1 << 62;
 
 const BATCH_ENTRIES: usize = 2000;
 const BATCH_BYTES: usize = 1 << 20;
+/// Files queued and not yet sent before the manifest waits: what bounds the sender's work
+/// queue and the receiver's table of files in progress, whatever the size of the tree.
+const QUEUE_FILES: usize = 32_768;
 
 /// Sends `sources`. `dial` opens one authenticated connection of the given role.
 pub fn send<D>(sources: &[Source], opts: &SendOptions, key: [u8; 32], dial: D) -> Result<SendReport>
@@ -194,7 +197,9 @@ fn finish(
             .map(|f| f.unreadable.clone())
             .unwrap_or_default();
         let units = counters.units.load(std::sync::atomic::Ordering::Acquire);
-        match link.request(&Control::Finish { failed, units })? {
+        let reply = link.request(&Control::Finish { failed, units })?;
+        forget_arrived(link, registry);
+        match reply {
             Control::Done(summary) => return Ok(summary),
             Control::Need(wants) => {
                 crate::progress::warn(&format!(
@@ -228,7 +233,7 @@ enum WalkMsg {
 
 /// Streams the manifest in batches and queues what the receiver needs. Files it needs
 /// are remembered in `registry` (a small record each) so data lost with a dropped
-/// connection can be sent again.
+/// connection can be sent again, until the receiver says they arrived.
 fn run_manifest(
     link: &mut Link<'_>,
     wrx: &crossbeam_channel::Receiver<WalkMsg>,
@@ -284,8 +289,10 @@ fn run_manifest(
             || batch_bytes >= BATCH_BYTES
             || (!batch.is_empty() && wrx.is_empty());
         if flush && !batch.is_empty() {
+            queue.wait_room(QUEUE_FILES);
             let reply = link.request(&Control::Entries(std::mem::take(&mut batch)))?;
             batch_bytes = 0;
+            forget_arrived(link, registry);
             queue_needed(reply, queue, &mut data, registry)?;
         }
         if let Some(r) = end {
@@ -391,7 +398,19 @@ fn resend_changed(
             return Ok(());
         }
         let reply = link.request(&Control::Entries(entries))?;
+        forget_arrived(link, registry);
         queue_needed(reply, queue, &mut data, registry)?;
     }
     Ok(())
+}
+
+/// Drops the records of files the receiver has whole: it never asks for them again, so
+/// the registry holds only files on their way (the queue's window and what is in flight).
+fn forget_arrived(link: &mut Link<'_>, registry: &mut HashMap<u64, FileData>) {
+    for id in link.take_arrived() {
+        registry.remove(&id);
+    }
+    if registry.capacity() > 4 * registry.len() + 1024 {
+        registry.shrink_to_fit();
+    }
 }

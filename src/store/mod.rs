@@ -38,6 +38,8 @@ mod resume;
 mod state;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_settled;
 pub mod xattr;
 
 pub use fsops::PARTIAL_PREFIX;
@@ -140,7 +142,8 @@ impl Store {
             unchanged_files: AtomicU64::new(0),
             unchanged_bytes: AtomicU64::new(0),
             deleted: AtomicU64::new(0),
-            settled: Mutex::new(HashSet::new()),
+            settled: Mutex::new(Default::default()),
+            arrived: Mutex::new(Vec::new()),
             seen: Mutex::new(HashSet::new()),
             protect: Mutex::new(Default::default()),
             dirlinks: Mutex::new(HashMap::new()),
@@ -240,6 +243,7 @@ impl Store {
             rustix::process::geteuid().as_raw(),
             rustix::process::getegid().as_raw(),
         );
+        let ids: Vec<u64> = entries.iter().map(|e| e.id).collect();
         for mut e in entries {
             let path = SafeRelPath::parse(&e.path).map_err(ProtocolError::from)?;
             if delete {
@@ -297,6 +301,12 @@ impl Store {
             if let Some(i) = item {
                 self.note_item(i);
             }
+        }
+        // Entries that wait for no data are settled now (no data can arrive before the
+        // answer), so the settled ids stay a few ranges: see `Store::is_settled`.
+        let waiting: HashSet<u64> = need.iter().map(|w| w.id).collect();
+        for id in ids.into_iter().filter(|id| !waiting.contains(id)) {
+            self.settle(id);
         }
         Ok(need)
     }

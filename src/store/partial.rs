@@ -156,8 +156,9 @@ impl Store {
             if complete {
                 // Settled first: a duplicate arriving meanwhile must find it in one of
                 // the two tables.
-                if let Ok(mut d) = self.settled.lock() {
-                    d.insert(seg.file);
+                self.settle(seg.file);
+                if let Ok(mut a) = self.arrived.lock() {
+                    a.push(seg.file);
                 }
                 if let Ok(mut m) = self.files.lock() {
                     m.remove(&seg.file);
@@ -333,9 +334,7 @@ impl Store {
     /// partial files are removed and data still in flight for them is ignored.
     pub fn discard(&self, ids: &[u64]) -> Result<()> {
         for id in ids {
-            if let Ok(mut f) = self.settled.lock() {
-                f.insert(*id);
-            }
+            self.settle(*id);
             let state = self.files.lock().ok().and_then(|mut m| m.remove(id));
             let Some(state) = state else { continue };
             self.forget_ranges(&state);

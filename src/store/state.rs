@@ -47,8 +47,13 @@ pub struct Store {
     pub(super) unchanged_files: AtomicU64,
     pub(super) unchanged_bytes: AtomicU64,
     pub(super) deleted: AtomicU64,
-    /// Files completed or forgotten: late or repeated data for them is ignored.
-    pub(super) settled: Mutex<HashSet<u64>>,
+    /// Ids of the manifest that no longer wait for data (completed, forgotten, or never
+    /// needed), as ranges of ids: late or repeated data for them is ignored. Files in
+    /// progress are the only gaps, so this stays small however many files pass.
+    pub(super) settled: Mutex<Received>,
+    /// Files whose every byte arrived since the driver last took them (for
+    /// `Control::Arrived`); bounded by the files the sender keeps in flight.
+    pub(super) arrived: Mutex<Vec<u64>>,
     /// Every path in the manifest (kept only for --delete).
     pub(super) seen: Mutex<HashSet<SafeRelPath>>,
     /// --delete keeps what these rules exclude (the sender's, `Control::Protect`).
@@ -251,12 +256,27 @@ impl Store {
         Error::destination(self.root_path.join(path.as_path()), e)
     }
 
-    /// Completed or forgotten: late or repeated data for it is ignored.
+    /// Completed, forgotten or never needed: late or repeated data for it is ignored.
     pub(super) fn is_settled(&self, id: u64) -> bool {
         self.settled
             .lock()
-            .map(|f| f.contains(&id))
+            .map(|f| f.range(..=id).next_back().is_some_and(|(_, &end)| end > id))
             .unwrap_or(false)
+    }
+
+    /// Marks `id` settled (see [`Store::is_settled`]).
+    pub(super) fn settle(&self, id: u64) {
+        if let Ok(mut f) = self.settled.lock() {
+            add_range(&mut f, id, id.saturating_add(1));
+        }
+    }
+
+    /// The files whose every byte arrived since the last call (see `Control::Arrived`).
+    pub fn take_arrived(&self) -> Vec<u64> {
+        self.arrived
+            .lock()
+            .map(|mut a| std::mem::take(&mut *a))
+            .unwrap_or_default()
     }
 
     /// How many files still wait for data.

@@ -21,7 +21,7 @@ const NOBODY: u32 = 65534;
 const MIB: u64 = 1 << 20;
 const MTIME: i64 = 1_700_000_000;
 
-fn entry(id: u64, path: &str, kind: EntryKind, mode: u32) -> Entry {
+pub(super) fn entry(id: u64, path: &str, kind: EntryKind, mode: u32) -> Entry {
     Entry {
         id,
         path: path.as_bytes().to_vec(),
@@ -35,7 +35,7 @@ fn entry(id: u64, path: &str, kind: EntryKind, mode: u32) -> Entry {
     }
 }
 
-fn file(size: u64) -> EntryKind {
+pub(super) fn file(size: u64) -> EntryKind {
     EntryKind::File {
         size,
         data_bytes: size,
@@ -51,7 +51,7 @@ fn store_with(dir: &Path, key: [u8; 32]) -> Store {
     s
 }
 
-fn store(dir: &Path) -> Store {
+pub(super) fn store(dir: &Path) -> Store {
     store_with(dir, [1u8; 32])
 }
 
@@ -88,7 +88,7 @@ fn set_mtime(p: &Path) {
 }
 
 /// Writes `raw` as one verified unit with segments `segs`.
-fn write(store: &Store, segs: &[Segment], raw: &[u8]) -> Result<()> {
+pub(super) fn write(store: &Store, segs: &[Segment], raw: &[u8]) -> Result<()> {
     let key = [3u8; 32];
     let mut payload = Vec::new();
     encode_data_header(&mut payload, Codec::Raw, raw.len() as u32, segs);

@@ -153,6 +153,7 @@ fn messages() -> Vec<(&'static str, Control)> {
             ]),
         ),
         ("forget", Control::Forget(vec![3, 4, u64::MAX])),
+        ("arrived", Control::Arrived(vec![0, 9, u64::MAX])),
         (
             "finish",
             Control::Finish {
