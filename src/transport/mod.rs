@@ -23,7 +23,8 @@
 //! `admit` (which handshakes may run at once; the refusal log), `deadline`
 //! (deadline-bounded handshake I/O and what its errors mean), `ticket`, `tls` (configs,
 //! pinning, socket adapter), `conn`, `listen`, `dial`, `tunnel` (connections carried by a
-//! helper process such as `ssh -W`), `sys` (the only `unsafe`: getifaddrs and poll).
+//! helper process such as `ssh -W`), `lane` (a local copy's in-process data stream), `sys`
+//! (the only `unsafe`: getifaddrs and poll).
 
 use std::fmt;
 use std::io;
@@ -34,6 +35,7 @@ mod conn;
 mod deadline;
 mod dial;
 pub mod handshake;
+pub mod lane;
 mod listen;
 mod sys;
 mod ticket;
