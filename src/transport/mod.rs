@@ -54,7 +54,9 @@ pub use tunnel::Tunnel;
 /// messages MACed, unit hashes over the segment table. 3: `Control::Keepalive` (pipe mode)
 /// and `Control::Protect` (filter rules for `--delete`) change the control message enum.
 /// 4: manifest entries carry extended attributes, items the `a` and `x` columns.
-pub const PROTOCOL_VERSION: u16 = 4;
+/// 5: a stream block's unit hash covers its BLAKE3 chaining value (`codec::tree`), not
+/// its bytes, and stream blocks are a power of two.
+pub const PROTOCOL_VERSION: u16 = 5;
 
 /// Which kind of connection this is within one transfer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
