@@ -1,5 +1,6 @@
 //! The receiver driver: answers the manifest on the control connection and runs one
-//! blocking worker per data connection (frame → decompress → verify → pwrite).
+//! blocking worker per data connection (frame → decompress → verify → pwrite; a local
+//! copy's lane: unit → pwrite).
 //!
 //! Connections may drop and come back during a transfer: a data connection that ends
 //! without its End frame only ends its worker (the sender re-dials; anything lost is
@@ -18,6 +19,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 mod integrity;
+mod lane;
 mod listing;
 pub mod pipe;
 mod report;
@@ -510,6 +512,18 @@ impl Session<'_> {
 /// that breaks is not an error here (the sender re-dials and re-sends), nor is one whose
 /// frames fail verification (up to a bound, see `integrity`); authentic bad data is.
 fn data_worker(mut conn: Conn, shared: &Shared) -> Result<()> {
+    if let Some(l) = conn.take_lane_receiver() {
+        let s = lane::Shared {
+            store: &shared.store,
+            abort: &shared.abort,
+            busy: &shared.busy,
+            tick: TICK,
+        };
+        return lane::run(l, s, || {
+            shared.units.fetch_add(1, Ordering::AcqRel);
+            shared.touch();
+        });
+    }
     let store = &shared.store;
     if conn.set_read_timeout(Some(TICK)).is_err() {
         return Ok(());
