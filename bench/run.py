@@ -40,9 +40,9 @@ NOT_BY_DEFAULT = ("haul-zstd",)
 # Sizes per mode: the defaults for a 2-core, 24 GB machine, and tiny ones for --quick.
 SIZES = {
     "full": {"big_size": "4G", "pg_scale": 150, "small_count": 20000, "small_size": "100K",
-             "sparse_size": "8G", "sparse_data": "256M"},
+             "sparse_size": "8G", "sparse_data": "256M", "million_count": 1_000_000},
     "quick": {"big_size": "64M", "pg_scale": 1, "small_count": 500, "small_size": "100K",
-              "sparse_size": "256M", "sparse_data": "16M"},
+              "sparse_size": "256M", "sparse_data": "16M", "million_count": 10_000},
 }
 
 
@@ -74,8 +74,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true",
                    help="tiny data sets, links unshaped (all methods) and 1gbit (four), 1 run: "
                         "a smoke run of about two minutes")
-    p.add_argument("--datasets", help="comma-separated data sets (default: all); 'stream' "
-                                       "stands for the stream family (stream-pg,stream-rand)")
+    p.add_argument("--datasets", help="comma-separated data sets (default: all but million); "
+                                       "'stream' stands for the stream family "
+                                       "(stream-pg,stream-rand)")
     p.add_argument("--links", help="comma-separated links (default: all four; quick: "
                                     "unshaped,1gbit)")
     p.add_argument("--methods", help="comma-separated methods, 'all' (default), iperf3 included")
@@ -105,6 +106,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     sizes.add_argument("--small-size", help="small: file size (default 100K)")
     sizes.add_argument("--sparse-size", help="sparse: apparent size (default 8G; quick 256M)")
     sizes.add_argument("--sparse-data", help="sparse: data in it (default 256M; quick 16M)")
+    sizes.add_argument("--million-count", type=int,
+                       help="million (only when named): file count (default 1000000; "
+                            "quick 10000)")
     return p.parse_args(argv)
 
 
@@ -142,7 +146,8 @@ def build_config(a: argparse.Namespace, argv: list[str]) -> Config:
             netbed.rate_bits(link)
         except ValueError as e:
             raise SystemExit(f"run.py: {e}") from None
-    kinds = _list(a.datasets, datasets.KINDS, datasets.KINDS, "data sets")
+    kinds = _list(a.datasets, datasets.KINDS,
+                  [k for k in datasets.KINDS if k not in datasets.ON_REQUEST], "data sets")
     method_names = [*methods.METHODS, "iperf3"]
     mids = _list(a.methods, method_names,
                  [m for m in method_names if m not in NOT_BY_DEFAULT], "methods")
@@ -173,6 +178,7 @@ def build_config(a: argparse.Namespace, argv: list[str]) -> Config:
             "stream-pg": datasets.Spec("stream-pg", {"scale": int(s["pg_scale"])}),
             "stream-rand": datasets.Spec("stream-rand", {
                 "size": datasets.parse_size(str(s["big_size"]))}),
+            "million": datasets.Spec("million", {"count": int(s["million_count"])}),
         }
     except ValueError as e:
         raise SystemExit(f"run.py: {e}") from None
