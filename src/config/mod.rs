@@ -7,6 +7,7 @@
 //! ticket). `location` parses `[user@]host:path` and `-e` words.
 
 mod accept;
+mod fanout;
 mod location;
 mod pipe;
 mod probe;
@@ -165,6 +166,8 @@ pub enum Command {
         paths: Vec<PathBuf>,
         /// Where to.
         ticket: TicketFrom,
+        /// A chain fan-out: the receivers after the first, in order.
+        chain: Vec<TicketFrom>,
         /// How.
         transfer: Transfer,
     },
@@ -283,19 +286,11 @@ impl Config {
                 transfer,
                 no_encrypt,
             } => {
-                let ticket = match (to.as_deref(), ticket_file) {
-                    (_, Some(f)) => TicketFrom::File(f),
-                    (Some("-"), None) => TicketFrom::Stdin,
-                    (Some(t), None) => TicketFrom::Given(Box::new(Ticket::parse(t)?)),
-                    (None, None) => {
-                        return Err(Error::Usage(
-                            "send needs --to TICKET or --ticket-file".into(),
-                        ))
-                    }
-                };
+                let (ticket, chain) = fanout::tickets(to, ticket_file)?;
                 let t = transfer_config(&transfer, !no_encrypt, NETWORK_COMPRESSION)?;
                 match pipe::send_source(&paths, from_command)? {
                     Some(from) => {
+                        fanout::no_stream_chain(&chain)?;
                         if matches!(ticket, TicketFrom::Stdin) && from == PipeFrom::Stdin {
                             return Err(Error::Usage(
                                 "standard input carries the stream: give the ticket with \
@@ -313,6 +308,7 @@ impl Config {
                     None => Command::Send {
                         paths,
                         ticket,
+                        chain,
                         transfer: t,
                     },
                 }

@@ -24,7 +24,9 @@
 //! is queued and sent, the sender writes [`Control::Finish`]; the receiver answers with
 //! [`Control::Done`] once every file is durable, or [`Control::Error`] at any point.
 //! With `--delete` and filter rules, [`Control::Protect`] follows `Start`: the rules, so
-//! the receiver keeps what they exclude.
+//! the receiver keeps what they exclude. A chain fan-out sends [`Control::Chain`] right
+//! after `Start` (the receivers to pass everything on to); such a receiver sends
+//! [`Control::Replicas`] (what became of each of them) before `Done`.
 //!
 //! A pipe transfer (one byte stream, not files) opens with [`Control::StreamStart`]
 //! instead. Its blocks travel as data units of file 0 at block-aligned offsets, on any
@@ -35,6 +37,7 @@
 //! whole stream; [`Control::Done`] or [`Control::Error`] ends it.
 
 mod accept;
+mod chain;
 mod data;
 mod filter;
 mod frame;
@@ -47,6 +50,7 @@ mod seal;
 mod xattr;
 
 pub use accept::{Accept, Chown, OwnerSpec};
+pub use chain::{Chain, Hop, Outcome, Replica, MAX_CHAIN};
 pub use data::{encode_data_header, hashed_parts, set_hash, Codec, DataHeader, Segment};
 pub use filter::{Filter, FilterRule, MAX_PATTERN, MAX_RULES};
 pub use frame::{Frame, FrameHeader, FrameKind, ReadError, FRAME_HEADER_LEN};

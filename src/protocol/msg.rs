@@ -102,6 +102,12 @@ pub enum Control {
     /// destination (for `-v`/`-i`), sent before the `Need` answering a batch and before
     /// `Done` (deletions). The sender prints them and keeps waiting for its answer.
     Items(Vec<Item>),
+    /// Sender → receiver, after `Start` (and before `Protect`), only for a chain fan-out:
+    /// the receivers this one passes the transfer on to (see `chain`).
+    Chain(super::chain::Chain),
+    /// Receiver → sender, before `Done`, only for a chain fan-out: what became of every
+    /// receiver after this one.
+    Replicas(Vec<super::chain::Replica>),
 }
 
 /// How the receiver treats files it already has (set by the sender's user).
@@ -274,6 +280,8 @@ impl Control {
             Control::Items(_) => "Items",
             Control::Keepalive => "Keepalive",
             Control::Protect(_) => "Protect",
+            Control::Chain(_) => "Chain",
+            Control::Replicas(_) => "Replicas",
         }
     }
 }

@@ -51,8 +51,9 @@ pub use tunnel::Tunnel;
 /// [`TransportError::PeerIncompatible`]. 2: every frame tagged with the link key, control
 /// messages MACed, unit hashes over the segment table. 3: `Control::Keepalive` (pipe mode)
 /// and `Control::Protect` (filter rules for `--delete`) change the control message enum.
-/// 4: manifest entries carry extended attributes, items the `a` and `x` columns.
-pub const PROTOCOL_VERSION: u16 = 4;
+/// 4: manifest entries carry extended attributes, items the `a` and `x` columns. 5:
+/// `Control::Chain` and `Control::Replicas` (chain fan-out).
+pub const PROTOCOL_VERSION: u16 = 5;
 
 /// Which kind of connection this is within one transfer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
