@@ -50,8 +50,9 @@ pub(super) struct Forward {
     pending: AtomicUsize,
     /// Units written to the current hop.
     sent: AtomicU64,
-    /// A writer could not reach the current hop: the control loop re-forms the chain.
-    broken: AtomicBool,
+    /// The generation of a hop a writer could not reach (0: none); when it is the current
+    /// one, the control loop re-forms the chain.
+    broken: AtomicU64,
     stop: AtomicBool,
 }
 
@@ -69,7 +70,7 @@ impl Forward {
             rx,
             pending: AtomicUsize::new(0),
             sent: AtomicU64::new(0),
-            broken: AtomicBool::new(false),
+            broken: AtomicU64::new(0),
             stop: AtomicBool::new(false),
         }
     }
@@ -104,12 +105,12 @@ impl Forward {
             });
         }
         self.sent.store(0, Ordering::Release);
-        self.broken.store(false, Ordering::Release);
     }
 
     /// Whether a writer found the current hop unreachable.
     pub(super) fn broken(&self) -> bool {
-        self.broken.load(Ordering::Acquire)
+        let current = self.target.read().map(|t| t.generation).unwrap_or(0);
+        self.broken.load(Ordering::Acquire) == current
     }
 
     /// Units written to the current hop (its `Finish` count).
@@ -240,7 +241,7 @@ impl Forward {
             }
             *conn = None;
         }
-        self.broken.store(true, Ordering::Release);
+        self.broken.store(generation, Ordering::Release);
     }
 }
 
