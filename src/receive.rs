@@ -24,6 +24,7 @@ mod listing;
 pub mod pipe;
 mod relay;
 mod report;
+mod shared;
 
 pub use report::{ReceiveOptions, ReceiveReport};
 
@@ -36,9 +37,8 @@ use crate::transport::{Accepted, Conn, Role};
 use data::spawn_data_worker;
 use integrity::{read_start, Forgeries};
 use relay::{union, Answer, Relay};
+use shared::{Shared, TICK};
 
-/// How often blocked reads wake up to check whether the transfer was aborted.
-const TICK: Duration = Duration::from_millis(200);
 /// How long after the last data connection ended the receiver waits before concluding
 /// that data asked for after `Finish` was lost rather than late.
 const SETTLE: Duration = Duration::from_secs(3);
@@ -49,60 +49,6 @@ const MAX_ROUNDS: u32 = 50;
 /// Each active worker may hold a frame buffer of up to the largest frame, so more are
 /// closed at once.
 const DATA_CONN_SLACK: usize = 4;
-
-/// State shared by the control loop and the data workers.
-struct Shared {
-    store: Arc<Store>,
-    key: [u8; 32],
-    abort: AtomicBool,
-    fatal: Mutex<Option<Error>>,
-    /// Data workers running now.
-    active: AtomicUsize,
-    /// Most data workers at once: the declared streams plus `DATA_CONN_SLACK`.
-    max_active: usize,
-    /// Whether a surplus data connection was reported (once per transfer).
-    surplus_warned: AtomicBool,
-    /// Data connections accepted in all.
-    data_conns: AtomicUsize,
-    /// Control connections accepted in all.
-    control_conns: AtomicUsize,
-    /// When a data connection last started or ended, or a unit arrived.
-    last_activity: Mutex<Instant>,
-    /// Data frames received.
-    units: std::sync::atomic::AtomicU64,
-    /// Workers busy writing a unit (a slow disk is not a lost connection).
-    busy: AtomicUsize,
-    /// Frames that failed verification, on any connection.
-    forged: Forgeries,
-    /// In a chain fan-out: where verified units are passed on.
-    forward: std::sync::OnceLock<Arc<forward::Forward>>,
-}
-
-impl Shared {
-    fn touch(&self) {
-        if let Ok(mut t) = self.last_activity.lock() {
-            *t = Instant::now();
-        }
-    }
-
-    fn idle_for(&self) -> Duration {
-        self.last_activity
-            .lock()
-            .map(|t| t.elapsed())
-            .unwrap_or_default()
-    }
-
-    fn fail(&self, e: Error) {
-        if let Ok(mut f) = self.fatal.lock() {
-            f.get_or_insert(e);
-        }
-        self.abort.store(true, Ordering::Relaxed);
-    }
-
-    fn take_fatal(&self) -> Option<Error> {
-        self.fatal.lock().ok().and_then(|mut f| f.take())
-    }
-}
 
 /// The connections a listener accepts, as `receive` takes them: each with its role, in
 /// the order they arrive.
@@ -531,4 +477,3 @@ impl Session<'_> {
         }
     }
 }
-

@@ -56,7 +56,8 @@ fn spawn_send(ns: Option<&str>, src: &Path, tickets: &[&str], args: &[&str]) -> 
     for t in tickets {
         cmd.args(["--to", t]);
     }
-    cmd.args(["--json", "--block-size", BLOCK_SIZE_ARG]).args(args);
+    cmd.args(["--json", "--block-size", BLOCK_SIZE_ARG])
+        .args(args);
     Running::spawn("send", cmd)
 }
 
@@ -69,7 +70,9 @@ fn three_receivers_get_identical_trees_and_a_rerun_completes_one() {
     let tmp = tempfile::tempdir().unwrap();
     let src = build_tree(tmp.path(), "tree", &TreeOptions::small());
     write_random_file(&src.join("big"), 9 * MIB + 5, 7);
-    let dsts: Vec<PathBuf> = (1..=3).map(|i| tmp.path().join(format!("dst{i}"))).collect();
+    let dsts: Vec<PathBuf> = (1..=3)
+        .map(|i| tmp.path().join(format!("dst{i}")))
+        .collect();
 
     let run = || {
         let recvs: Vec<Recv> = dsts.iter().map(|d| recv(d, &[])).collect();
@@ -111,7 +114,9 @@ fn a_killed_middle_receiver_is_reported_and_a_rerun_completes_it() {
     let tmp = tempfile::tempdir().unwrap();
     let src = build_tree(tmp.path(), "tree", &TreeOptions::small());
     write_random_file(&src.join("big"), 96 * MIB, 9);
-    let dsts: Vec<PathBuf> = (1..=3).map(|i| tmp.path().join(format!("dst{i}"))).collect();
+    let dsts: Vec<PathBuf> = (1..=3)
+        .map(|i| tmp.path().join(format!("dst{i}")))
+        .collect();
     let start_recvs = || -> Vec<Recv> {
         (0..3)
             .map(|i| recv_in(&lan.ns(i + 2), &lan.ip(i + 2), &dsts[i]))

@@ -3,14 +3,29 @@
 
 use std::path::PathBuf;
 
-use super::TicketFrom;
 use crate::error::{Error, Result};
 use crate::protocol::MAX_CHAIN;
 use crate::transport::Ticket;
 
+/// Where `send` gets its ticket: given on the command line (or HAUL_TICKET), or read
+/// when it runs from stdin (`--to -`) or a file (`--ticket-file`), so that it never
+/// appears in the process list.
+#[derive(Debug)]
+pub enum TicketFrom {
+    /// Parsed already.
+    Given(Box<Ticket>),
+    /// One line on standard input.
+    Stdin,
+    /// The first line of this file.
+    File(PathBuf),
+}
+
 /// The first receiver's ticket and those of the receivers after it. Each `--to -` reads
 /// the next line of standard input.
-pub(super) fn tickets(to: Vec<String>, files: Vec<PathBuf>) -> Result<(TicketFrom, Vec<TicketFrom>)> {
+pub(super) fn tickets(
+    to: Vec<String>,
+    files: Vec<PathBuf>,
+) -> Result<(TicketFrom, Vec<TicketFrom>)> {
     let all: Vec<TicketFrom> = match files.is_empty() {
         false => files.into_iter().map(TicketFrom::File).collect(),
         true => to
@@ -30,7 +45,9 @@ pub(super) fn tickets(to: Vec<String>, files: Vec<PathBuf>) -> Result<(TicketFro
     let mut all = all.into_iter();
     match all.next() {
         Some(first) => Ok((first, all.collect())),
-        None => Err(Error::Usage("send needs --to TICKET or --ticket-file".into())),
+        None => Err(Error::Usage(
+            "send needs --to TICKET or --ticket-file".into(),
+        )),
     }
 }
 
@@ -47,13 +64,14 @@ pub(super) fn no_stream_chain(chain: &[TicketFrom]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     #[test]
     fn one_or_a_chain_in_order() {
         let (first, rest) = tickets(vec![], vec!["a".into(), "b".into(), "c".into()]).unwrap();
-        assert!(matches!(first, TicketFrom::File(p) if p == PathBuf::from("a")));
+        assert!(matches!(first, TicketFrom::File(p) if p == Path::new("a")));
         assert_eq!(rest.len(), 2);
-        assert!(matches!(&rest[1], TicketFrom::File(p) if p == &PathBuf::from("c")));
+        assert!(matches!(&rest[1], TicketFrom::File(p) if p == Path::new("c")));
         let (first, rest) = tickets(vec!["-".into(), "-".into()], vec![]).unwrap();
         assert!(matches!(first, TicketFrom::Stdin));
         assert!(no_stream_chain(&rest).is_err());

@@ -24,8 +24,8 @@ use crate::codec::Compression;
 use crate::error::{Error, Result};
 use crate::plan::select::Selection;
 use crate::protocol::{Accept, Listing, SyncOptions, DEFAULT_BLOCK_SIZE, MAX_BLOCK, MAX_STREAMS};
-use crate::transport::Ticket;
 
+pub use fanout::TicketFrom;
 pub use location::{
     parse_listen, parse_location, split_command, Location, RemoteCopy, RemotePath, SpecError,
 };
@@ -94,19 +94,6 @@ pub struct SshOptions {
     pub advertise: Option<IpAddr>,
     /// A zero-install upload may use the far user's cache (not `--no-cache`).
     pub cache: bool,
-}
-
-/// Where `send` gets its ticket: given on the command line (or HAUL_TICKET), or read
-/// when it runs from stdin (`--to -`) or a file (`--ticket-file`), so that it never
-/// appears in the process list.
-#[derive(Debug)]
-pub enum TicketFrom {
-    /// Parsed already.
-    Given(Box<Ticket>),
-    /// One line on standard input.
-    Stdin,
-    /// The first line of this file.
-    File(PathBuf),
 }
 
 /// What to run.

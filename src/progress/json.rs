@@ -90,7 +90,10 @@ impl Report {
                         json_string(m)
                     ),
                 };
-                json.push_str(&format!("{comma}{{\"host\":{},{state}}}", json_string(&r.host)));
+                json.push_str(&format!(
+                    "{comma}{{\"host\":{},{state}}}",
+                    json_string(&r.host)
+                ));
             }
             json.push_str("]}");
         }

@@ -2,59 +2,18 @@
 //! receiver after `Start`) and what became of each of them ([`Replica`], receiver → sender
 //! before `Done`).
 //!
+//! The types are `msg`'s (they are part of `Control`); here: their bounds.
+//!
 //! A receiver that gets a non-empty chain is also a sender to its first hop: it forwards
 //! the manifest and every verified block it needs to pass on, and gives the rest of the
 //! chain to that hop. The hops' tickets cross only authenticated control streams.
 
-use serde::{Deserialize, Serialize};
-
-use super::msg::Summary;
+use super::msg::Chain;
 
 /// Most receivers after the first in one chain.
 pub const MAX_CHAIN: usize = 32;
 /// Longest label or ticket text of a hop, and longest message of a failed replica.
 pub const MAX_HOP_TEXT: usize = 4096;
-
-/// The receivers a receiver passes the transfer on to, nearest first.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Chain {
-    /// Nearest first; at most [`MAX_CHAIN`].
-    pub hops: Vec<Hop>,
-    /// Whether the data streams between hops use TLS (as the sender's do).
-    pub encrypt: bool,
-}
-
-/// One further receiver.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Hop {
-    /// How messages name it: the host as the user named it, or the ticket's first address.
-    pub label: String,
-    /// Its ticket, as `haul recv` printed it.
-    pub ticket: String,
-}
-
-/// What became of one receiver after the first.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Replica {
-    /// The hop's label.
-    pub host: String,
-    /// Its summary, or why it failed.
-    pub outcome: Outcome,
-}
-
-/// A replica's end.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Outcome {
-    /// Complete and durable.
-    Done(Summary),
-    /// Failed (the chain went on without it): its exit-code class and one line.
-    Failed {
-        /// Exit-code class (see `error::exit`).
-        code: i32,
-        /// What went wrong.
-        message: String,
-    },
-}
 
 impl Chain {
     /// Checks the bounds a receiver relies on (a peer's chain is not trusted blindly:
@@ -87,7 +46,7 @@ impl Chain {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::Control;
+    use crate::protocol::{Control, Hop, Outcome, Replica, Summary};
     use proptest::prelude::*;
 
     fn hop(i: usize) -> Hop {

@@ -50,7 +50,7 @@ mod seal;
 mod xattr;
 
 pub use accept::{Accept, Chown, OwnerSpec};
-pub use chain::{Chain, Hop, Outcome, Replica, MAX_CHAIN};
+pub use chain::{MAX_CHAIN, MAX_HOP_TEXT};
 pub use data::{encode_data_header, hashed_parts, set_hash, Codec, DataHeader, Segment};
 pub use filter::{Filter, FilterRule, MAX_PATTERN, MAX_RULES};
 pub use frame::{Frame, FrameHeader, FrameKind, ReadError, FRAME_HEADER_LEN};
@@ -59,7 +59,9 @@ pub use limits::{
     CONTROL_MAC_LEN, DATA_FIXED_LEN, DEFAULT_BLOCK_SIZE, FRAME_TAG_LEN, MAX_BLOCK, MAX_CONTROL_LEN,
     MAX_DATA_LEN, MAX_SEGMENTS, MAX_STREAMS,
 };
-pub use msg::{Control, Entry, EntryKind, Summary, SyncOptions, Want, WantKind};
+pub use msg::{
+    Chain, Control, Entry, EntryKind, Hop, Outcome, Replica, Summary, SyncOptions, Want, WantKind,
+};
 pub use path::{PathError, SafeRelPath};
 pub use reader::FrameReader;
 pub use seal::{Opener, Sealer};

@@ -5,7 +5,7 @@ use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::{Shared, TICK};
+use super::shared::{Shared, TICK};
 use crate::codec::Decoder;
 use crate::error::{Error, Result};
 use crate::progress::Counters;

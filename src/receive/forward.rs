@@ -95,8 +95,14 @@ impl Forward {
     }
 
     /// Sends from now on to `hop` (None: the chain ends here); units hashed for the hop
-    /// before are dropped.
+    /// before are dropped. What the new hop wants is not known yet: what the old one
+    /// wanted also held what the hops after it wanted, and a receiver fails on data for a
+    /// file it did not ask for. It is learned from its next `Need` (batches to come, or
+    /// what it misses at `Finish`).
     pub(super) fn retarget(&self, hop: Option<Ticket>) {
+        if let Ok(mut w) = self.wanted.write() {
+            w.clear();
+        }
         if let Ok(mut t) = self.target.write() {
             t.generation += 1;
             t.hop = hop.map(|h| {
@@ -281,13 +287,22 @@ mod tests {
         let segs = [seg(1, 0, 3), seg(2, 0, 2), seg(3, 0, 4)];
         let p = unit(&k1, &segs, b"aaabbcccc");
         let h = DataHeader::parse(&p).unwrap();
-        assert!(f.payload(&h, b"aaabbcccc", &key2).is_none(), "nothing wanted");
+        assert!(
+            f.payload(&h, b"aaabbcccc", &key2).is_none(),
+            "nothing wanted"
+        );
 
         f.want([1, 2, 3]);
         let whole = f.payload(&h, b"aaabbcccc", &key2).unwrap();
         let wh = DataHeader::parse(&whole).unwrap();
-        assert_eq!(Decoder::new(key2).decode(&wh).unwrap().bytes(), b"aaabbcccc");
-        assert!(Decoder::new(k1).decode(&wh).is_err(), "hashed for the next hop");
+        assert_eq!(
+            Decoder::new(key2).decode(&wh).unwrap().bytes(),
+            b"aaabbcccc"
+        );
+        assert!(
+            Decoder::new(k1).decode(&wh).is_err(),
+            "hashed for the next hop"
+        );
 
         let g = Forward::new(1, false);
         g.want([1, 3]);

@@ -71,7 +71,12 @@ pub struct Lan {
 
 impl Lan {
     /// Brings the hosts up; None when this machine cannot (not root, no `ip netns`).
-    pub fn up(name: &'static str, subnet: &'static str, hosts: usize, rate: Option<&str>) -> Option<Lan> {
+    pub fn up(
+        name: &'static str,
+        subnet: &'static str,
+        hosts: usize,
+        rate: Option<&str>,
+    ) -> Option<Lan> {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/netlan");
         let usable = super::is_root()
             && Command::new("ip")
