@@ -359,11 +359,16 @@ fn run_copy(
     store.set_keep_cache(cfg.keep_cache);
     let key = *Secret::random().as_bytes();
     let opts = send_options(t, cfg, false);
-    // One socket pair per connection; the receiving halves are handed over in order.
+    // One socket pair per connection, the data streams' with a lane (units handed over in
+    // memory); the receiving halves are handed over in order.
     let (tx, rx) = crossbeam_channel::unbounded();
     let mut ends = Vec::new();
     for role in std::iter::once(Role::Control).chain(std::iter::repeat_n(Role::Data, t.streams)) {
-        let (a, b) = Conn::pair().map_err(|e| Error::io("creating a local stream", e))?;
+        let pair = match role {
+            Role::Control => Conn::pair(),
+            Role::Data => Conn::lane_pair(),
+        };
+        let (a, b) = pair.map_err(|e| Error::io("creating a local stream", e))?;
         ends.push((role, a));
         let _ = tx.send((b, role));
     }

@@ -1,19 +1,23 @@
 //! Per-unit compression on the way out, and decompression plus verification on the way in.
 //!
-//! The only way to obtain a [`VerifiedUnit`] is [`Decoder::decode`], which checks the
-//! keyed BLAKE3 hash of the unit's header (codec, lengths, every segment's file, offset,
-//! length and KEEP bit) and raw bytes; the store only writes `VerifiedUnit`s, so there is
-//! no path from the network to the disk that skips verification.
+//! The only way to obtain a [`VerifiedUnit`] from bytes is [`Decoder::decode`], which
+//! checks the keyed BLAKE3 hash of the unit's header (codec, lengths, every segment's file,
+//! offset, length and KEEP bit) and raw bytes; the store only writes `VerifiedUnit`s, so
+//! there is no path from the network to the disk that skips verification. The other way
+//! is [`VerifiedUnit::in_process`], for a local copy's units that never left memory.
 //!
-//! The default across a network is [`Compression::Auto`]: each stream's [`Encoder`] picks
-//! every unit's codec with the controller in [`tune`] from what it measured (the frame
-//! carries the codec per unit, so the receiver needs no notice of a change).
+//! With [`Compression::Auto`] each stream's [`Encoder`] picks every unit's codec with the
+//! controller in [`tune`] from what it measured (the frame carries the codec per unit, so
+//! the receiver needs no notice of a change). Stream blocks (pipe mode) are authenticated
+//! through their BLAKE3 subtree hash instead of their bytes ([`tree`]), so each byte of a
+//! stream is hashed once per side.
 
 use std::time::{Duration, Instant};
 
 use crate::protocol::{Codec, DataHeader};
 
 mod mode;
+pub mod tree;
 pub mod tune;
 
 pub use mode::Compression;
@@ -235,6 +239,15 @@ pub struct VerifiedUnit<'a> {
 }
 
 impl<'a> VerifiedUnit<'a> {
+    /// The bytes of a unit handed over in this process (a local copy's lane): they are the
+    /// buffer the sender read and never left memory, so there is nothing to verify. A
+    /// lane's unit can only be made by a lane, never decoded from peer bytes.
+    pub fn in_process(unit: &'a crate::transport::lane::Unit) -> VerifiedUnit<'a> {
+        VerifiedUnit {
+            bytes: unit.bytes(),
+        }
+    }
+
     /// The verified raw bytes.
     pub fn bytes(&self) -> &'a [u8] {
         self.bytes
@@ -287,6 +300,60 @@ impl Decoder {
             return Err(VerifyError::HashMismatch);
         }
         Ok(VerifiedUnit { bytes })
+    }
+
+    /// Decodes stream block `h`, the stream's bytes at `offset`, into `out` (decompressing
+    /// straight into it) and verifies it against `h.hash` through its BLAKE3 chaining value
+    /// ([`tree::stream_unit_hash`]), which it returns for the stream's hash. A block that
+    /// is empty, or does not fit a subtree at `offset`, cannot be authentic. On an error
+    /// `out` holds nothing the caller may use.
+    pub fn decode_stream_into(
+        &mut self,
+        h: &DataHeader<'_>,
+        offset: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<tree::BlockCv, VerifyError> {
+        let raw_len = h.raw_len as usize;
+        let fits = offset % blake3::CHUNK_LEN as u64 == 0
+            && blake3::hazmat::max_subtree_len(offset).is_none_or(|m| raw_len as u64 <= m);
+        if raw_len == 0 || !fits {
+            return Err(VerifyError::Decompress);
+        }
+        match h.codec {
+            Codec::Raw => {
+                if h.body.len() != raw_len {
+                    return Err(VerifyError::Decompress);
+                }
+                out.clear();
+                out.extend_from_slice(h.body);
+            }
+            Codec::Lz4 => {
+                // Not cleared first: a recycled buffer's old bytes are overwritten, not
+                // zeroed and then overwritten.
+                out.resize(raw_len, 0);
+                match lz4_flex::block::decompress_into(h.body, out) {
+                    Ok(n) if n == raw_len => {}
+                    _ => return Err(VerifyError::Decompress),
+                }
+            }
+            Codec::Zstd => {
+                if self.zstd.is_none() {
+                    self.zstd =
+                        Some(zstd::bulk::Decompressor::new().map_err(|_| VerifyError::Decompress)?);
+                }
+                let z = self.zstd.as_mut().ok_or(VerifyError::Decompress)?;
+                out.resize(raw_len, 0);
+                match z.decompress_to_buffer(h.body, &mut out[..]) {
+                    Ok(n) if n == raw_len => {}
+                    _ => return Err(VerifyError::Decompress),
+                }
+            }
+        }
+        let cv = tree::block_cv(offset, out);
+        if tree::stream_unit_hash(&self.key, h.hashed(), &cv) != h.hash {
+            return Err(VerifyError::HashMismatch);
+        }
+        Ok(cv)
     }
 }
 

@@ -1,5 +1,6 @@
 //! The receiver driver: answers the manifest on the control connection and runs one
-//! blocking worker per data connection (frame → decompress → verify → pwrite).
+//! blocking worker per data connection (frame → decompress → verify → pwrite; a local
+//! copy's lane: unit → pwrite).
 //!
 //! Connections may drop and come back during a transfer: a data connection that ends
 //! without its End frame only ends its worker (the sender re-dials; anything lost is
@@ -20,6 +21,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 mod data;
 mod forward;
 mod integrity;
+mod lane;
 mod listing;
 pub mod pipe;
 mod relay;

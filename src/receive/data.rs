@@ -53,6 +53,18 @@ pub(super) fn spawn_data_worker(shared: &Arc<Shared>, conn: Conn) {
 /// that breaks is not an error here (the sender re-dials and re-sends), nor is one whose
 /// frames fail verification (up to a bound, see `integrity`); authentic bad data is.
 fn data_worker(mut conn: Conn, shared: &Shared) -> Result<()> {
+    if let Some(l) = conn.take_lane_receiver() {
+        let s = super::lane::Shared {
+            store: &shared.store,
+            abort: &shared.abort,
+            busy: &shared.busy,
+            tick: TICK,
+        };
+        return super::lane::run(l, s, || {
+            shared.units.fetch_add(1, Ordering::AcqRel);
+            shared.touch();
+        });
+    }
     let store = &shared.store;
     if conn.set_read_timeout(Some(TICK)).is_err() {
         return Ok(());

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use super::integrity::{first_start, Forgeries};
+use crate::codec::tree::{is_tree_block, TreeHash};
 use crate::codec::Decoder;
 use crate::error::{Error, Result};
 use crate::progress::{Counters, Progress};
@@ -227,10 +228,12 @@ fn parse_stream_start(msg: Control) -> Result<(u16, u32, u64)> {
                 || streams > MAX_STREAMS
                 || block_size < 4096
                 || block_size as usize > MAX_BLOCK
+                || !is_tree_block(u64::from(block_size))
             {
-                return Err(
-                    ProtocolError::Malformed("stream count or block size out of range").into(),
-                );
+                return Err(ProtocolError::Malformed(
+                    "stream count or block size out of range (blocks are a power of two)",
+                )
+                .into());
             }
             Ok((streams, block_size, window))
         }
@@ -246,7 +249,8 @@ fn parse_stream_start(msg: Control) -> Result<(u16, u32, u64)> {
 /// Hands blocks to the consumer in order; at the end checks the digest and finishes it.
 /// `None` when the transfer stopped for another reason first.
 fn write_loop(mut out: Output, shared: &Shared) -> Result<Option<(u64, [u8; 32])>> {
-    let mut hasher = blake3::Hasher::new();
+    // The readers hashed each block (its chaining value); here they only merge, in order.
+    let mut tree = TreeHash::new();
     loop {
         let next = {
             let mut w = shared.lock();
@@ -268,13 +272,16 @@ fn write_loop(mut out: Output, shared: &Shared) -> Result<Option<(u64, [u8; 32])
                     .unwrap_or_else(|p| p.into_inner().0);
             }
         };
-        let Some(b) = next else { break };
+        let Some((b, cv)) = next else { break };
         // A consumer that takes its time is not a vanished sender.
         shared.writing.store(true, Ordering::Release);
         let r = out.write_all(&b);
         shared.writing.store(false, Ordering::Release);
         r?;
-        hasher.update(&b);
+        if tree.blocks() == 0 {
+            tree.first(&b);
+        }
+        tree.push(cv);
         let n = b.len() as u64;
         shared.recycle(b);
         Counters::add(&shared.counters.done_bytes, n);
@@ -285,7 +292,7 @@ fn write_loop(mut out: Output, shared: &Shared) -> Result<Option<(u64, [u8; 32])
         .lock()
         .end
         .ok_or_else(|| Error::io("writing the stream", io::Error::other("no end")))?;
-    if hasher.finalize() != blake3::Hash::from_bytes(digest) {
+    if tree.finish() != Some(digest) {
         return Err(Error::Tampered {
             count: 1,
             last: "the stream's BLAKE3 does not match the sender's".into(),
@@ -374,29 +381,34 @@ fn read_loop(mut conn: Conn, shared: &Shared) -> Result<bool> {
             }
         };
         Counters::add(&shared.counters.wire_bytes, frame.payload.len() as u64);
-        let unit = match decoder.decode(&h) {
-            Ok(u) => u,
-            Err(e) => {
-                conn.abort();
-                return forged(&format!("stream block failed verification ({e:?})"));
-            }
-        };
         let mut segs = h.segments();
         let (Some(seg), None) = (segs.next(), segs.next()) else {
-            return Err(ProtocolError::Malformed("stream block with several segments").into());
+            conn.abort();
+            return forged(&"stream block with several segments");
         };
-        let bytes = unit.bytes();
+        // Checked before verification: the block's hash depends on its place in the
+        // stream, so a block out of shape cannot be verified, nor be authentic.
         if seg.file != 0
             || seg.keep
-            || seg.len as usize != bytes.len()
+            || seg.len != h.raw_len
             || seg.len == 0
             || u64::from(seg.len) > shared.block
             || seg.offset % shared.block != 0
         {
-            return Err(ProtocolError::Malformed("stream block out of shape").into());
+            conn.abort();
+            return forged(&"stream block out of shape");
         }
+        let mut data = shared.buffer();
+        let cv = match decoder.decode_stream_into(&h, seg.offset, &mut data) {
+            Ok(cv) => cv,
+            Err(e) => {
+                shared.recycle(data);
+                conn.abort();
+                return forged(&format!("stream block failed verification ({e:?})"));
+            }
+        };
         Counters::add(&shared.counters.units, 1);
-        shared.insert(seg.offset, shared.copy_in(bytes))?;
+        shared.insert(seg.offset, data, cv)?;
         shared.touch();
     }
 }
@@ -508,7 +520,7 @@ impl Session<'_> {
             .blocks
             .iter()
             .next_back()
-            .is_some_and(|(o, b)| o + b.len() as u64 > len);
+            .is_some_and(|(o, (b, _))| o + b.len() as u64 > len);
         if len < w.have || past {
             return Err(ProtocolError::Malformed("StreamEnd before data already sent").into());
         }

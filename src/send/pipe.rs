@@ -26,13 +26,14 @@ use crossbeam_channel::{Receiver, Sender};
 use super::dial::Redial;
 use super::link::{Link, Polled};
 use super::pace::Pacer;
+use crate::codec::tree::{block_cv, is_tree_block, TreeHash};
 use crate::codec::Compression;
 use crate::error::{Error, Result};
 use crate::progress::{Counters, Progress};
 use crate::protocol::{Control, ProtocolError};
 use crate::transport::{Conn, Role};
 
-use flow::{Block, Flow};
+use flow::{Block, Flow, Pool};
 pub use source::{describe_status, is_dash, PipeFrom};
 use source::{Input, Producer};
 use stream::Stream;
@@ -101,9 +102,11 @@ where
     let _control = super::pace::control::listen(&pace);
     let pace = &*pace;
     let progress = Progress::start_stream(Arc::clone(&counters), opts.progress);
+    // Blocks of a power-of-two size are subtrees of the stream's BLAKE3 tree (codec::tree).
+    let block_size = tree_block(opts.block_size);
     let start = Control::StreamStart {
         streams: opts.streams as u16,
-        block_size: opts.block_size as u32,
+        block_size: block_size as u32,
         window: opts.window,
     };
     let mut link = Link::open(&dial, start, opts.retries, &counters)?;
@@ -114,11 +117,16 @@ where
     // and a failed transfer must not wait for the producer's next byte.
     let (read_tx, read_rx) = crossbeam_channel::bounded(1);
     {
-        let (flow, counters, block) = (Arc::clone(&flow), Arc::clone(&counters), opts.block_size);
+        let (flow, counters, block, window) = (
+            Arc::clone(&flow),
+            Arc::clone(&counters),
+            block_size,
+            opts.window,
+        );
         std::thread::Builder::new()
             .name("haul-pipe-read".into())
             .spawn(move || {
-                let r = read_loop(input, &flow, &work_tx, block as usize, &counters);
+                let r = read_loop(input, &flow, &work_tx, (block as usize, window), &counters);
                 let _ = read_tx.send(r);
             })
             .map_err(|e| Error::io("starting the reading thread", e))?;
@@ -205,16 +213,29 @@ where
     }
 }
 
+/// The stream's block size: `--block-size` rounded down to a power of two (at least
+/// 64 KiB by the configuration's bounds), which the stream's hash needs.
+fn tree_block(block_size: u64) -> u64 {
+    let b = if block_size.is_power_of_two() {
+        block_size
+    } else {
+        1u64 << (63 - block_size.leading_zeros())
+    };
+    debug_assert!(is_tree_block(b));
+    b
+}
+
 /// Reads the input into blocks while the window allows; returns the stream's length and
 /// BLAKE3 at its end.
 fn read_loop(
     mut input: Input,
     flow: &Flow,
     work: &Sender<Arc<Block>>,
-    block: usize,
+    (block, window): (usize, u64),
     counters: &Counters,
 ) -> Result<(u64, [u8; 32])> {
-    let mut hasher = blake3::Hasher::new();
+    let mut tree = TreeHash::new();
+    let pool = Arc::new(Pool::new(window, block as u64));
     loop {
         let offset = {
             let mut g = flow.lock();
@@ -235,13 +256,24 @@ fn read_loop(
                     .unwrap_or_else(|p| p.into_inner().0);
             }
         };
-        let mut data = vec![0u8; block];
+        let mut data = pool.take(block);
         let n = input.fill(&mut data)?;
         data.truncate(n);
         if n > 0 {
-            hasher.update(&data);
+            // The block's one hashing on this side: its chaining value authenticates it
+            // (the streams' unit hashes cover it) and builds the stream's BLAKE3.
+            if offset == 0 {
+                tree.first(&data);
+            }
+            let cv = block_cv(offset, &data);
+            tree.push(cv);
             Counters::add(&counters.read_bytes, n as u64);
-            let b = Arc::new(Block { offset, data });
+            let b = Arc::new(Block {
+                offset,
+                data,
+                cv,
+                pool: Arc::clone(&pool),
+            });
             {
                 let mut g = flow.lock();
                 g.replay.push_back(Arc::clone(&b));
@@ -255,7 +287,13 @@ fn read_loop(
             }
         }
         if n < block {
-            return Ok((offset + n as u64, *hasher.finalize().as_bytes()));
+            let digest = tree.finish().ok_or_else(|| {
+                Error::io(
+                    format!("reading {}", input.what()),
+                    std::io::Error::other("the stream's hash is incomplete"),
+                )
+            })?;
+            return Ok((offset + n as u64, digest));
         }
     }
 }

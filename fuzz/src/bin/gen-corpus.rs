@@ -215,7 +215,7 @@ fn data_payload(mode: Compression, segs: &[Segment], raw: &[u8]) -> Vec<u8> {
 /// [`data_payload`] with the unit hash keyed by `key`.
 fn data_payload_keyed(key: &[u8; 32], mode: Compression, segs: &[Segment], raw: &[u8]) -> Vec<u8> {
     let mut cbuf = Vec::new();
-    let codec = Encoder::new(mode).encode(raw, &mut cbuf);
+    let codec = Encoder::new(mode, 1).encode(raw, &mut cbuf);
     let body: &[u8] = if codec == Codec::Raw { raw } else { &cbuf };
     let mut out = Vec::new();
     encode_data_header(&mut out, codec, raw.len() as u32, segs);

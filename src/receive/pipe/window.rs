@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::codec::tree::BlockCv;
 use crate::error::{Error, Result};
 use crate::progress::Counters;
 use crate::protocol::ProtocolError;
@@ -15,8 +16,8 @@ use crate::receive::integrity::Forgeries;
 /// The reorder window.
 #[derive(Default)]
 pub(super) struct Window {
-    /// Blocks arrived and not yet written, by offset.
-    pub(super) blocks: BTreeMap<u64, Vec<u8>>,
+    /// Blocks arrived and not yet written, by offset, with their chaining values.
+    pub(super) blocks: BTreeMap<u64, (Vec<u8>, BlockCv)>,
     /// Bytes handed to the consumer.
     pub(super) written: u64,
     /// Every byte before this has arrived.
@@ -79,21 +80,19 @@ impl Shared {
         self.fatal.lock().ok().and_then(|mut f| f.take())
     }
 
-    /// A copy of `bytes` in a recycled block buffer.
+    /// A block buffer to decode into: a recycled one (its old bytes still in it) or a new
+    /// one with room for a block.
     ///
     /// Recycling is what bounds memory, not tidiness: each reader thread allocates from
     /// its own malloc arena and the writer frees into it, so with fresh buffers every
     /// arena keeps as much of the window resident as it ever held (8 streams with the
     /// default window peaked at 164 MiB, against ~110 MiB with one arena).
-    pub(super) fn copy_in(&self, bytes: &[u8]) -> Vec<u8> {
+    pub(super) fn buffer(&self) -> Vec<u8> {
         let spare = self.spare.lock().ok().and_then(|mut s| s.pop());
-        let mut v = spare.unwrap_or_else(|| Vec::with_capacity(self.block as usize));
-        v.clear();
-        v.extend_from_slice(bytes);
-        v
+        spare.unwrap_or_else(|| Vec::with_capacity(self.block as usize))
     }
 
-    /// Keeps `v` for [`Shared::copy_in`], up to what a full window needs.
+    /// Keeps `v` for [`Shared::buffer`], up to what a full window needs.
     pub(super) fn recycle(&self, v: Vec<u8>) {
         if let Ok(mut s) = self.spare.lock() {
             if (s.len() as u64) < self.window / self.block + 1 {
@@ -104,7 +103,7 @@ impl Shared {
 
     /// Takes one verified block; duplicates are dropped, a block outside the window or
     /// past the announced end is the sender breaking the protocol.
-    pub(super) fn insert(&self, offset: u64, data: Vec<u8>) -> Result<()> {
+    pub(super) fn insert(&self, offset: u64, data: Vec<u8>, cv: BlockCv) -> Result<()> {
         let len = data.len() as u64;
         let mut w = self.lock();
         if offset < w.written || w.blocks.contains_key(&offset) {
@@ -120,8 +119,8 @@ impl Shared {
                 return Err(ProtocolError::Malformed("stream block past its end").into());
             }
         }
-        w.blocks.insert(offset, data);
-        while let Some(b) = w.blocks.get(&w.have) {
+        w.blocks.insert(offset, (data, cv));
+        while let Some((b, _)) = w.blocks.get(&w.have) {
             w.have += b.len() as u64;
         }
         drop(w);

@@ -6,15 +6,63 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
+use crate::codec::tree::BlockCv;
+
 /// One block of the stream.
 pub(super) struct Block {
     pub(super) offset: u64,
     pub(super) data: Vec<u8>,
+    /// Its BLAKE3 chaining value (`codec::tree`): what its unit hash covers.
+    pub(super) cv: BlockCv,
+    /// Where its buffer goes when the last holder (the replay buffer or a stream) drops it.
+    pub(super) pool: Arc<Pool>,
 }
 
 impl Block {
     pub(super) fn end(&self) -> u64 {
         self.offset + self.data.len() as u64
+    }
+}
+
+impl Drop for Block {
+    fn drop(&mut self) {
+        self.pool.put(std::mem::take(&mut self.data));
+    }
+}
+
+/// Block buffers to fill again. Reusing them spares the reader an allocation and a
+/// zero-fill of every block, and keeps the window's memory in one place.
+pub(super) struct Pool {
+    spare: Mutex<Vec<Vec<u8>>>,
+    /// Most buffers kept: a full window's worth and a few in flight.
+    keep: usize,
+}
+
+impl Pool {
+    pub(super) fn new(window: u64, block: u64) -> Pool {
+        Pool {
+            spare: Mutex::new(Vec::new()),
+            keep: (window / block.max(1)) as usize + 4,
+        }
+    }
+
+    /// A buffer of `len` bytes; a recycled one keeps its old contents (to be overwritten).
+    pub(super) fn take(&self, len: usize) -> Vec<u8> {
+        let spare = self.spare.lock().ok().and_then(|mut s| s.pop());
+        let mut v = spare.unwrap_or_default();
+        v.resize(len, 0);
+        v
+    }
+
+    fn put(&self, v: Vec<u8>) {
+        if v.capacity() == 0 {
+            return;
+        }
+        if let Ok(mut s) = self.spare.lock() {
+            if s.len() < self.keep {
+                s.push(v);
+            }
+        }
     }
 }
 

@@ -10,7 +10,8 @@ use std::time::Duration;
 use crossbeam_channel::{select, Receiver};
 
 use super::flow::{Block, Flow};
-use crate::codec::{unit_hash, Compression, Encoder};
+use crate::codec::tree::stream_unit_hash;
+use crate::codec::{Compression, Encoder};
 use crate::error::{Error, Result};
 use crate::progress::Counters;
 use crate::protocol::{encode_data_header, hashed_parts, set_hash, Codec, FrameKind, Segment};
@@ -198,7 +199,7 @@ impl<'a> Stream<'a> {
             keep: false,
         };
         encode_data_header(&mut self.hdr, codec, raw.len() as u32, &[seg]);
-        let hash = unit_hash(&self.key, hashed_parts(&self.hdr), raw);
+        let hash = stream_unit_hash(&self.key, hashed_parts(&self.hdr), &b.cv);
         set_hash(&mut self.hdr, &hash);
         let len = self.hdr.len() + body.len();
         let started = std::time::Instant::now();
