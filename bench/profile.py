@@ -21,6 +21,10 @@ question "which stage is the bottleneck" (issue 4); it measures CPU, not wall ti
 using ~1 core per core of the machine is CPU-bound and its biggest stage is the one to cut.
 
     sudo python3 bench/profile.py SRC [--haul target/release/haul] [-- SEND FLAGS...]
+    sudo python3 bench/profile.py --copy SRC [-- COPY FLAGS...]   # a local `haul copy`
+
+With `--copy` one process runs both sides; its threads are told apart by name (`haul-recv-*`,
+`haul-finish-*`, `haul-receiver`, `haul-dispatch` are the receiver, the rest the sender).
 
 Needs root (or perf_event_paranoid <= 1) and `perf`. Copies land in a temp dir, removed after.
 """
@@ -68,6 +72,9 @@ def classify(frames: list[str]) -> str:
     return "other"
 
 
+RECV_THREADS = re.compile(r"^haul-(recv-|finish-|receiver|dispatch)")
+
+
 def parse(script: str, sides: dict[int, str]):
     """perf script output (-F comm,pid,tid,period,ip,sym, call chains) -> (side -> stage ->
     CPU ns, side -> (stage, leaf symbol) -> CPU ns); the cpu-clock period is nanoseconds."""
@@ -76,17 +83,22 @@ def parse(script: str, sides: dict[int, str]):
     header = re.compile(r"^\s*(\S.*?)\s+(\d+)/(\d+)\s+(\d+)\s*$")
     pid, period, frames = None, 0, []
 
+    comm = ""
+
     def flush():
         if pid is not None and pid in sides:
+            side = sides[pid]
+            if side == "copy":
+                side = "recv" if RECV_THREADS.match(comm) else "send"
             stage = classify(frames)
-            out[sides[pid]][stage] += period
-            leaves[sides[pid]][(stage, frames[0] if frames else "?")] += period
+            out[side][stage] += period
+            leaves[side][(stage, frames[0] if frames else "?")] += period
 
     for line in script.splitlines():
         m = header.match(line)
         if m:
             flush()
-            pid, period, frames = int(m.group(2)), int(m.group(4)), []
+            comm, pid, period, frames = m.group(1), int(m.group(2)), int(m.group(4)), []
         elif line.strip():
             parts = line.strip().split(None, 1)
             frames.append(parts[1] if len(parts) > 1 else parts[0])
@@ -99,6 +111,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("src", type=Path, help="file or directory to send")
     p.add_argument("--haul", type=Path, default=REPO / "target/release/haul")
     p.add_argument("--top", type=int, default=6, help="hottest functions shown per side")
+    p.add_argument("--copy", action="store_true", help="profile a local `haul copy` instead")
     p.add_argument("flags", nargs="*", help="extra `haul send` flags (after --)")
     a = p.parse_args(argv)
     if not shutil.which("perf"):
@@ -112,12 +125,16 @@ def main(argv: list[str]) -> int:
                   f"while [ ! -s '{t}/ticket' ]; do sleep 0.01; done; "
                   f"'{a.haul}' send -q {' '.join(map(str, a.flags))} '{a.src}' "
                   f"--to \"$(head -1 '{t}/ticket')\" & echo $! > '{t}/send.pid'; wait")
+        if a.copy:
+            script = (f"'{a.haul}' copy -q {' '.join(map(str, a.flags))} '{a.src}' '{dest}' & "
+                      f"echo $! > '{t}/copy.pid'; wait")
         t0 = time.monotonic()
         subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-g", "-F", str(FREQ),
                         "-o", str(data), "--",
                         "sh", "-c", script], check=True, stdout=subprocess.DEVNULL)
         wall = time.monotonic() - t0
-        sides = {int((t / f"{s}.pid").read_text()): s for s in ("send", "recv")}
+        names = ("copy",) if a.copy else ("send", "recv")
+        sides = {int((t / f"{s}.pid").read_text()): s for s in names}
         text = subprocess.run(["perf", "script", "-i", str(data), "-F",
                                "comm,pid,tid,period,ip,sym"], check=True, capture_output=True,
                               text=True).stdout

@@ -1,9 +1,10 @@
 //! Per-unit compression on the way out, and decompression plus verification on the way in.
 //!
-//! The only way to obtain a [`VerifiedUnit`] is [`Decoder::decode`], which checks the
-//! keyed BLAKE3 hash of the unit's header (codec, lengths, every segment's file, offset,
-//! length and KEEP bit) and raw bytes; the store only writes `VerifiedUnit`s, so there is
-//! no path from the network to the disk that skips verification.
+//! The only way to obtain a [`VerifiedUnit`] from bytes is [`Decoder::decode`], which
+//! checks the keyed BLAKE3 hash of the unit's header (codec, lengths, every segment's file,
+//! offset, length and KEEP bit) and raw bytes; the store only writes `VerifiedUnit`s, so
+//! there is no path from the network to the disk that skips verification. The other way
+//! is [`VerifiedUnit::in_process`], for a local copy's units that never left memory.
 //!
 //! With [`Compression::Auto`] each stream's [`Encoder`] picks every unit's codec with the
 //! controller in [`tune`] from what it measured (the frame carries the codec per unit, so
@@ -238,6 +239,15 @@ pub struct VerifiedUnit<'a> {
 }
 
 impl<'a> VerifiedUnit<'a> {
+    /// The bytes of a unit handed over in this process (a local copy's lane): they are the
+    /// buffer the sender read and never left memory, so there is nothing to verify. A
+    /// lane's unit can only be made by a lane, never decoded from peer bytes.
+    pub fn in_process(unit: &'a crate::transport::lane::Unit) -> VerifiedUnit<'a> {
+        VerifiedUnit {
+            bytes: unit.bytes(),
+        }
+    }
+
     /// The verified raw bytes.
     pub fn bytes(&self) -> &'a [u8] {
         self.bytes

@@ -1,7 +1,8 @@
 //! Resume, skip and delta, end to end with the real binary: a transfer killed half-way
 //! continues where it stopped; an unchanged tree sends nothing; a file with a few
 //! rewritten pages sends only those; a torn journal is recovered from; files that keep
-//! changing are reported with exit 24; --delete mirrors.
+//! changing are reported with exit 24; --delete mirrors. A local copy killed half-way
+//! resumes too.
 
 mod support;
 
@@ -148,6 +149,47 @@ fn sender_killed_half_way_resumes() {
 #[test]
 fn receiver_killed_half_way_resumes() {
     kill_half_way_then_resume(false);
+}
+
+/// A local copy (its data handed over in memory) killed at about half-way resumes like a
+/// transfer: nothing under the final name, and the second run reads at most 55% again.
+/// `--limit` only keeps the copy slow enough to be caught half-way.
+#[test]
+fn copy_killed_half_way_resumes() {
+    let b = big_source();
+    let args = ["--streams", "2", "--block-size", "4M"];
+    let mut cmd = Haul::new().command("copy");
+    cmd.arg(support::with_slash(&b.src))
+        .arg(&b.dest)
+        .args(args)
+        .args(["--limit", "256M"]);
+    let copying = Running::spawn("copy", cmd);
+    let half = wait_for_journal(&b.dest, RESUME_LEN / 2, 4 * MIB, &[&copying]);
+    let killed = copying.kill();
+    assert!(
+        half,
+        "the copy ended before half-way\n{}",
+        killed.describe()
+    );
+    assert!(
+        !b.dest.join("big.bin").exists(),
+        "partial data under the final name"
+    );
+    let out = copy(
+        &[&support::with_slash(&b.src)],
+        &b.dest,
+        &[&args[..], &["--json"]].concat(),
+    );
+    out.assert_code(0);
+    assert_trees_equal(&b.src, &b.dest);
+    assert_no_part_files(&b.dest);
+    assert!(journal_files(&b.dest).is_empty(), "journal left behind");
+    let read = json_field(&out, "bytes_read");
+    assert!(
+        read <= RESUME_LEN * 55 / 100,
+        "second run read {read} bytes of {RESUME_LEN}\n{}",
+        out.describe()
+    );
 }
 
 #[test]

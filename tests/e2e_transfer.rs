@@ -148,6 +148,32 @@ fn copy_full_tree() {
     assert_no_part_files(&dst);
 }
 
+/// A local copy hands each unit over in memory (a lane), not as frames on a socket: the
+/// bytes counted "on the wire" are exactly the bytes written (frames would add headers),
+/// even with compression asked for (nothing to save in memory).
+#[test]
+fn copy_hands_units_over_in_memory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = build_tree(tmp.path(), "src", &TreeOptions::small());
+    let dst = tmp.path().join("dst");
+    let out = copy(
+        &[&src],
+        &dst,
+        &with_block_size(&["--json", "--compress", "zstd"]),
+    );
+    out.assert_code(0);
+    let json = String::from_utf8(out.stdout.clone()).unwrap();
+    let field = |k: &str| -> u64 {
+        support::pipe_harness::json_field(&json, k)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {k} in {json}"))
+    };
+    assert!(field("bytes_written") > 0, "{json}");
+    assert_eq!(field("bytes_wire"), field("bytes_written"), "{json}");
+    assert_trees_equal(&src, &dst.join("src"));
+    assert_no_part_files(&dst);
+}
+
 // ---- Path semantics (rsync's) ----
 
 /// A small tree with few small files: the path tests are about where things land.

@@ -84,6 +84,19 @@ pub struct DataHeader<'a> {
 impl<'a> DataHeader<'a> {
     /// Parses a data payload and checks that its lengths agree.
     pub fn parse(p: &'a [u8]) -> Result<DataHeader<'a>, ProtocolError> {
+        let nseg = p
+            .get(4..8)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, u32::from_le_bytes) as usize;
+        let head = DATA_FIXED_LEN.saturating_add(nseg.saturating_mul(SEGMENT_LEN));
+        let (head, body) = p.split_at(head.min(p.len()));
+        DataHeader::parse_parts(head, body)
+    }
+
+    /// Parses a data header held apart from its body (`encode_data_header`'s output, as a
+    /// local copy hands it over with the raw bytes) and checks that the lengths agree.
+    pub fn parse_parts(head: &'a [u8], body: &'a [u8]) -> Result<DataHeader<'a>, ProtocolError> {
+        let p = head;
         let Some(fixed) = p.first_chunk::<DATA_FIXED_LEN>() else {
             return Err(ProtocolError::Malformed("data header"));
         };
@@ -110,7 +123,7 @@ impl<'a> DataHeader<'a> {
             });
         }
         let seg_end = DATA_FIXED_LEN + nseg * SEGMENT_LEN;
-        if p.len() < seg_end {
+        if p.len() != seg_end {
             return Err(ProtocolError::Malformed("segment table"));
         }
         let h = DataHeader {
@@ -119,7 +132,7 @@ impl<'a> DataHeader<'a> {
             hash,
             fixed: &p[..HASH_AT],
             segments: &p[DATA_FIXED_LEN..seg_end],
-            body: &p[seg_end..],
+            body,
         };
         let mut sum: u64 = 0;
         for s in h.segments() {
@@ -272,5 +285,35 @@ mod tests {
             prop_assert_eq!(h.body, &body[..]);
             prop_assert_eq!(h.segments().collect::<Vec<_>>(), segs);
         }
+
+        /// A header held apart from its body parses as the whole payload does, wherever
+        /// the two are split.
+        #[test]
+        fn parts_parse_as_the_whole(bytes in proptest::collection::vec(any::<u8>(), 0..512), at in 0usize..512) {
+            let at = at.min(bytes.len());
+            let (head, body) = bytes.split_at(at);
+            if let Ok(h) = DataHeader::parse_parts(head, body) {
+                prop_assert_eq!(DataHeader::parse(&bytes), Ok(h));
+            }
+        }
+    }
+
+    #[test]
+    fn header_apart_from_its_body() {
+        let s = [Segment {
+            file: 7,
+            offset: 0,
+            len: 5,
+            keep: false,
+        }];
+        let mut head = Vec::new();
+        encode_data_header(&mut head, Codec::Raw, 5, &s);
+        let h = DataHeader::parse_parts(&head, b"abcde").unwrap();
+        assert_eq!(h.segments().collect::<Vec<_>>(), s);
+        assert_eq!(h.body, b"abcde");
+        assert!(DataHeader::parse_parts(&head, b"abcd").is_err());
+        // The head must be exactly the header: a byte more is not a longer table.
+        head.push(0);
+        assert!(DataHeader::parse_parts(&head, b"abcde").is_err());
     }
 }

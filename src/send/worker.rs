@@ -1,6 +1,7 @@
 //! One data stream of the sender: a blocking loop that takes units from the work queue,
 //! reads them (pread, reusing one buffer), checks the file did not change while read,
-//! hashes, compresses and writes one frame per unit.
+//! hashes, compresses and writes one frame per unit. A local copy's stream hands each unit
+//! over in-process instead (`hand_over`).
 //!
 //! For a delta file it compares each piece's hash with the receiver's and sends only the
 //! pieces that differ; matching pieces go as KEEP segments that carry no bytes.
@@ -12,6 +13,7 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use super::dial::{DataConn, Redial};
+use super::pace::Pacer;
 use super::report::{Failures, SendOptions};
 use crate::codec::{piece_hash, unit_hash, Encoder};
 use crate::error::Result;
@@ -20,6 +22,8 @@ use crate::plan::queue::{FileJob, Work, WorkQueue};
 use crate::plan::walk::{open_source, Stamp};
 use crate::progress::Counters;
 use crate::protocol::{encode_data_header, hashed_parts, set_hash, Codec, FrameKind, Segment};
+use crate::session::lost;
+use crate::transport::lane::LaneSender;
 
 /// What went wrong reading one file.
 enum ReadFail {
@@ -70,15 +74,11 @@ pub(super) fn run(
     // with backoff, and gives up as a lost connection (the control stream already proved
     // the receiver; if it is gone now, that is what happened).
     let mut conn = link.open().ok();
+    if let Some(lane) = conn.as_mut().and_then(|(c, _)| c.take_lane_sender()) {
+        return hand_over(&mut w, &lane, queue, link.pace, counters);
+    }
     while let Some(work) = queue.next() {
-        w.raw.clear();
-        w.segs.clear();
-        w.read = 0;
-        w.files = 0;
-        match work {
-            Work::Block { file, offset, len } => w.read_block(&file, offset, len),
-            Work::Pack(files) => w.read_pack(&files),
-        }
+        w.read_unit(work);
         if !w.segs.is_empty() {
             let sent = send_unit(link, &mut conn, &mut enc, &w, &mut cbuf, &mut hdr, counters);
             if sent.is_err() {
@@ -95,6 +95,37 @@ pub(super) fn run(
             .write_all(&s.header(FrameKind::End, 0))
             .and_then(|()| c.flush());
         let _ = c.shutdown_write();
+    }
+    Ok(())
+}
+
+/// A local copy's stream: each unit read goes to the receiver over the lane as it is, with
+/// its data header, not compressed, hashed or framed (see `transport::lane`).
+fn hand_over(
+    w: &mut Worker<'_>,
+    lane: &LaneSender,
+    queue: &WorkQueue,
+    pace: &Pacer,
+    counters: &Counters,
+) -> Result<()> {
+    let mut hdr = Vec::new();
+    while let Some(work) = queue.next() {
+        w.read_unit(work);
+        if !w.segs.is_empty() {
+            let len = w.raw.len();
+            pace.take(len);
+            encode_data_header(&mut hdr, Codec::Raw, len as u32, &w.segs);
+            if lane.send(&hdr, &mut w.raw).is_err() {
+                queue.done();
+                return Err(lost(io::Error::other("the local receiver stopped")));
+            }
+            Counters::add(&counters.units, 1);
+            Counters::add(&counters.done_bytes, len as u64);
+            Counters::add(&counters.read_bytes, w.read);
+            Counters::add(&counters.done_files, w.files);
+            Counters::add(&counters.wire_bytes, len as u64);
+        }
+        queue.done();
     }
     Ok(())
 }
@@ -133,6 +164,22 @@ fn send_unit(
 }
 
 impl Worker<'_> {
+    /// Reads one unit of work into the buffer (and its segments). A block is read over
+    /// whatever the buffer held (its bytes are all overwritten), so a reused buffer of the
+    /// same length is not zeroed first.
+    fn read_unit(&mut self, work: Work) {
+        self.segs.clear();
+        self.read = 0;
+        self.files = 0;
+        match work {
+            Work::Block { file, offset, len } => self.read_block(&file, offset, len),
+            Work::Pack(files) => {
+                self.raw.clear();
+                self.read_pack(&files)
+            }
+        }
+    }
+
     fn skip(&self, id: u64) -> bool {
         self.failures
             .lock()

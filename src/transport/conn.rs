@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use rustls::{ClientConnection, ServerConnection, StreamOwned};
 
+use super::lane::{LaneReceiver, LaneSender};
 use super::tls::TlsSocket;
 use super::tunnel::Tunnel;
 
@@ -26,6 +27,14 @@ pub struct Conn {
     io: Io,
     link: [u8; 32],
     dialer: bool,
+    /// A local copy's data stream: units go here, not through `io`.
+    lane: Option<Lane>,
+}
+
+/// Which end of a lane a connection carries.
+enum Lane {
+    Sender(LaneSender),
+    Receiver(LaneReceiver),
 }
 
 /// What carries a [`Conn`]'s bytes.
@@ -46,7 +55,12 @@ impl Conn {
     /// A connection over `io` whose handshake established `link`; `dialer` says which end
     /// we are.
     pub(super) fn new(io: Io, link: [u8; 32], dialer: bool) -> Conn {
-        Conn { io, link, dialer }
+        Conn {
+            io,
+            link,
+            dialer,
+            lane: None,
+        }
     }
 
     /// An in-process connected pair (socketpair), no TLS, no handshake: used for local
@@ -58,6 +72,38 @@ impl Conn {
             Conn::new(Io::Unix(a), link, true),
             Conn::new(Io::Unix(b), link, false),
         ))
+    }
+
+    /// An in-process pair like [`Conn::pair`] that also carries a [`super::lane`]: the
+    /// dialing end sends units, the other receives them (a local copy's data streams).
+    pub fn lane_pair() -> io::Result<(Conn, Conn)> {
+        let (mut a, mut b) = Conn::pair()?;
+        let (tx, rx) = super::lane::pair();
+        a.lane = Some(Lane::Sender(tx));
+        b.lane = Some(Lane::Receiver(rx));
+        Ok((a, b))
+    }
+
+    /// Takes the sending end of this connection's lane, if it carries one.
+    pub fn take_lane_sender(&mut self) -> Option<LaneSender> {
+        match self.lane.take() {
+            Some(Lane::Sender(s)) => Some(s),
+            other => {
+                self.lane = other;
+                None
+            }
+        }
+    }
+
+    /// Takes the receiving end of this connection's lane, if it carries one.
+    pub fn take_lane_receiver(&mut self) -> Option<LaneReceiver> {
+        match self.lane.take() {
+            Some(Lane::Receiver(r)) => Some(r),
+            other => {
+                self.lane = other;
+                None
+            }
+        }
     }
 
     /// Another handle to the same plain socket (TCP or socketpair), so one thread can read

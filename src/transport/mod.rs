@@ -23,7 +23,8 @@
 //! `admit` (which handshakes may run at once; the refusal log), `deadline`
 //! (deadline-bounded handshake I/O and what its errors mean), `ticket`, `tls` (configs,
 //! pinning, socket adapter), `conn`, `listen`, `dial`, `tunnel` (connections carried by a
-//! helper process such as `ssh -W`), `sys` (the only `unsafe`: getifaddrs and poll).
+//! helper process such as `ssh -W`), `lane` (a local copy's in-process data stream), `sys`
+//! (the only `unsafe`: getifaddrs and poll).
 
 use std::fmt;
 use std::io;
@@ -34,6 +35,7 @@ mod conn;
 mod deadline;
 mod dial;
 pub mod handshake;
+pub mod lane;
 mod listen;
 mod sys;
 mod ticket;
@@ -53,7 +55,8 @@ pub use tunnel::Tunnel;
 /// and `Control::Protect` (filter rules for `--delete`) change the control message enum.
 /// 4: manifest entries carry extended attributes, items the `a` and `x` columns.
 /// 5: a stream block's unit hash covers its BLAKE3 chaining value (`codec::tree`), not
-/// its bytes, and stream blocks are a power of two.
+/// its bytes, and stream blocks are a power of two. Also `Control::Chain` and
+/// `Control::Replicas` (chain fan-out).
 pub const PROTOCOL_VERSION: u16 = 5;
 
 /// Which kind of connection this is within one transfer.

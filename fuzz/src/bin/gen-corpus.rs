@@ -11,8 +11,9 @@ use std::path::{Path, PathBuf};
 
 use haul::codec::{unit_hash, Compression, Encoder};
 use haul::protocol::{
-    encode_data_header, hashed_parts, set_hash, Codec, Control, Entry, EntryKind, FrameKind,
-    Sealer, Segment, Summary, SyncOptions, Want, WantKind, Xattr, Xattrs,
+    encode_data_header, hashed_parts, set_hash, Chain, Codec, Control, Entry, EntryKind,
+    FrameKind, Hop, Outcome, Replica, Sealer, Segment, Summary, SyncOptions, Want, WantKind,
+    Xattr, Xattrs,
 };
 use haul::transport::{Secret, Ticket};
 
@@ -176,6 +177,32 @@ fn messages() -> Vec<(&'static str, Control)> {
                 code: 3,
                 message: "disk full".into(),
             },
+        ),
+        (
+            "chain",
+            Control::Chain(Chain {
+                hops: vec![Hop {
+                    label: "192.0.2.7:7100".into(),
+                    ticket: "haul1-abc".into(),
+                }],
+                encrypt: true,
+            }),
+        ),
+        (
+            "replicas",
+            Control::Replicas(vec![
+                Replica {
+                    host: "192.0.2.7:7100".into(),
+                    outcome: Outcome::Done(Summary::default()),
+                },
+                Replica {
+                    host: "192.0.2.8:7100".into(),
+                    outcome: Outcome::Failed {
+                        code: 5,
+                        message: "gone".into(),
+                    },
+                },
+            ]),
         ),
     ]
 }
