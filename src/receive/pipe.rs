@@ -26,13 +26,14 @@ use crate::codec::Decoder;
 use crate::error::{Error, Result};
 use crate::progress::{Counters, Progress};
 use crate::protocol::{
-    Control, DataHeader, FrameKind, ProtocolError, ReadError, Summary, MAX_BLOCK, MAX_STREAMS,
+    Codec, Control, DataHeader, FrameKind, ProtocolError, ReadError, Summary, MAX_BLOCK,
+    MAX_STREAMS,
 };
 use crate::session::{frame_reader, is_forged, is_tick, lost, Channel};
 use crate::transport::{Conn, Role};
 
 pub use sink::{Output, PipeTo};
-use window::{Shared, Window};
+use window::{Held, Shared, Window};
 
 /// How often the control loop wakes to send acknowledgements.
 const POLL: Duration = Duration::from_millis(10);
@@ -272,18 +273,18 @@ fn write_loop(mut out: Output, shared: &Shared) -> Result<Option<(u64, [u8; 32])
                     .unwrap_or_else(|p| p.into_inner().0);
             }
         };
-        let Some((b, cv)) = next else { break };
+        let Some(b) = next else { break };
         // A consumer that takes its time is not a vanished sender.
         shared.writing.store(true, Ordering::Release);
-        let r = out.write_all(&b);
+        let r = out.write_all(b.bytes());
         shared.writing.store(false, Ordering::Release);
         r?;
         if tree.blocks() == 0 {
-            tree.first(&b);
+            tree.first(b.bytes());
         }
-        tree.push(cv);
-        let n = b.len() as u64;
-        shared.recycle(b);
+        tree.push(b.cv);
+        let n = b.range.len() as u64;
+        shared.recycle(b.buf);
         Counters::add(&shared.counters.done_bytes, n);
         shared.lock().written += n;
         shared.touch();
@@ -381,10 +382,13 @@ fn read_loop(mut conn: Conn, shared: &Shared) -> Result<bool> {
             }
         };
         Counters::add(&shared.counters.wire_bytes, frame.payload.len() as u64);
-        let mut segs = h.segments();
-        let (Some(seg), None) = (segs.next(), segs.next()) else {
-            conn.abort();
-            return forged(&"stream block with several segments");
+        let seg = {
+            let mut segs = h.segments();
+            let (Some(seg), None) = (segs.next(), segs.next()) else {
+                conn.abort();
+                return forged(&"stream block with several segments");
+            };
+            seg
         };
         // Checked before verification: the block's hash depends on its place in the
         // stream, so a block out of shape cannot be verified, nor be authentic.
@@ -398,17 +402,45 @@ fn read_loop(mut conn: Conn, shared: &Shared) -> Result<bool> {
             conn.abort();
             return forged(&"stream block out of shape");
         }
-        let mut data = shared.buffer();
-        let cv = match decoder.decode_stream_into(&h, seg.offset, &mut data) {
-            Ok(cv) => cv,
-            Err(e) => {
-                shared.recycle(data);
-                conn.abort();
-                return forged(&format!("stream block failed verification ({e:?})"));
+        let offset = seg.offset;
+        let held = if h.codec == Codec::Raw {
+            // Verified where it lies; the frame's buffer itself goes to the window.
+            let cv = match decoder.verify_stream_raw(&h, offset) {
+                Ok(cv) => cv,
+                Err(e) => {
+                    conn.abort();
+                    return forged(&format!("stream block failed verification ({e:?})"));
+                }
+            };
+            let body = h.body.len();
+            let Some((buf, payload)) = reader.take_frame(shared.buffer()) else {
+                return Err(Error::io(
+                    "reading a stream block",
+                    io::Error::other("lost frame"),
+                ));
+            };
+            Held {
+                buf,
+                range: payload.end - body..payload.end,
+                cv,
+            }
+        } else {
+            let mut buf = shared.buffer();
+            match decoder.decode_stream_into(&h, offset, &mut buf) {
+                Ok(cv) => Held {
+                    range: 0..buf.len(),
+                    buf,
+                    cv,
+                },
+                Err(e) => {
+                    shared.recycle(buf);
+                    conn.abort();
+                    return forged(&format!("stream block failed verification ({e:?})"));
+                }
             }
         };
         Counters::add(&shared.counters.units, 1);
-        shared.insert(seg.offset, data, cv)?;
+        shared.insert(offset, held)?;
         shared.touch();
     }
 }
@@ -520,7 +552,7 @@ impl Session<'_> {
             .blocks
             .iter()
             .next_back()
-            .is_some_and(|(o, (b, _))| o + b.len() as u64 > len);
+            .is_some_and(|(o, b)| o + b.range.len() as u64 > len);
         if len < w.have || past {
             return Err(ProtocolError::Malformed("StreamEnd before data already sent").into());
         }
