@@ -1,13 +1,14 @@
 //! `haul copy SRC... host1:DST --also host2:DST …`: a push whose first far receiver
 //! passes everything on to the next (a chain fan-out). Every far end is started over ssh
 //! as for a push; the further ones listen on every address (the host before them dials
-//! them directly, not through ssh) and their tickets go to the first as the chain.
+//! them directly, not through ssh) and their tickets go to the first as the chain. One
+//! source file goes into existing directories only (each destination would otherwise
+//! decide its own name for it).
 
 use super::farend::FarEnd;
 use super::rsh::Rsh;
 use super::wire::Request;
-use super::FarOptions;
-use crate::config::RemotePath;
+use crate::config::{RemotePath, SshOptions};
 use crate::error::{Error, Result};
 use crate::protocol::{Chain, Hop};
 
@@ -16,16 +17,15 @@ pub fn label(at: &RemotePath) -> String {
     format!("{}:{}", at.host, String::from_utf8_lossy(&at.path))
 }
 
-/// Starts a receiving far end at each of `also`; returns them and the chain for the first
-/// receiver. `single_file`: the sources are one non-directory, which a fan-out does not
-/// rename (each destination would decide its own name).
+/// Starts a receiving far end at each of `also`, told `receive(at)`; returns them and
+/// the chain for the first receiver.
 pub(super) fn start(
     rsh: &Rsh,
     also: &[RemotePath],
-    single_file: bool,
-    dry_run: bool,
-    keep_cache: bool,
-    f: &FarOptions<'_>,
+    ssh: &SshOptions,
+    quiet: bool,
+    encrypt: bool,
+    receive: impl Fn(&RemotePath) -> Request,
 ) -> Result<(Vec<FarEnd>, Option<Chain>)> {
     if also.is_empty() {
         return Ok((Vec::new(), None));
@@ -33,16 +33,8 @@ pub(super) fn start(
     let mut fars = Vec::new();
     let mut hops = Vec::new();
     for at in also {
-        let mut far = FarEnd::start(rsh, at, f.ssh, f.quiet)?;
-        far.send(&Request::Receive {
-            dest: at.path_or_home(),
-            single_file,
-            advertise: f.ssh.advertise,
-            everywhere: true,
-            accept: f.accept.clone(),
-            dry_run,
-            keep_cache,
-        })?;
+        let mut far = FarEnd::start(rsh, at, ssh, quiet)?;
+        far.send(&receive(at))?;
         let ready = far.ready("setting up a further receiver")?;
         let ticket = ready.ticket.ok_or_else(|| Error::Host {
             host: far.host.clone(),
@@ -61,9 +53,6 @@ pub(super) fn start(
         });
         fars.push(far);
     }
-    let chain = Chain {
-        hops,
-        encrypt: f.encrypt,
-    };
+    let chain = Chain { hops, encrypt };
     Ok((fars, Some(chain)))
 }

@@ -158,14 +158,17 @@ fn push(
 ) -> Result<SendReport> {
     let mut srcs: Vec<Source> = sources.iter().map(|p| Source::from_arg(p)).collect();
     walk::check_sources(&srcs)?;
-    let (mut further, chain) = fanout::start(
-        rsh,
-        also,
-        is_single_file(&srcs),
-        opts.sync.dry_run,
-        opts.keep_cache,
-        f,
-    )?;
+    let (mut further, chain) = fanout::start(rsh, also, f.ssh, f.quiet, f.encrypt, |at| {
+        Request::Receive {
+            dest: at.path_or_home(),
+            single_file: is_single_file(&srcs),
+            advertise: f.ssh.advertise,
+            everywhere: true,
+            accept: f.accept.clone(),
+            dry_run: opts.sync.dry_run,
+            keep_cache: opts.keep_cache,
+        }
+    })?;
     let mut far = FarEnd::start(rsh, dest, f.ssh, f.quiet)?;
     far.send(&Request::Receive {
         dest: dest.path_or_home(),
