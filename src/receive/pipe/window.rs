@@ -14,6 +14,9 @@ use crate::progress::Counters;
 use crate::protocol::ProtocolError;
 use crate::receive::integrity::Forgeries;
 
+/// How often blocked reads wake to check whether the transfer is over.
+pub(super) const TICK: Duration = Duration::from_millis(200);
+
 /// The reorder window.
 #[derive(Default)]
 pub(super) struct Window {
