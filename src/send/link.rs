@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::dial::{backoff, gave_up};
 use crate::error::{Error, Result};
 use crate::progress::Counters;
-use crate::protocol::{Control, Item};
+use crate::protocol::{Control, Item, Replica};
 use crate::session::{is_tick, Channel};
 use crate::transport::{Conn, Role, TransportError};
 
@@ -32,6 +32,8 @@ pub(super) struct Link<'a> {
     counters: &'a Counters,
     /// Where the receiver's `Items` go (printed for `-v`/`-i`).
     on_items: Option<&'a (dyn Fn(Vec<Item>) + Sync)>,
+    /// A chain fan-out: what the receiver said became of the receivers after it.
+    pub(super) replicas: Vec<Replica>,
 }
 
 impl<'a> Link<'a> {
@@ -67,6 +69,7 @@ impl<'a> Link<'a> {
             retries,
             counters,
             on_items: None,
+            replicas: Vec::new(),
         })
     }
 
@@ -84,6 +87,7 @@ impl<'a> Link<'a> {
                         f(items);
                     }
                 }
+                Control::Replicas(r) => self.replicas = r,
                 other => return Ok(other),
             }
         }

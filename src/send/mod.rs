@@ -66,6 +66,9 @@ where
         }
     };
     link.on_items(&print);
+    if let Some(chain) = &opts.chain {
+        link.tell(&Control::Chain(chain.clone()))?;
+    }
     if opts.sync.delete && !opts.select.filter.is_empty() {
         link.tell(&Control::Protect(opts.select.filter.clone()))?;
     }
@@ -163,6 +166,8 @@ where
         }
     };
     link.close();
+    let replicas = std::mem::take(&mut link.replicas);
+    drop(link);
     let f = failures.into_inner().unwrap_or_default();
     Ok(SendReport {
         summary,
@@ -170,6 +175,7 @@ where
         failed: f.list,
         unstable: f.unstable,
         started,
+        replicas,
     })
 }
 

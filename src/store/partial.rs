@@ -342,6 +342,15 @@ impl Store {
         Ok(())
     }
 
+    /// Data for these files is not wanted here (a relay in a chain fan-out passes it on to
+    /// the next receiver) and is ignored when it arrives; files this store waits for stay.
+    pub fn ignore(&self, ids: impl IntoIterator<Item = u64>) {
+        let (Ok(files), Ok(mut settled)) = (self.files.lock(), self.settled.lock()) else {
+            return;
+        };
+        settled.extend(ids.into_iter().filter(|id| !files.contains_key(id)));
+    }
+
     /// Drops files the sender could not read (or that changed while read): their
     /// partial files are removed and data still in flight for them is ignored.
     pub fn discard(&self, ids: &[u64]) -> Result<()> {
