@@ -289,6 +289,10 @@ pub struct RemoteArgs {
     /// Far ends advertise this address in their ticket instead of their own (NAT, tests).
     #[arg(long, value_name = "IP", hide = true)]
     pub remote_advertise: Option<std::net::IpAddr>,
+    /// A further destination ([user@]host:path) of a push, fed by the one before it (a
+    /// chain fan-out: the sources are read and sent once); repeatable.
+    #[arg(long, value_name = "HOST:DST")]
+    pub also: Vec<PathBuf>,
 }
 
 /// Options shared by `send` and `copy`.

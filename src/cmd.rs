@@ -110,7 +110,15 @@ fn run_command(cfg: &Config) -> Result<()> {
                 ssh,
                 cfg.quiet,
             )? {
-                Outcome::Sent(report) => finish_send(&report, None, cfg),
+                Outcome::Sent(report) => {
+                    let first = match plan {
+                        crate::config::RemoteCopy::Push { dest, .. } => {
+                            crate::remote::fanout::label(dest)
+                        }
+                        _ => String::new(),
+                    };
+                    finish_send(&report, fanout::states(&first, &report), cfg)
+                }
                 Outcome::Received(report) => finish_recv(&report, cfg),
                 Outcome::Between => Ok(()),
             }
@@ -309,10 +317,7 @@ fn run_send(
     let sources: Vec<Source> = paths.iter().map(|p| Source::from_arg(p)).collect();
     let dial = ticket_dialer(ticket, t.encrypt);
     let report = send(&sources, &opts, ticket.secret.block_key(), dial)?;
-    let replicas = opts
-        .chain
-        .as_ref()
-        .map(|c| fanout::states(&fanout::label(ticket), c, &report));
+    let replicas = fanout::states(&fanout::label(ticket), &report);
     finish_send(&report, replicas, cfg)
 }
 

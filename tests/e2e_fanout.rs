@@ -182,3 +182,47 @@ fn a_killed_middle_receiver_is_reported_and_a_rerun_completes_it() {
         assert_no_part_files(d);
     }
 }
+
+#[test]
+fn copy_also_pushes_one_read_to_three_far_destinations() {
+    let Some(sshd) =
+        support::sshd::Sshd::start("copy_also_pushes_one_read_to_three_far_destinations")
+    else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let src = build_tree(tmp.path(), "tree", &TreeOptions::small());
+    write_random_file(&src.join("big"), 5 * MIB + 3, 11);
+    let dsts: Vec<PathBuf> = (1..=3)
+        .map(|i| tmp.path().join(format!("dst{i}")))
+        .collect();
+    let at = |d: &Path| format!("127.0.0.1:{}", d.display());
+    let mut cmd = Command::new(haul_bin());
+    cmd.args([
+        "copy",
+        "-e",
+        &sshd.rsh(),
+        "--remote-haul",
+        haul_bin(),
+        "--json",
+    ])
+    .args(["--block-size", BLOCK_SIZE_ARG])
+    .arg(&src)
+    .arg(at(&dsts[0]))
+    .args(["--also", &at(&dsts[1]), "--also", &at(&dsts[2])]);
+    let out = Running::spawn("copy", cmd).wait();
+    if out.code() != Some(0) {
+        eprintln!("--- sshd log ---\n{}", sshd.log());
+    }
+    out.assert_code(0);
+    let json = stdout(&out);
+    assert_eq!(json.matches("\"ok\":true").count(), 3, "{json}");
+    assert!(
+        json.contains(&format!("\"host\":\"{}\"", at(&dsts[2]))),
+        "{json}"
+    );
+    for d in &dsts {
+        assert_trees_equal(&src, &d.join("tree"));
+        assert_no_part_files(d);
+    }
+}

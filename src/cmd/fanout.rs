@@ -35,8 +35,9 @@ pub(super) fn chain(rest: &[TicketFrom], encrypt: bool) -> Result<Option<Chain>>
 }
 
 /// Every receiver's state, first (which answered Done) included, in chain order; a hop
-/// that said nothing counts as failed.
-pub(super) fn states(first: &str, chain: &Chain, report: &SendReport) -> Vec<ReplicaState> {
+/// that said nothing counts as failed. None when the report is not of a fan-out.
+pub(super) fn states(first: &str, report: &SendReport) -> Option<Vec<ReplicaState>> {
+    let chain = report.chain.as_ref()?;
     let mut out = vec![ReplicaState {
         host: first.to_string(),
         error: None,
@@ -56,7 +57,7 @@ pub(super) fn states(first: &str, chain: &Chain, report: &SendReport) -> Vec<Rep
             error,
         });
     }
-    out
+    Some(out)
 }
 
 /// Prints one error line per failed replica; the exit status is the first one's.

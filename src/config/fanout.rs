@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use super::location::{parse_location, Location, RemoteCopy, RemotePath};
 use crate::error::{Error, Result};
 use crate::protocol::MAX_CHAIN;
 use crate::transport::Ticket;
@@ -51,13 +52,40 @@ pub(super) fn tickets(
     }
 }
 
-/// Fan-out carries files, not streams.
-pub(super) fn no_stream_chain(chain: &[TicketFrom]) -> Result<()> {
+/// Fan-out carries files, not streams (nor copies on one host).
+pub(super) fn no_stream_chain<T>(chain: &[T]) -> Result<()> {
     match chain.is_empty() {
         true => Ok(()),
         false => Err(Error::Usage(
-            "a fan-out (several --to or --ticket-file) sends files, not a stream".into(),
+            "a fan-out (several --to or --ticket-file, or --also) sends files from this host: \
+             not a stream, a pull or a copy on one host"
+                .into(),
         )),
+    }
+}
+
+/// `copy --also HOST:DST...`: the further destinations of a push.
+pub(super) fn also(also: &[PathBuf]) -> Result<Vec<RemotePath>> {
+    if also.len() > MAX_CHAIN {
+        return Err(Error::Usage(format!("at most {MAX_CHAIN} --also")));
+    }
+    also.iter()
+        .map(|a| match parse_location(a.as_os_str()) {
+            Ok(Location::Remote(r)) => Ok(r),
+            Ok(Location::Local(_)) => Err(Error::Usage(format!(
+                "--also {}: a further destination is [user@]host:path",
+                crate::progress::escape(&a.to_string_lossy())
+            ))),
+            Err(e) => Err(Error::Usage(e.0)),
+        })
+        .collect()
+}
+
+/// `--also` extends a push (local sources to host:DST) only.
+pub(super) fn also_only_in_a_push(plan: &RemoteCopy, also: &[PathBuf]) -> Result<()> {
+    match plan {
+        RemoteCopy::Push { .. } => Ok(()),
+        _ => no_stream_chain(also),
     }
 }
 
@@ -76,6 +104,12 @@ mod tests {
         assert!(matches!(first, TicketFrom::Stdin));
         assert!(no_stream_chain(&rest).is_err());
         assert!(tickets(vec![], vec![]).is_err());
+        let a = also(&["db2:/data".into(), "u@db3:x".into()]).unwrap();
+        assert_eq!(
+            (a[0].host.as_str(), a[1].path.as_slice()),
+            ("db2", &b"x"[..])
+        );
+        assert!(also(&["/local".into()]).is_err());
         assert!(tickets(vec!["nonsense".into()], vec![]).is_err());
     }
 }

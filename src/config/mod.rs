@@ -309,6 +309,7 @@ impl Config {
                 remote,
             } => match pipe::copy_pipe(&paths, from_command, to_command)? {
                 Some(plan) => {
+                    fanout::no_stream_chain(&remote.also)?;
                     let local = matches!(plan, PipeCopy::Local { .. });
                     let t = if local {
                         transfer_config(&transfer, false, Compression::None)?
@@ -400,6 +401,7 @@ fn copy_command(
     }
     let plan = match (remote.is_empty(), dest) {
         (true, Location::Local(dst)) => {
+            fanout::no_stream_chain(&r.also)?;
             if r.via_ssh || r.no_encrypt || r.no_cache || r.remote_haul.is_some() {
                 return Err(Error::Usage(
                     "--via-ssh, --no-encrypt, --no-cache and --remote-haul apply only when a \
@@ -417,6 +419,7 @@ fn copy_command(
         (true, Location::Remote(dest)) => RemoteCopy::Push {
             sources: local,
             dest,
+            also: fanout::also(&r.also)?,
         },
         (false, Location::Local(dest)) => RemoteCopy::Pull {
             sources: remote,
@@ -427,6 +430,7 @@ fn copy_command(
             dest,
         },
     };
+    fanout::also_only_in_a_push(&plan, &r.also)?;
     Ok(Command::Remote {
         plan,
         transfer: transfer_config(t, !r.no_encrypt, NETWORK_COMPRESSION)?,

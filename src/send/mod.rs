@@ -175,6 +175,7 @@ where
         failed: f.list,
         unstable: f.unstable,
         started,
+        chain: opts.chain.clone(),
         replicas,
     })
 }

@@ -53,7 +53,9 @@ pub struct SendReport {
     pub unstable: Vec<PathBuf>,
     /// When the transfer started.
     pub started: Instant,
-    /// A chain fan-out: what became of each receiver after the first.
+    /// A chain fan-out: the receivers after the first, and what became of each.
+    pub chain: Option<crate::protocol::Chain>,
+    /// A chain fan-out: what each receiver after the first said became of it.
     pub replicas: Vec<crate::protocol::Replica>,
 }
 
