@@ -13,7 +13,7 @@ cd "$(dirname "$0")"
 
 secs=${1:-10}
 shift || true
-all=(frame control ticket path journal receive shard)
+all=(frame control ticket path journal receive shard pipe)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 
@@ -32,7 +32,7 @@ cargo build --locked --release --target "$host" "${bins[@]}"
 # Per target: the longest input worth trying (the receiver takes whole streams).
 max_len() {
   case $1 in
-    receive) echo 65536 ;;
+    receive|pipe) echo 65536 ;;
     frame) echo 16384 ;;
     *) echo 4096 ;;
   esac
@@ -53,7 +53,7 @@ chunk_runs() {
 # 50 Finish rounds, each waiting up to the target's 0.1 s receive timeout.
 timeout_for() {
   case $1 in
-    receive) echo 60 ;;
+    receive|pipe) echo 60 ;;
     *) echo 10 ;;
   esac
 }

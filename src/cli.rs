@@ -89,7 +89,8 @@ pub enum CommandArgs {
         #[arg(long, value_name = "COMMAND", conflicts_with = "paths")]
         from_command: Option<String>,
         /// The ticket printed by `haul recv`; `-` reads it from stdin. Any user can read
-        /// a command line: prefer `--ticket-file` or HAUL_TICKET on shared hosts.
+        /// a command line: prefer `--ticket-file` or HAUL_TICKET on shared hosts. Given
+        /// several times: a chain fan-out (sent once, to the first, which passes it on).
         #[arg(
             long,
             value_name = "TICKET",
@@ -98,10 +99,11 @@ pub enum CommandArgs {
             required_unless_present = "ticket_file",
             conflicts_with = "ticket_file"
         )]
-        to: Option<String>,
-        /// Read the ticket from this file (as written by `haul recv --ticket-file`).
+        to: Vec<String>,
+        /// Read the ticket from this file (as written by `haul recv --ticket-file`);
+        /// several: a chain fan-out, as with several --to.
         #[arg(long, value_name = "FILE")]
-        ticket_file: Option<PathBuf>,
+        ticket_file: Vec<PathBuf>,
         #[command(flatten)]
         transfer: TransferArgs,
         /// Send without TLS (connections are still authenticated and every block is
@@ -287,6 +289,10 @@ pub struct RemoteArgs {
     /// Far ends advertise this address in their ticket instead of their own (NAT, tests).
     #[arg(long, value_name = "IP", hide = true)]
     pub remote_advertise: Option<std::net::IpAddr>,
+    /// A further destination ([user@]host:path) of a push, fed by the one before it (a
+    /// chain fan-out: the sources are read and sent once); repeatable.
+    #[arg(long, value_name = "HOST:DST")]
+    pub also: Vec<PathBuf>,
 }
 
 /// Options shared by `send` and `copy`.

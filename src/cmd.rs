@@ -4,6 +4,7 @@
 //! far end of a remote copy).
 
 mod docs;
+mod fanout;
 mod pipe;
 mod probe;
 mod shards;
@@ -65,8 +66,9 @@ fn run_command(cfg: &Config) -> Result<()> {
         Command::Send {
             paths,
             ticket,
+            chain,
             transfer,
-        } => run_send(paths, ticket, transfer, cfg),
+        } => run_send(paths, ticket, chain, transfer, cfg),
         Command::RecvPipe {
             to,
             listen,
@@ -108,7 +110,15 @@ fn run_command(cfg: &Config) -> Result<()> {
                 ssh,
                 cfg.quiet,
             )? {
-                Outcome::Sent(report) => finish_send(&report, cfg),
+                Outcome::Sent(report) => {
+                    let first = match plan {
+                        crate::config::RemoteCopy::Push { dest, .. } => {
+                            crate::remote::fanout::label(dest)
+                        }
+                        _ => String::new(),
+                    };
+                    finish_send(&report, fanout::states(&first, &report), cfg)
+                }
                 Outcome::Received(report) => finish_recv(&report, cfg),
                 Outcome::Between => Ok(()),
             }
@@ -190,6 +200,7 @@ fn send_options(t: &Transfer, cfg: &Config, outgoing: bool) -> SendOptions {
         },
         limit: t.limit,
         keep_cache: cfg.keep_cache,
+        chain: None,
     }
 }
 
@@ -293,20 +304,34 @@ fn finish_recv(report: &ReceiveReport, cfg: &Config) -> Result<()> {
     Ok(())
 }
 
-fn run_send(paths: &[PathBuf], ticket: &TicketFrom, t: &Transfer, cfg: &Config) -> Result<()> {
+fn run_send(
+    paths: &[PathBuf],
+    ticket: &TicketFrom,
+    chain: &[TicketFrom],
+    t: &Transfer,
+    cfg: &Config,
+) -> Result<()> {
     let ticket = &resolve_ticket(ticket)?;
-    let opts = send_options(t, cfg, true);
+    let mut opts = send_options(t, cfg, true);
+    opts.chain = fanout::chain(chain, t.encrypt)?;
     let sources: Vec<Source> = paths.iter().map(|p| Source::from_arg(p)).collect();
     let dial = ticket_dialer(ticket, t.encrypt);
     let report = send(&sources, &opts, ticket.secret.block_key(), dial)?;
-    finish_send(&report, cfg)
+    let replicas = fanout::states(&fanout::label(ticket), &report);
+    finish_send(&report, replicas, cfg)
 }
 
-/// Prints the sender's summary (and JSON report); the partial error when some files
-/// were skipped.
-fn finish_send(report: &SendReport, cfg: &Config) -> Result<()> {
+/// Prints the sender's summary (and JSON report); a failed replica of a fan-out, or the
+/// partial error when some files were skipped.
+fn finish_send(
+    report: &SendReport,
+    replicas: Option<Vec<crate::progress::ReplicaState>>,
+    cfg: &Config,
+) -> Result<()> {
     if cfg.json {
-        println!("{}", report.report().to_json());
+        let mut j = report.report();
+        j.replicas = replicas.clone();
+        println!("{}", j.to_json());
     }
     print_end(
         "sent",
@@ -315,6 +340,7 @@ fn finish_send(report: &SendReport, cfg: &Config) -> Result<()> {
         report.started,
         cfg,
     );
+    fanout::failed(replicas.as_deref().unwrap_or_default())?;
     match report.partial_error() {
         Some(e) => Err(e),
         None => Ok(()),
@@ -386,5 +412,5 @@ fn run_copy(
         (Err(e), Err(Error::Transport(_))) | (Err(e), Ok(_)) => return Err(e),
         (_, Err(e)) => return Err(e),
     };
-    finish_send(&report, cfg)
+    finish_send(&report, None, cfg)
 }

@@ -18,27 +18,29 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
+mod data;
+mod forward;
 mod integrity;
 mod lane;
 mod listing;
 pub mod pipe;
+mod relay;
 mod report;
+mod shared;
 
 pub use report::{ReceiveOptions, ReceiveReport};
 
-use crate::codec::Decoder;
 use crate::error::{Error, Result};
 use crate::progress::{Counters, Printer, Progress};
-use crate::protocol::{
-    Control, DataHeader, FrameKind, Item, Listing, ProtocolError, ReadError, Summary,
-};
-use crate::session::{frame_reader, is_forged, is_tick, lost, Channel};
-use crate::store::{Store, WriterCache};
+use crate::protocol::{Control, Item, Listing, ProtocolError, Summary, SyncOptions};
+use crate::session::{is_forged, is_tick, lost, Channel};
+use crate::store::Store;
 use crate::transport::{Accepted, Conn, Role};
+use data::spawn_data_worker;
 use integrity::{read_start, Forgeries};
+use relay::{union, Answer, Relay};
+use shared::{Shared, TICK};
 
-/// How often blocked reads wake up to check whether the transfer was aborted.
-const TICK: Duration = Duration::from_millis(200);
 /// How long after the last data connection ended the receiver waits before concluding
 /// that data asked for after `Finish` was lost rather than late.
 const SETTLE: Duration = Duration::from_secs(3);
@@ -49,58 +51,6 @@ const MAX_ROUNDS: u32 = 50;
 /// Each active worker may hold a frame buffer of up to the largest frame, so more are
 /// closed at once.
 const DATA_CONN_SLACK: usize = 4;
-
-/// State shared by the control loop and the data workers.
-struct Shared {
-    store: Arc<Store>,
-    key: [u8; 32],
-    abort: AtomicBool,
-    fatal: Mutex<Option<Error>>,
-    /// Data workers running now.
-    active: AtomicUsize,
-    /// Most data workers at once: the declared streams plus `DATA_CONN_SLACK`.
-    max_active: usize,
-    /// Whether a surplus data connection was reported (once per transfer).
-    surplus_warned: AtomicBool,
-    /// Data connections accepted in all.
-    data_conns: AtomicUsize,
-    /// Control connections accepted in all.
-    control_conns: AtomicUsize,
-    /// When a data connection last started or ended, or a unit arrived.
-    last_activity: Mutex<Instant>,
-    /// Data frames received.
-    units: std::sync::atomic::AtomicU64,
-    /// Workers busy writing a unit (a slow disk is not a lost connection).
-    busy: AtomicUsize,
-    /// Frames that failed verification, on any connection.
-    forged: Forgeries,
-}
-
-impl Shared {
-    fn touch(&self) {
-        if let Ok(mut t) = self.last_activity.lock() {
-            *t = Instant::now();
-        }
-    }
-
-    fn idle_for(&self) -> Duration {
-        self.last_activity
-            .lock()
-            .map(|t| t.elapsed())
-            .unwrap_or_default()
-    }
-
-    fn fail(&self, e: Error) {
-        if let Ok(mut f) = self.fatal.lock() {
-            f.get_or_insert(e);
-        }
-        self.abort.store(true, Ordering::Relaxed);
-    }
-
-    fn take_fatal(&self) -> Option<Error> {
-        self.fatal.lock().ok().and_then(|mut f| f.take())
-    }
-}
 
 /// The connections a listener accepts, as `receive` takes them: each with its role, in
 /// the order they arrive.
@@ -151,6 +101,7 @@ pub fn receive(
         units: std::sync::atomic::AtomicU64::new(0),
         busy: AtomicUsize::new(0),
         forged: Forgeries::starting_at(forged),
+        forward: std::sync::OnceLock::new(),
     });
     let (control_tx, control_rx) = crossbeam_channel::unbounded();
     for c in early_data {
@@ -167,8 +118,17 @@ pub fn receive(
         listing: opts.listing,
         send_items: options.items,
         printer: bar.printer(),
+        start: (streams, block_size, options),
+        relay: None,
+        finished: None,
     };
     let result = session.run(&counters);
+    if let (Err(e), Some(r)) = (&result, session.relay.as_mut()) {
+        r.abort(e);
+    }
+    if let Some(f) = shared.forward.get() {
+        f.stop();
+    }
     shared.abort.store(true, Ordering::Relaxed);
     bar.finish();
     let reconnects = (shared.data_conns.load(Ordering::Relaxed) as u64)
@@ -224,39 +184,6 @@ fn spawn_dispatcher(
         .map_err(|e| Error::io("starting the dispatch thread", e))
 }
 
-fn spawn_data_worker(shared: &Arc<Shared>, conn: Conn) {
-    if shared.active.fetch_add(1, Ordering::AcqRel) >= shared.max_active {
-        shared.active.fetch_sub(1, Ordering::AcqRel);
-        drop(conn);
-        if !shared.surplus_warned.swap(true, Ordering::Relaxed) {
-            crate::progress::warn(&format!(
-                "closed a data connection beyond the {} the sender may have open",
-                shared.max_active
-            ));
-        }
-        return;
-    }
-    let n = shared.data_conns.fetch_add(1, Ordering::Relaxed);
-    shared.touch();
-    let s = Arc::clone(shared);
-    let r = std::thread::Builder::new()
-        .name(format!("haul-recv-{n}"))
-        .spawn(move || {
-            if let Err(e) = data_worker(conn, &s) {
-                s.fail(e);
-            }
-            s.touch();
-            s.active.fetch_sub(1, Ordering::AcqRel);
-        });
-    if r.is_err() {
-        shared.active.fetch_sub(1, Ordering::AcqRel);
-        shared.fail(Error::io(
-            "starting a stream thread",
-            io::Error::other("spawn failed"),
-        ));
-    }
-}
-
 /// The control side of one transfer.
 struct Session<'a> {
     shared: &'a Shared,
@@ -271,6 +198,12 @@ struct Session<'a> {
     send_items: bool,
     /// Prints without tearing the progress bar.
     printer: Printer,
+    /// The sender's Start: streams, block size, options.
+    start: (u16, u32, SyncOptions),
+    /// In a chain fan-out: the receivers this one passes the transfer on to.
+    relay: Option<Relay>,
+    /// This store's summary, once it is complete (a relay may wait for the next hop).
+    finished: Option<Summary>,
 }
 
 impl Session<'_> {
@@ -282,6 +215,9 @@ impl Session<'_> {
         loop {
             if let Some(e) = self.shared.take_fatal().or_else(|| store.take_error()) {
                 return Err(e);
+            }
+            if let Some(r) = self.relay.as_mut() {
+                r.check();
             }
             let Some(msg) = self.next_msg()? else {
                 continue;
@@ -298,8 +234,16 @@ impl Session<'_> {
                             continue;
                         }
                     }
+                    if let Some(r) = self.relay.as_mut() {
+                        r.send_batch(entries.clone());
+                    }
                     listing::count_entries(counters, &entries);
-                    let need = store.apply_entries(entries)?;
+                    let mut need = store.apply_entries(entries)?;
+                    if let Some(r) = self.relay.as_mut() {
+                        let next = r.batch_need();
+                        store.ignore(next.iter().map(|w| w.id));
+                        need = union(need, next);
+                    }
                     let mut replies = self.items(store.take_items());
                     replies.extend(listing::arrived(store.take_arrived()));
                     replies.push(Control::Need(need));
@@ -310,17 +254,49 @@ impl Session<'_> {
                         self.reply(reply)?;
                     }
                 }
-                Control::Forget(ids) => store.discard(&ids)?,
-                Control::Protect(rules) => store.protect(rules),
+                Control::Chain(chain) if self.relay.is_none() => {
+                    let (streams, block_size, options) = self.start;
+                    let r = Relay::start(chain, streams, block_size, options)?;
+                    let _ = self.shared.forward.set(Arc::clone(&r.forward));
+                    self.relay = Some(r);
+                }
+                Control::Chain(_) => {}
+                Control::Forget(ids) => {
+                    store.discard(&ids)?;
+                    if let Some(r) = self.relay.as_mut() {
+                        r.tell(&Control::Forget(ids));
+                    }
+                }
+                Control::Protect(rules) => {
+                    if let Some(r) = self.relay.as_mut() {
+                        r.tell(&Control::Protect(rules.clone()));
+                    }
+                    store.protect(rules)
+                }
                 Control::Finish { failed, units } => {
                     store.discard(&failed)?;
                     self.settle(units)?;
-                    let missing = store.missing();
-                    if missing.is_empty() {
-                        let summary = store.finish()?;
+                    let mut missing = match self.finished {
+                        Some(_) => Vec::new(),
+                        None => store.missing(),
+                    };
+                    if missing.is_empty() && self.finished.is_none() {
+                        self.finished = Some(store.finish()?);
                         for reply in self.items(store.take_items()) {
                             self.reply(&reply)?;
                         }
+                    }
+                    if let Some(r) = self.relay.as_mut() {
+                        if let Answer::Need(next) = r.finish(&failed) {
+                            store.ignore(next.iter().map(|w| w.id));
+                            missing = union(missing, next);
+                        }
+                    }
+                    if missing.is_empty() {
+                        if let Some(r) = &self.relay {
+                            self.reply(&Control::Replicas(r.replicas()))?;
+                        }
+                        let summary = self.finished.take().unwrap_or_default();
                         return Ok((summary, failed.len() as u64));
                     }
                     rounds += 1;
@@ -505,81 +481,5 @@ impl Session<'_> {
                 Err(_) => break,
             }
         }
-    }
-}
-
-/// One data stream: verified units into the store until the End frame. A connection
-/// that breaks is not an error here (the sender re-dials and re-sends), nor is one whose
-/// frames fail verification (up to a bound, see `integrity`); authentic bad data is.
-fn data_worker(mut conn: Conn, shared: &Shared) -> Result<()> {
-    if let Some(l) = conn.take_lane_receiver() {
-        let s = lane::Shared {
-            store: &shared.store,
-            abort: &shared.abort,
-            busy: &shared.busy,
-            tick: TICK,
-        };
-        return lane::run(l, s, || {
-            shared.units.fetch_add(1, Ordering::AcqRel);
-            shared.touch();
-        });
-    }
-    let store = &shared.store;
-    if conn.set_read_timeout(Some(TICK)).is_err() {
-        return Ok(());
-    }
-    let mut reader = frame_reader(&conn);
-    let mut decoder = Decoder::new(shared.key);
-    let peer = conn.peer_desc();
-    let forged = |what: &dyn std::fmt::Display| shared.forged.note("data", &peer, what);
-    let mut cache = WriterCache::default();
-    loop {
-        let frame = match reader.read_frame(&mut conn) {
-            Ok(Some(f)) => f,
-            Ok(None) | Err(ReadError::Truncated) => return Ok(()),
-            Err(e) if e.is_timeout() => {
-                if shared.abort.load(Ordering::Relaxed) {
-                    return Ok(());
-                }
-                continue;
-            }
-            // A TLS record that does not authenticate.
-            Err(ReadError::Io(e)) if e.kind() == io::ErrorKind::InvalidData => return forged(&e),
-            Err(ReadError::Io(_)) => return Ok(()),
-            Err(ReadError::Protocol(p @ ProtocolError::Forged(_))) => return forged(&p),
-            Err(ReadError::Protocol(p)) => return Err(p.into()),
-        };
-        match frame.kind {
-            FrameKind::End => return Ok(()),
-            FrameKind::Control => {
-                return Err(
-                    ProtocolError::Unexpected("control frame on a data stream".into()).into(),
-                )
-            }
-            FrameKind::Data => {}
-        }
-        // The payload is not covered by the header's tag: a malformed one may have been
-        // altered on the way like one whose hash does not match.
-        let h = match DataHeader::parse(frame.payload) {
-            Ok(h) => h,
-            Err(e) => return forged(&e),
-        };
-        Counters::add(&store.stats.wire_bytes, frame.payload.len() as u64);
-        let unit = match decoder.decode(&h) {
-            Ok(u) => u,
-            Err(_) => {
-                let seg = h.segments().next();
-                return forged(&Error::BlockHashMismatch {
-                    file: seg.map(|s| store.describe(s.file)).unwrap_or_default(),
-                    offset: seg.map(|s| s.offset).unwrap_or(0),
-                });
-            }
-        };
-        shared.busy.fetch_add(1, Ordering::AcqRel);
-        let written = store.write_unit(&unit, h.segments(), &mut cache);
-        shared.busy.fetch_sub(1, Ordering::AcqRel);
-        written?;
-        shared.units.fetch_add(1, Ordering::AcqRel);
-        shared.touch();
     }
 }

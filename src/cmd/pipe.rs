@@ -119,6 +119,7 @@ pub(crate) fn finish_recv_pipe(r: &PipeRecvReport, data_on_stdout: bool, cfg: &C
             seconds: r.started.elapsed().as_secs_f64(),
             stream_blake3: Some(hex(&r.digest)),
             codec_units: r.counters.codec_mix(),
+            replicas: None,
             ..Report::default()
         }
         .to_json();

@@ -20,6 +20,8 @@ pub enum RemoteCopy {
         sources: Vec<PathBuf>,
         /// Far destination.
         dest: RemotePath,
+        /// Further far destinations (`--also`), each fed by the one before it.
+        also: Vec<RemotePath>,
     },
     /// Far sources (all on one host) to a local destination.
     Pull {

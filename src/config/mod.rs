@@ -7,6 +7,7 @@
 //! ticket). `location` parses `[user@]host:path` and `-e` words.
 
 mod accept;
+mod fanout;
 mod location;
 mod pipe;
 mod probe;
@@ -23,8 +24,8 @@ use crate::codec::Compression;
 use crate::error::{Error, Result};
 use crate::plan::select::Selection;
 use crate::protocol::{Accept, Listing, SyncOptions, DEFAULT_BLOCK_SIZE, MAX_BLOCK, MAX_STREAMS};
-use crate::transport::Ticket;
 
+pub use fanout::TicketFrom;
 pub use location::{
     parse_listen, parse_location, split_command, Location, RemoteCopy, RemotePath, SpecError,
 };
@@ -95,19 +96,6 @@ pub struct SshOptions {
     pub cache: bool,
 }
 
-/// Where `send` gets its ticket: given on the command line (or HAUL_TICKET), or read
-/// when it runs from stdin (`--to -`) or a file (`--ticket-file`), so that it never
-/// appears in the process list.
-#[derive(Debug)]
-pub enum TicketFrom {
-    /// Parsed already.
-    Given(Box<Ticket>),
-    /// One line on standard input.
-    Stdin,
-    /// The first line of this file.
-    File(PathBuf),
-}
-
 /// What to run.
 #[derive(Debug)]
 pub enum Command {
@@ -165,6 +153,8 @@ pub enum Command {
         paths: Vec<PathBuf>,
         /// Where to.
         ticket: TicketFrom,
+        /// A chain fan-out: the receivers after the first, in order.
+        chain: Vec<TicketFrom>,
         /// How.
         transfer: Transfer,
     },
@@ -283,19 +273,11 @@ impl Config {
                 transfer,
                 no_encrypt,
             } => {
-                let ticket = match (to.as_deref(), ticket_file) {
-                    (_, Some(f)) => TicketFrom::File(f),
-                    (Some("-"), None) => TicketFrom::Stdin,
-                    (Some(t), None) => TicketFrom::Given(Box::new(Ticket::parse(t)?)),
-                    (None, None) => {
-                        return Err(Error::Usage(
-                            "send needs --to TICKET or --ticket-file".into(),
-                        ))
-                    }
-                };
+                let (ticket, chain) = fanout::tickets(to, ticket_file)?;
                 let t = transfer_config(&transfer, !no_encrypt, NETWORK_COMPRESSION)?;
                 match pipe::send_source(&paths, from_command)? {
                     Some(from) => {
+                        fanout::no_stream_chain(&chain)?;
                         if matches!(ticket, TicketFrom::Stdin) && from == PipeFrom::Stdin {
                             return Err(Error::Usage(
                                 "standard input carries the stream: give the ticket with \
@@ -313,6 +295,7 @@ impl Config {
                     None => Command::Send {
                         paths,
                         ticket,
+                        chain,
                         transfer: t,
                     },
                 }
@@ -326,6 +309,7 @@ impl Config {
                 remote,
             } => match pipe::copy_pipe(&paths, from_command, to_command)? {
                 Some(plan) => {
+                    fanout::no_stream_chain(&remote.also)?;
                     let local = matches!(plan, PipeCopy::Local { .. });
                     let t = if local {
                         transfer_config(&transfer, false, Compression::None)?
@@ -417,6 +401,7 @@ fn copy_command(
     }
     let plan = match (remote.is_empty(), dest) {
         (true, Location::Local(dst)) => {
+            fanout::no_stream_chain(&r.also)?;
             if r.via_ssh || r.no_encrypt || r.no_cache || r.remote_haul.is_some() {
                 return Err(Error::Usage(
                     "--via-ssh, --no-encrypt, --no-cache and --remote-haul apply only when a \
@@ -434,6 +419,7 @@ fn copy_command(
         (true, Location::Remote(dest)) => RemoteCopy::Push {
             sources: local,
             dest,
+            also: fanout::also(&r.also)?,
         },
         (false, Location::Local(dest)) => RemoteCopy::Pull {
             sources: remote,
@@ -444,6 +430,7 @@ fn copy_command(
             dest,
         },
     };
+    fanout::also_only_in_a_push(&plan, &r.also)?;
     Ok(Command::Remote {
         plan,
         transfer: transfer_config(t, !r.no_encrypt, NETWORK_COMPRESSION)?,

@@ -31,6 +31,17 @@ pub struct Report {
     pub stream_blake3: Option<String>,
     /// Units sent at each level of the adaptive codec (sender with `auto` only).
     pub codec_units: Option<[u64; 5]>,
+    /// A chain fan-out (sender): every receiver, in chain order.
+    pub replicas: Option<Vec<ReplicaState>>,
+}
+
+/// One receiver of a chain fan-out, as `--json` names it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplicaState {
+    /// The host (as the user named it, or its ticket's first address).
+    pub host: String,
+    /// Why it failed, and the exit code that class has; None: complete and durable.
+    pub error: Option<(String, i32)>,
 }
 
 impl Report {
@@ -66,6 +77,25 @@ impl Report {
                 json.push_str(&format!("{comma}\"{c}\":{n}"));
             }
             json.push_str("}}");
+        }
+        if let Some(reps) = &self.replicas {
+            json.pop();
+            json.push_str(",\"replicas\":[");
+            for (i, r) in reps.iter().enumerate() {
+                let comma = if i > 0 { "," } else { "" };
+                let state = match &r.error {
+                    None => "\"ok\":true".to_string(),
+                    Some((m, code)) => format!(
+                        "\"ok\":false,\"error\":{},\"exit_code\":{code}",
+                        json_string(m)
+                    ),
+                };
+                json.push_str(&format!(
+                    "{comma}{{\"host\":{},{state}}}",
+                    json_string(&r.host)
+                ));
+            }
+            json.push_str("]}");
         }
         json
     }
@@ -134,6 +164,31 @@ mod tests {
             j.ends_with(
                 "\"codec_units\":{\"none\":1,\"lz4\":2,\"zstd:1\":3,\"zstd:3\":4,\"zstd:6\":5}}"
             ),
+            "{j}"
+        );
+    }
+
+    #[test]
+    fn json_lists_the_replicas() {
+        let r = Report {
+            replicas: Some(vec![
+                ReplicaState {
+                    host: "a:1".into(),
+                    error: None,
+                },
+                ReplicaState {
+                    host: "b\n".into(),
+                    error: Some(("gone".into(), 5)),
+                },
+            ]),
+            ..Report::default()
+        };
+        let j = r.to_json();
+        assert!(
+            j.ends_with(concat!(
+                r#""replicas":[{"host":"a:1","ok":true},"#,
+                r#"{"host":"b\u000a","ok":false,"error":"gone","exit_code":5}]}"#
+            )),
             "{j}"
         );
     }

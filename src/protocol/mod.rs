@@ -24,7 +24,9 @@
 //! is queued and sent, the sender writes [`Control::Finish`]; the receiver answers with
 //! [`Control::Done`] once every file is durable, or [`Control::Error`] at any point.
 //! With `--delete` and filter rules, [`Control::Protect`] follows `Start`: the rules, so
-//! the receiver keeps what they exclude.
+//! the receiver keeps what they exclude. A chain fan-out sends [`Control::Chain`] right
+//! after `Start` (the receivers to pass everything on to); such a receiver sends
+//! [`Control::Replicas`] (what became of each of them) before `Done`.
 //!
 //! A pipe transfer (one byte stream, not files) opens with [`Control::StreamStart`]
 //! instead. Its blocks travel as data units of file 0 at block-aligned offsets, on any
@@ -35,6 +37,7 @@
 //! whole stream; [`Control::Done`] or [`Control::Error`] ends it.
 
 mod accept;
+mod chain;
 mod data;
 mod filter;
 mod frame;
@@ -47,6 +50,7 @@ mod seal;
 mod xattr;
 
 pub use accept::{Accept, Chown, OwnerSpec};
+pub use chain::{MAX_CHAIN, MAX_HOP_TEXT};
 pub use data::{encode_data_header, hashed_parts, set_hash, Codec, DataHeader, Segment};
 pub use filter::{Filter, FilterRule, MAX_PATTERN, MAX_RULES};
 pub use frame::{Frame, FrameHeader, FrameKind, ReadError, FRAME_HEADER_LEN};
@@ -55,7 +59,9 @@ pub use limits::{
     CONTROL_MAC_LEN, DATA_FIXED_LEN, DEFAULT_BLOCK_SIZE, FRAME_TAG_LEN, MAX_BLOCK, MAX_CONTROL_LEN,
     MAX_DATA_LEN, MAX_SEGMENTS, MAX_STREAMS,
 };
-pub use msg::{Control, Entry, EntryKind, Summary, SyncOptions, Want, WantKind};
+pub use msg::{
+    Chain, Control, Entry, EntryKind, Hop, Outcome, Replica, Summary, SyncOptions, Want, WantKind,
+};
 pub use path::{PathError, SafeRelPath};
 pub use reader::FrameReader;
 pub use seal::{Opener, Sealer};

@@ -102,11 +102,58 @@ pub enum Control {
     /// destination (for `-v`/`-i`), sent before the `Need` answering a batch and before
     /// `Done` (deletions). The sender prints them and keeps waiting for its answer.
     Items(Vec<Item>),
+    /// Sender → receiver, after `Start` (and before `Protect`), only for a chain fan-out:
+    /// the receivers this one passes the transfer on to (see `chain`).
+    Chain(Chain),
+    /// Receiver → sender, before `Done`, only for a chain fan-out: what became of every
+    /// receiver after this one.
+    Replicas(Vec<Replica>),
     /// Receiver → sender: files whose every byte has arrived since the last `Arrived`,
     /// sent before the answer to `Entries` or `Finish`. They are never asked for again, so
     /// the sender forgets them: what it remembers per file lasts only while the file is on
     /// its way.
     Arrived(Vec<u64>),
+}
+
+/// The receivers a receiver passes the transfer on to, nearest first.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Chain {
+    /// Nearest first; at most `chain::MAX_CHAIN`.
+    pub hops: Vec<Hop>,
+    /// Whether the data streams between hops use TLS (as the sender's do).
+    pub encrypt: bool,
+}
+
+/// One further receiver.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hop {
+    /// How messages name it: the host as the user named it, or the ticket's first address.
+    pub label: String,
+    /// Its ticket, as `haul recv` printed it.
+    pub ticket: String,
+}
+
+/// What became of one receiver after the first.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Replica {
+    /// The hop's label.
+    pub host: String,
+    /// Its summary, or why it failed.
+    pub outcome: Outcome,
+}
+
+/// A replica's end.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// Complete and durable.
+    Done(Summary),
+    /// Failed (the chain went on without it): its exit-code class and one line.
+    Failed {
+        /// Exit-code class (see `error::exit`).
+        code: i32,
+        /// What went wrong.
+        message: String,
+    },
 }
 
 /// How the receiver treats files it already has (set by the sender's user).
@@ -279,6 +326,8 @@ impl Control {
             Control::Items(_) => "Items",
             Control::Keepalive => "Keepalive",
             Control::Protect(_) => "Protect",
+            Control::Chain(_) => "Chain",
+            Control::Replicas(_) => "Replicas",
             Control::Arrived(_) => "Arrived",
         }
     }

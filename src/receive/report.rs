@@ -50,6 +50,7 @@ impl ReceiveReport {
             seconds: self.started.elapsed().as_secs_f64(),
             stream_blake3: None,
             codec_units: None,
+            replicas: None,
         }
     }
 }

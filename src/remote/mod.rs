@@ -24,6 +24,7 @@
 //!
 //! Non-goals: rsync's daemon mode (`host::module`), a persistent remote service.
 
+pub mod fanout;
 pub mod farend;
 pub mod pipe;
 pub mod route;
@@ -108,12 +109,18 @@ pub fn run(
     };
     // Remote to remote needs no tunnels, and two sessions to one host would race for one
     // shared connection.
-    let share = !matches!(plan, RemoteCopy::Between { .. });
+    let share = match plan {
+        RemoteCopy::Push { also, .. } => also.is_empty(),
+        RemoteCopy::Pull { .. } => true,
+        RemoteCopy::Between { .. } => false,
+    };
     let rsh = Rsh::new(ssh.rsh.clone(), share);
     match plan {
-        RemoteCopy::Push { sources, dest } => {
-            push(&rsh, sources, dest, opts, &far).map(Outcome::Sent)
-        }
+        RemoteCopy::Push {
+            sources,
+            dest,
+            also,
+        } => push(&rsh, sources, dest, also, opts, &far).map(Outcome::Sent),
         RemoteCopy::Pull { sources, dest } => {
             pull(&rsh, sources, dest, opts, &far).map(Outcome::Received)
         }
@@ -145,11 +152,23 @@ fn push(
     rsh: &Rsh,
     sources: &[PathBuf],
     dest: &RemotePath,
+    also: &[RemotePath],
     opts: &SendOptions,
     f: &FarOptions<'_>,
 ) -> Result<SendReport> {
     let mut srcs: Vec<Source> = sources.iter().map(|p| Source::from_arg(p)).collect();
     walk::check_sources(&srcs)?;
+    let (mut further, chain) = fanout::start(rsh, also, f.ssh, f.quiet, f.encrypt, |at| {
+        Request::Receive {
+            dest: at.path_or_home(),
+            single_file: is_single_file(&srcs),
+            advertise: f.ssh.advertise,
+            everywhere: true,
+            accept: f.accept.clone(),
+            dry_run: opts.sync.dry_run,
+            keep_cache: opts.keep_cache,
+        }
+    })?;
     let mut far = FarEnd::start(rsh, dest, f.ssh, f.quiet)?;
     far.send(&Request::Receive {
         dest: dest.path_or_home(),
@@ -170,8 +189,16 @@ fn push(
         only.dest_name = Some(name);
     }
     let route = Route::new(rsh, dest, ticket, port, f.encrypt, f.ssh.via_ssh);
+    let opts = &SendOptions {
+        chain,
+        ..opts.clone()
+    };
     let sent = send(&srcs, opts, route.key(), |role| route.dial(role));
     let done = far.finish(Some(done_wait(&sent)));
+    // What became of the further ones is in the sender's report (`Replicas`).
+    for f in &mut further {
+        f.finish(Some(FAILED_WAIT));
+    }
     sent.map_err(|e| prefer_far(e, &far, done.as_ref()))
 }
 

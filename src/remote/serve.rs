@@ -96,6 +96,7 @@ pub fn run(uploaded: bool) -> i32 {
                     limit,
                     listing,
                     keep_cache,
+                    chain: None,
                 });
             match opts {
                 Ok(o) => serve_send(&out, input, &finished, &paths, o, listen, advertise),

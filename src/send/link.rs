@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::dial::{backoff, gave_up};
 use crate::error::{Error, Result};
 use crate::progress::Counters;
-use crate::protocol::{Control, Item};
+use crate::protocol::{Control, Item, Replica};
 use crate::session::{is_tick, Channel};
 use crate::transport::{Conn, Role, TransportError};
 
@@ -34,6 +34,8 @@ pub(super) struct Link<'a> {
     on_items: Option<&'a (dyn Fn(Vec<Item>) + Sync)>,
     /// Files the receiver said arrived whole (`Control::Arrived`), not yet taken.
     arrived: Vec<u64>,
+    /// A chain fan-out: what the receiver said became of the receivers after it.
+    pub(super) replicas: Vec<Replica>,
 }
 
 impl<'a> Link<'a> {
@@ -70,6 +72,7 @@ impl<'a> Link<'a> {
             counters,
             on_items: None,
             arrived: Vec::new(),
+            replicas: Vec::new(),
         })
     }
 
@@ -95,6 +98,7 @@ impl<'a> Link<'a> {
                     }
                 }
                 Control::Arrived(ids) => self.arrived.extend(ids),
+                Control::Replicas(r) => self.replicas = r,
                 other => return Ok(other),
             }
         }

@@ -69,6 +69,9 @@ where
         }
     };
     link.on_items(&print);
+    if let Some(chain) = &opts.chain {
+        link.tell(&Control::Chain(chain.clone()))?;
+    }
     if opts.sync.delete && !opts.select.filter.is_empty() {
         link.tell(&Control::Protect(opts.select.filter.clone()))?;
     }
@@ -166,6 +169,8 @@ where
         }
     };
     link.close();
+    let replicas = std::mem::take(&mut link.replicas);
+    drop(link);
     let f = failures.into_inner().unwrap_or_default();
     Ok(SendReport {
         summary,
@@ -173,6 +178,8 @@ where
         failed: f.list,
         unstable: f.unstable,
         started,
+        chain: opts.chain.clone(),
+        replicas,
     })
 }
 

@@ -36,6 +36,8 @@ pub struct SendOptions {
     pub limit: Option<u64>,
     /// `--keep-cache`: leave what is read in the page cache.
     pub keep_cache: bool,
+    /// A chain fan-out: the receivers the first one passes everything on to.
+    pub chain: Option<crate::protocol::Chain>,
 }
 
 /// What the sender reports when the receiver confirmed the transfer.
@@ -51,6 +53,10 @@ pub struct SendReport {
     pub unstable: Vec<PathBuf>,
     /// When the transfer started.
     pub started: Instant,
+    /// A chain fan-out: the receivers after the first, and what became of each.
+    pub chain: Option<crate::protocol::Chain>,
+    /// A chain fan-out: what each receiver after the first said became of it.
+    pub replicas: Vec<crate::protocol::Replica>,
 }
 
 impl SendReport {
@@ -72,6 +78,7 @@ impl SendReport {
             seconds: self.started.elapsed().as_secs_f64(),
             stream_blake3: None,
             codec_units: c.codec_mix(),
+            replicas: None,
         }
     }
 

@@ -156,6 +156,9 @@ impl Store {
         )
         .map_err(|x| err(x.into()))?;
         fsops::rename_in(&pfd, &tmp, name).map_err(err)?;
+        // rename(2) of a name onto another name of the same inode (a re-run, where the
+        // link is already there) does nothing and leaves the temporary name behind.
+        fsops::remove_if_present(&pfd, &tmp).map_err(err)?;
         self.other.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -165,7 +168,7 @@ impl Store {
 mod tests {
     use std::path::Path;
 
-    use crate::protocol::{Accept, Entry, EntryKind, SyncOptions};
+    use crate::protocol::{Accept, Entry, EntryKind, SafeRelPath, SyncOptions};
     use crate::store::Store;
 
     fn entry(path: &str, kind: EntryKind) -> Entry {
@@ -212,6 +215,24 @@ mod tests {
             .unwrap()
             .file_type()
             .is_symlink());
+    }
+
+    #[test]
+    fn a_hardlink_already_there_leaves_no_temporary_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dest = tmp.path().join("dest");
+        std::fs::create_dir_all(&dest).unwrap();
+        std::fs::write(dest.join("a"), b"x").unwrap();
+        std::fs::hard_link(dest.join("a"), dest.join("b")).unwrap();
+        let s = keep_dirlinks_store(&dest);
+        let (a, b) = (SafeRelPath::parse(b"a"), SafeRelPath::parse(b"b"));
+        s.make_hardlink(&b.unwrap(), &a.unwrap()).unwrap();
+        let mut names: Vec<_> = std::fs::read_dir(&dest)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["a", "b"]);
     }
 
     #[test]

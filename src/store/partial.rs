@@ -305,10 +305,23 @@ impl Store {
 
     /// fsync, metadata and rename of one complete file (runs on a finisher thread).
     pub(super) fn finalize_file(&self, state: &FileState, file: File) -> Result<()> {
-        let err = |x| self.dest_err(&state.path, x);
-        let done = fsops::apply_meta_fd(&file, &state.entry, self.owners()).map_err(err)?;
+        self.seal_meta(state, &file)?;
+        file.sync_all().map_err(|x| self.dest_err(&state.path, x))?;
+        self.publish(state, file)
+    }
+
+    /// Applies a complete file's metadata (owner, xattrs, mode, mtime) on its descriptor.
+    pub(super) fn seal_meta(&self, state: &FileState, file: &File) -> Result<()> {
+        let done = fsops::apply_meta_fd(file, &state.entry, self.owners())
+            .map_err(|x| self.dest_err(&state.path, x))?;
         self.note_xattrs(&state.path, done);
-        file.sync_all().map_err(err)?;
+        Ok(())
+    }
+
+    /// Names a complete file whose data and metadata are durable: links or renames it
+    /// into place and removes its journal.
+    pub(super) fn publish(&self, state: &FileState, file: File) -> Result<()> {
+        let err = |x| self.dest_err(&state.path, x);
         if !self.keep_cache.load(Ordering::Relaxed) {
             pagecache::drop_all(&file);
         }
@@ -328,6 +341,17 @@ impl Store {
         }
         self.stats.done_files.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Data for these files is not wanted here (a relay in a chain fan-out passes it on to
+    /// the next receiver) and is ignored when it arrives; files this store waits for stay.
+    pub fn ignore(&self, ids: impl IntoIterator<Item = u64>) {
+        let (Ok(files), Ok(mut settled)) = (self.files.lock(), self.settled.lock()) else {
+            return;
+        };
+        for id in ids.into_iter().filter(|id| !files.contains_key(id)) {
+            add_range(&mut settled, id, id.saturating_add(1));
+        }
     }
 
     /// Drops files the sender could not read (or that changed while read): their

@@ -55,8 +55,9 @@ pub use tunnel::Tunnel;
 /// and `Control::Protect` (filter rules for `--delete`) change the control message enum.
 /// 4: manifest entries carry extended attributes, items the `a` and `x` columns.
 /// 5: a stream block's unit hash covers its BLAKE3 chaining value (`codec::tree`), not
-/// its bytes, and stream blocks are a power of two; `Control::Arrived` (files whose
-/// bytes all arrived: the sender forgets them).
+/// its bytes, and stream blocks are a power of two. Also `Control::Chain` and
+/// `Control::Replicas` (chain fan-out), and
+/// `Control::Arrived` (files whose bytes all arrived: the sender forgets them).
 pub const PROTOCOL_VERSION: u16 = 5;
 
 /// Which kind of connection this is within one transfer.

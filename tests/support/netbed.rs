@@ -57,3 +57,73 @@ impl Drop for Netbed {
         }
     }
 }
+
+/// Several hosts on one virtual switch, each on its own (optionally rate-capped) link:
+/// namespaces `NAME-1` … `NAME-N` at `SUBNET.1` … (`tests/support/netlan`, netlab's sibling
+/// for more than two hosts); brought down when dropped.
+pub struct Lan {
+    script: PathBuf,
+    name: &'static str,
+    hosts: usize,
+    /// `SUBNET` (three octets).
+    pub subnet: &'static str,
+}
+
+impl Lan {
+    /// Brings the hosts up; None when this machine cannot (not root, no `ip netns`).
+    pub fn up(
+        name: &'static str,
+        subnet: &'static str,
+        hosts: usize,
+        rate: Option<&str>,
+    ) -> Option<Lan> {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/netlan");
+        let usable = super::is_root()
+            && Command::new("ip")
+                .args(["netns", "list"])
+                .output()
+                .is_ok_and(|o| o.status.success());
+        if !usable {
+            return None;
+        }
+        let lan = Lan {
+            script,
+            name,
+            hosts,
+            subnet,
+        };
+        let n = hosts.to_string();
+        let mut args = vec!["up", name, subnet, &n];
+        args.extend(rate);
+        let out = Command::new("bash")
+            .arg(&lan.script)
+            .args(&args)
+            .output()
+            .expect("run netlan");
+        assert!(
+            out.status.success(),
+            "netlan up failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(lan)
+    }
+
+    /// Host `i`'s namespace (1-based).
+    pub fn ns(&self, i: usize) -> String {
+        format!("{}-{i}", self.name)
+    }
+
+    /// Host `i`'s address.
+    pub fn ip(&self, i: usize) -> String {
+        format!("{}.{i}", self.subnet)
+    }
+}
+
+impl Drop for Lan {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(&self.script)
+            .args(["down", self.name, &self.hosts.to_string()])
+            .output();
+    }
+}

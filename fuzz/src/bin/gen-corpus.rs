@@ -11,8 +11,9 @@ use std::path::{Path, PathBuf};
 
 use haul::codec::{unit_hash, Compression, Encoder};
 use haul::protocol::{
-    encode_data_header, hashed_parts, set_hash, Codec, Control, Entry, EntryKind, FrameKind,
-    Sealer, Segment, Summary, SyncOptions, Want, WantKind, Xattr, Xattrs,
+    encode_data_header, hashed_parts, set_hash, Chain, Codec, Control, Entry, EntryKind,
+    FrameKind, Hop, Outcome, Replica, Sealer, Segment, Summary, SyncOptions, Want, WantKind,
+    Xattr, Xattrs,
 };
 use haul::transport::{Secret, Ticket};
 
@@ -178,6 +179,32 @@ fn messages() -> Vec<(&'static str, Control)> {
                 message: "disk full".into(),
             },
         ),
+        (
+            "chain",
+            Control::Chain(Chain {
+                hops: vec![Hop {
+                    label: "192.0.2.7:7100".into(),
+                    ticket: "haul1-abc".into(),
+                }],
+                encrypt: true,
+            }),
+        ),
+        (
+            "replicas",
+            Control::Replicas(vec![
+                Replica {
+                    host: "192.0.2.7:7100".into(),
+                    outcome: Outcome::Done(Summary::default()),
+                },
+                Replica {
+                    host: "192.0.2.8:7100".into(),
+                    outcome: Outcome::Failed {
+                        code: 5,
+                        message: "gone".into(),
+                    },
+                },
+            ]),
+        ),
     ]
 }
 
@@ -189,7 +216,7 @@ fn data_payload(mode: Compression, segs: &[Segment], raw: &[u8]) -> Vec<u8> {
 /// [`data_payload`] with the unit hash keyed by `key`.
 fn data_payload_keyed(key: &[u8; 32], mode: Compression, segs: &[Segment], raw: &[u8]) -> Vec<u8> {
     let mut cbuf = Vec::new();
-    let codec = Encoder::new(mode).encode(raw, &mut cbuf);
+    let codec = Encoder::new(mode, 1).encode(raw, &mut cbuf);
     let body: &[u8] = if codec == Codec::Raw { raw } else { &cbuf };
     let mut out = Vec::new();
     encode_data_header(&mut out, codec, raw.len() as u32, segs);

@@ -1,0 +1,115 @@
+//! `send`'s tickets: one receiver, or a chain fan-out (several `--to`, or several
+//! `--ticket-file`, in chain order; the two forms are not mixed).
+
+use std::path::PathBuf;
+
+use super::location::{parse_location, Location, RemoteCopy, RemotePath};
+use crate::error::{Error, Result};
+use crate::protocol::MAX_CHAIN;
+use crate::transport::Ticket;
+
+/// Where `send` gets its ticket: given on the command line (or HAUL_TICKET), or read
+/// when it runs from stdin (`--to -`) or a file (`--ticket-file`), so that it never
+/// appears in the process list.
+#[derive(Debug)]
+pub enum TicketFrom {
+    /// Parsed already.
+    Given(Box<Ticket>),
+    /// One line on standard input.
+    Stdin,
+    /// The first line of this file.
+    File(PathBuf),
+}
+
+/// The first receiver's ticket and those of the receivers after it. Each `--to -` reads
+/// the next line of standard input.
+pub(super) fn tickets(
+    to: Vec<String>,
+    files: Vec<PathBuf>,
+) -> Result<(TicketFrom, Vec<TicketFrom>)> {
+    let all: Vec<TicketFrom> = match files.is_empty() {
+        false => files.into_iter().map(TicketFrom::File).collect(),
+        true => to
+            .iter()
+            .map(|t| match t.as_str() {
+                "-" => Ok(TicketFrom::Stdin),
+                t => Ok(TicketFrom::Given(Box::new(Ticket::parse(t)?))),
+            })
+            .collect::<Result<_>>()?,
+    };
+    if all.len() > MAX_CHAIN + 1 {
+        return Err(Error::Usage(format!(
+            "at most {} receivers in one fan-out",
+            MAX_CHAIN + 1
+        )));
+    }
+    let mut all = all.into_iter();
+    match all.next() {
+        Some(first) => Ok((first, all.collect())),
+        None => Err(Error::Usage(
+            "send needs --to TICKET or --ticket-file".into(),
+        )),
+    }
+}
+
+/// Fan-out carries files, not streams (nor copies on one host).
+pub(super) fn no_stream_chain<T>(chain: &[T]) -> Result<()> {
+    match chain.is_empty() {
+        true => Ok(()),
+        false => Err(Error::Usage(
+            "a fan-out (several --to or --ticket-file, or --also) sends files from this host: \
+             not a stream, a pull or a copy on one host"
+                .into(),
+        )),
+    }
+}
+
+/// `copy --also HOST:DST...`: the further destinations of a push.
+pub(super) fn also(also: &[PathBuf]) -> Result<Vec<RemotePath>> {
+    if also.len() > MAX_CHAIN {
+        return Err(Error::Usage(format!("at most {MAX_CHAIN} --also")));
+    }
+    also.iter()
+        .map(|a| match parse_location(a.as_os_str()) {
+            Ok(Location::Remote(r)) => Ok(r),
+            Ok(Location::Local(_)) => Err(Error::Usage(format!(
+                "--also {}: a further destination is [user@]host:path",
+                crate::progress::escape(&a.to_string_lossy())
+            ))),
+            Err(e) => Err(Error::Usage(e.0)),
+        })
+        .collect()
+}
+
+/// `--also` extends a push (local sources to host:DST) only.
+pub(super) fn also_only_in_a_push(plan: &RemoteCopy, also: &[PathBuf]) -> Result<()> {
+    match plan {
+        RemoteCopy::Push { .. } => Ok(()),
+        _ => no_stream_chain(also),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn one_or_a_chain_in_order() {
+        let (first, rest) = tickets(vec![], vec!["a".into(), "b".into(), "c".into()]).unwrap();
+        assert!(matches!(first, TicketFrom::File(p) if p == Path::new("a")));
+        assert_eq!(rest.len(), 2);
+        assert!(matches!(&rest[1], TicketFrom::File(p) if p == Path::new("c")));
+        let (first, rest) = tickets(vec!["-".into(), "-".into()], vec![]).unwrap();
+        assert!(matches!(first, TicketFrom::Stdin));
+        assert!(no_stream_chain(&rest).is_err());
+        assert!(tickets(vec![], vec![]).is_err());
+        let a = also(&["db2:/data".into(), "u@db3:x".into()]).unwrap();
+        assert_eq!(
+            (a[0].host.as_str(), a[1].path.as_slice()),
+            ("db2", &b"x"[..])
+        );
+        assert!(also(&["/local".into()]).is_err());
+        assert!(tickets(vec!["nonsense".into()], vec![]).is_err());
+    }
+}

@@ -1,0 +1,356 @@
+//! A receiver in a chain fan-out that passes the transfer on: the control side. It dials
+//! the next receiver with the rest of the chain, forwards each manifest batch and answers
+//! upstream with the union of its own and the next receiver's needs (so a re-run where
+//! only one replica is incomplete resumes like any run), forwards `Protect`, `Forget` and
+//! `Finish`, and collects what became of every receiver after it.
+//!
+//! When the next receiver fails (vanishes, or says Error) the chain re-forms around it:
+//! the relay dials the receiver after it with the rest of the chain, gives it the current
+//! manifest batch again (a receiver answers a repeated batch from its cache) and every
+//! `Forget` so far; what that receiver missed meanwhile it asks for after `Finish`. The
+//! failed one is reported upstream in `Replicas`.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use super::forward::Forward;
+use crate::error::{Error, Result};
+use crate::progress::escape;
+use crate::protocol::{
+    Chain, Control, Entry, Filter, Hop, Outcome, ProtocolError, Replica, Summary, SyncOptions,
+    Want, WantKind,
+};
+use crate::session::Channel;
+use crate::transport::{self, Role, Ticket};
+
+/// Longest wait for the next hop's answer (its `Finish` answer waits for its fsyncs).
+const ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// What the next receiver said to `Finish`.
+pub(super) enum Answer {
+    /// It is complete (or there is no next receiver any more).
+    Done,
+    /// It still needs this.
+    Need(Vec<Want>),
+}
+
+/// The downstream half of a relay.
+pub(super) struct Relay {
+    /// Receivers after this one, nearest (the current next hop) first.
+    hops: VecDeque<Hop>,
+    encrypt: bool,
+    /// What the next hop gets as `Start`.
+    start: Control,
+    chan: Option<Channel>,
+    protect: Option<Filter>,
+    forgotten: Vec<u64>,
+    /// The manifest batch whose `Need` is awaited (an `Entries`).
+    current: Option<Control>,
+    /// What became of the receivers after this one, so far.
+    replicas: Vec<Replica>,
+    pub(super) forward: Arc<Forward>,
+}
+
+impl Relay {
+    /// Sets up forwarding to `chain` (validated) and dials its first reachable hop.
+    pub(super) fn start(
+        chain: Chain,
+        streams: u16,
+        block_size: u32,
+        options: SyncOptions,
+    ) -> Result<Relay> {
+        chain.check()?;
+        let forward = Arc::new(Forward::new(streams.into(), chain.encrypt));
+        forward.spawn(streams.into())?;
+        let start = Control::Start {
+            streams,
+            block_size,
+            // Its -v/-i lines stay there: the sender lists what changes at the first.
+            options: SyncOptions {
+                items: false,
+                ..options
+            },
+        };
+        let mut relay = Relay {
+            hops: chain.hops.into(),
+            encrypt: chain.encrypt,
+            start,
+            chan: None,
+            protect: None,
+            forgotten: Vec::new(),
+            current: None,
+            replicas: Vec::new(),
+            forward,
+        };
+        relay.connect_next();
+        Ok(relay)
+    }
+
+    /// Dials the first hop that answers, dropping (and reporting) those that do not.
+    fn connect_next(&mut self) {
+        while let Some(hop) = self.hops.front().cloned() {
+            match self.dial(&hop) {
+                Ok((chan, ticket)) => {
+                    self.chan = Some(chan);
+                    self.forward.retarget(Some(ticket));
+                    return;
+                }
+                Err(e) => self.drop_hop(&e),
+            }
+        }
+        self.chan = None;
+        self.forward.retarget(None);
+    }
+
+    /// Opens the control stream to `hop` and tells it everything it must know, the
+    /// manifest batch in progress included.
+    fn dial(&self, hop: &Hop) -> Result<(Channel, Ticket)> {
+        let ticket = Ticket::parse(&hop.ticket)?;
+        let conn = transport::connect(&ticket, Role::Control, self.encrypt)?;
+        let mut chan = Channel::new(conn);
+        chan.write(&self.start)?;
+        let rest: Vec<Hop> = self.hops.iter().skip(1).cloned().collect();
+        if !rest.is_empty() {
+            chan.write(&Control::Chain(Chain {
+                hops: rest,
+                encrypt: self.encrypt,
+            }))?;
+        }
+        if let Some(p) = &self.protect {
+            chan.write(&Control::Protect(p.clone()))?;
+        }
+        if !self.forgotten.is_empty() {
+            chan.write(&Control::Forget(self.forgotten.clone()))?;
+        }
+        if let Some(b) = &self.current {
+            chan.write(b)?;
+        }
+        Ok((chan, ticket))
+    }
+
+    /// The current next hop failed with `e`: reports it and leaves it out of the chain.
+    fn drop_hop(&mut self, e: &Error) {
+        let Some(hop) = self.hops.pop_front() else {
+            return;
+        };
+        let host = escape(&hop.label);
+        crate::progress::warn(&format!(
+            "replica {host} failed ({e}); the chain goes on without it"
+        ));
+        self.replicas.push(Replica {
+            host: hop.label,
+            outcome: Outcome::Failed {
+                code: e.exit_code(),
+                message: e.to_string(),
+            },
+        });
+        self.chan = None;
+    }
+
+    /// The next hop failed: re-forms the chain around it.
+    fn reform(&mut self, e: &Error) {
+        self.drop_hop(e);
+        self.connect_next();
+    }
+
+    /// Re-forms the chain when a data stream found the next hop unreachable.
+    pub(super) fn check(&mut self) {
+        if self.chan.is_some() && self.forward.broken() {
+            let e = Error::Transport(transport::TransportError::Io(std::io::Error::other(
+                "its data streams broke and it cannot be dialed again",
+            )));
+            self.reform(&e);
+        }
+    }
+
+    /// Writes `msg` to the next hop (re-forming the chain if it failed).
+    pub(super) fn tell(&mut self, msg: &Control) {
+        match msg {
+            Control::Protect(p) => self.protect = Some(p.clone()),
+            Control::Forget(ids) => self.forgotten.extend(ids),
+            _ => {}
+        }
+        if let Some(chan) = self.chan.as_mut() {
+            if let Err(e) = chan.write(msg) {
+                // The re-formed chain gets it from `dial` (Protect and Forget so far).
+                self.reform(&e);
+            }
+        }
+    }
+
+    /// Sends a manifest batch on (before it is applied here, so both work at once).
+    pub(super) fn send_batch(&mut self, batch: Vec<Entry>) {
+        let msg = Control::Entries(batch);
+        if let Some(chan) = self.chan.as_mut() {
+            if let Err(e) = chan.write(&msg) {
+                self.current = Some(msg);
+                return self.reform(&e);
+            }
+        }
+        self.current = Some(msg);
+    }
+
+    /// The next hop's `Need` for the batch `send_batch` sent; what it wants is forwarded
+    /// from now on.
+    pub(super) fn batch_need(&mut self) -> Vec<Want> {
+        let need = loop {
+            let Some(chan) = self.chan.as_mut() else {
+                break Vec::new();
+            };
+            match answer(chan) {
+                Ok(Control::Need(n)) => break n,
+                Ok(other) => self.reform(&unexpected(other)),
+                Err(e) => self.reform(&e),
+            }
+        };
+        self.current = None;
+        self.forward.want(need.iter().map(|w| w.id));
+        need
+    }
+
+    /// Sends `Finish` on once every unit offered so far is written, and returns the next
+    /// hop's answer; when it is done, its report and the chain's after it are kept.
+    pub(super) fn finish(&mut self, failed: &[u64]) -> Answer {
+        loop {
+            self.check();
+            self.forward.wait_idle();
+            let units = self.forward.sent();
+            let Some(chan) = self.chan.as_mut() else {
+                return Answer::Done;
+            };
+            let finish = Control::Finish {
+                failed: failed.to_vec(),
+                units,
+            };
+            let mut below = Vec::new();
+            let r = chan.write(&finish).and_then(|()| loop {
+                match answer(chan)? {
+                    Control::Replicas(r) => below.extend(r),
+                    other => return Ok(other),
+                }
+            });
+            match r {
+                Ok(Control::Need(n)) => {
+                    self.forward.want(n.iter().map(|w| w.id));
+                    return Answer::Need(n);
+                }
+                Ok(Control::Done(summary)) => {
+                    self.done(summary, below);
+                    return Answer::Done;
+                }
+                Ok(other) => self.reform(&unexpected(other)),
+                Err(e) => self.reform(&e),
+            }
+        }
+    }
+
+    /// The next hop is complete: records it and what it said of those after it, and lets
+    /// it go.
+    fn done(&mut self, summary: Summary, below: Vec<Replica>) {
+        if let Some(hop) = self.hops.pop_front() {
+            self.replicas.push(Replica {
+                host: hop.label,
+                outcome: Outcome::Done(summary),
+            });
+        }
+        self.replicas.extend(below);
+        self.hops.clear();
+        if let Some(mut c) = self.chan.take() {
+            let _ = c.shutdown_write();
+        }
+        self.forward.retarget(None);
+        self.forward.stop();
+    }
+
+    /// What became of every receiver after this one (for `Replicas`).
+    pub(super) fn replicas(&self) -> Vec<Replica> {
+        self.replicas.clone()
+    }
+
+    /// Tells the next hop that the transfer failed here, and stops forwarding.
+    pub(super) fn abort(&mut self, e: &Error) {
+        if let Some(chan) = self.chan.as_mut() {
+            let _ = chan.write(&Control::Error {
+                code: e.exit_code(),
+                message: format!("the receiver before this one failed: {e}"),
+            });
+        }
+        self.forward.stop();
+    }
+}
+
+/// The next message from a hop that is not `Items` (a hop is never asked for them).
+fn answer(chan: &mut Channel) -> Result<Control> {
+    loop {
+        match chan.read(Some(ANSWER_TIMEOUT))? {
+            Control::Items(_) => {}
+            Control::Error { code, message } => {
+                return Err(Error::Remote {
+                    side: "receiver",
+                    message,
+                    code,
+                })
+            }
+            other => return Ok(other),
+        }
+    }
+}
+
+fn unexpected(m: Control) -> Error {
+    ProtocolError::Unexpected(m.name().into()).into()
+}
+
+/// What to ask upstream for: everything either this receiver or the next wants. A file
+/// both want in different ways (say, a delta here and all of it there) is asked for
+/// whole: whole data serves every kind of want.
+pub(super) fn union(local: Vec<Want>, next: Vec<Want>) -> Vec<Want> {
+    let mut at: HashMap<u64, usize> = HashMap::new();
+    let mut out = local;
+    for (i, w) in out.iter().enumerate() {
+        at.insert(w.id, i);
+    }
+    for w in next {
+        match at.get(&w.id) {
+            None => {
+                at.insert(w.id, out.len());
+                out.push(w);
+            }
+            Some(&i) if out[i].what != w.what => out[i].what = WantKind::All,
+            Some(_) => {}
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn want(id: u64, what: WantKind) -> Want {
+        Want { id, what }
+    }
+
+    #[test]
+    fn union_asks_for_what_either_wants() {
+        let local = vec![
+            want(1, WantKind::All),
+            want(2, WantKind::Ranges(vec![(0, 5)])),
+            want(3, WantKind::Ranges(vec![(0, 5)])),
+        ];
+        let next = vec![
+            want(2, WantKind::Ranges(vec![(0, 5)])),
+            want(3, WantKind::Ranges(vec![(5, 9)])),
+            want(4, WantKind::Ranges(vec![(1, 2)])),
+        ];
+        assert_eq!(
+            union(local, next),
+            vec![
+                want(1, WantKind::All),
+                want(2, WantKind::Ranges(vec![(0, 5)])),
+                want(3, WantKind::All),
+                want(4, WantKind::Ranges(vec![(1, 2)])),
+            ]
+        );
+        assert!(union(Vec::new(), Vec::new()).is_empty());
+    }
+}

@@ -1,0 +1,228 @@
+//! Chain fan-out through the real binary: one `haul send` with several `--to`, the first
+//! receiver forwarding to the next. Three receivers on loopback get identical trees (and a
+//! re-run completes the one replica that lost something); three receivers in their own
+//! network namespaces, the middle one SIGKILLed mid-transfer: the chain re-forms, the other
+//! two complete, the sender exits 5 naming the failed host, and a re-run completes it.
+//! No timing is asserted; every wait is bounded against hangs.
+
+mod support;
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use support::netbed::Lan;
+use support::*;
+
+/// Whether this machine can run the namespace test; prints why not (or panics under CI).
+fn lan_or_skip(test: &str) -> Option<Lan> {
+    match Lan::up("hfan", "198.19.41", 4, None) {
+        Some(lan) => Some(lan),
+        None if std::env::var_os("CI").is_some() => {
+            panic!("{test}: needs root and `ip netns` (CI runs it as root)")
+        }
+        None => {
+            println!("SKIPPED: {test}: needs root and `ip netns`");
+            eprintln!("SKIPPED: {test}: needs root and `ip netns`");
+            None
+        }
+    }
+}
+
+/// `haul recv DIR` in namespace `ns`, listening on `ip`; its ticket read.
+fn recv_in(ns: &str, ip: &str, dir: &Path) -> Recv {
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", ns, haul_bin(), "recv", "-q"])
+        .arg(dir)
+        .args(["--listen", &format!("{ip}:0")]);
+    let mut proc = Running::spawn("recv", cmd);
+    let line = proc.first_line().expect("recv printed no ticket");
+    let ticket = String::from_utf8(line).unwrap().trim().to_string();
+    Recv { proc, ticket }
+}
+
+/// `haul send SRC --to T... ARGS` in namespace `ns` (None: here).
+fn spawn_send(ns: Option<&str>, src: &Path, tickets: &[&str], args: &[&str]) -> Running {
+    let mut cmd = match ns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, haul_bin()]);
+            c
+        }
+        None => Command::new(haul_bin()),
+    };
+    cmd.arg("send").arg(src);
+    for t in tickets {
+        cmd.args(["--to", t]);
+    }
+    cmd.args(["--json", "--block-size", BLOCK_SIZE_ARG])
+        .args(args);
+    Running::spawn("send", cmd)
+}
+
+fn stdout(o: &Outcome) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn three_receivers_get_identical_trees_and_a_rerun_completes_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = build_tree(tmp.path(), "tree", &TreeOptions::small());
+    write_random_file(&src.join("big"), 9 * MIB + 5, 7);
+    let dsts: Vec<PathBuf> = (1..=3)
+        .map(|i| tmp.path().join(format!("dst{i}")))
+        .collect();
+
+    let run = || {
+        let recvs: Vec<Recv> = dsts.iter().map(|d| recv(d, &[])).collect();
+        let tickets: Vec<&str> = recvs.iter().map(|r| r.ticket.as_str()).collect();
+        let sent = spawn_send(None, &src, &tickets, &[]).wait();
+        let outs: Vec<Outcome> = recvs.into_iter().map(Recv::wait).collect();
+        (sent, outs)
+    };
+    let (sent, outs) = run();
+    sent.assert_code(0);
+    for o in &outs {
+        o.assert_code(0);
+    }
+    let json = stdout(&sent);
+    assert_eq!(json.matches("\"ok\":true").count(), 3, "{json}");
+    for d in &dsts {
+        assert_trees_equal(&src, &d.join("tree"));
+        assert_no_part_files(d);
+    }
+
+    // Only the middle replica lost something: the union of the needs brings it back.
+    std::fs::remove_file(dsts[1].join("tree/big")).unwrap();
+    let (sent, outs) = run();
+    sent.assert_code(0);
+    for o in &outs {
+        o.assert_code(0);
+    }
+    for d in &dsts {
+        assert_trees_equal(&src, &d.join("tree"));
+    }
+}
+
+#[test]
+fn a_killed_middle_receiver_is_reported_and_a_rerun_completes_it() {
+    let test = "a_killed_middle_receiver_is_reported_and_a_rerun_completes_it";
+    let Some(lan) = lan_or_skip(test) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let src = build_tree(tmp.path(), "tree", &TreeOptions::small());
+    write_random_file(&src.join("big"), 96 * MIB, 9);
+    let dsts: Vec<PathBuf> = (1..=3)
+        .map(|i| tmp.path().join(format!("dst{i}")))
+        .collect();
+    let start_recvs = || -> Vec<Recv> {
+        (0..3)
+            .map(|i| recv_in(&lan.ns(i + 2), &lan.ip(i + 2), &dsts[i]))
+            .collect()
+    };
+
+    // The cap keeps the run long enough to kill the middle receiver in the middle of it.
+    let recvs = start_recvs();
+    let tickets: Vec<&str> = recvs.iter().map(|r| r.ticket.as_str()).collect();
+    let sender = spawn_send(Some(&lan.ns(1)), &src, &tickets, &["--limit", "24M"]);
+    let until = Instant::now() + Duration::from_secs(120);
+    let arrived = |p: &PathBuf| std::fs::metadata(p).map_or(0, |m| m.blocks() * 512);
+    while !part_files(&dsts[1]).iter().any(|p| arrived(p) >= 8 * MIB) {
+        assert!(Instant::now() < until, "the middle receiver never got data");
+        assert!(!sender.has_exited(), "the sender ended before the kill");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut recvs = recvs.into_iter();
+    let (first, middle, last) = (
+        recvs.next().unwrap(),
+        recvs.next().unwrap(),
+        recvs.next().unwrap(),
+    );
+    let killed = middle.kill();
+    assert_eq!(killed.code(), None, "SIGKILLed");
+    let sent = sender.wait();
+    let (first, last) = (first.wait(), last.wait());
+    let all = format!(
+        "{}\n{}\n{}\n{}",
+        sent.describe(),
+        first.describe(),
+        killed.describe(),
+        last.describe()
+    );
+    assert_eq!(first.code(), Some(0), "{all}");
+    assert_eq!(last.code(), Some(0), "{all}");
+    assert_eq!(sent.code(), Some(5), "{all}");
+    let failed = lan.ip(3);
+    assert!(
+        sent.stderr.contains(&format!("replica {failed}:")) && sent.stderr.contains("failed"),
+        "the error names the failed host {failed}\n{}",
+        sent.describe()
+    );
+    let json = stdout(&sent);
+    assert!(
+        json.contains(&format!("{{\"host\":\"{failed}:")) && json.contains("\"ok\":false"),
+        "{json}"
+    );
+    assert_eq!(json.matches("\"ok\":true").count(), 2, "{json}");
+    assert_trees_equal(&src, &dsts[0].join("tree"));
+    assert_trees_equal(&src, &dsts[2].join("tree"));
+
+    // The same command again (new tickets: new receivers) completes the failed replica.
+    let recvs = start_recvs();
+    let tickets: Vec<&str> = recvs.iter().map(|r| r.ticket.as_str()).collect();
+    let sent = spawn_send(Some(&lan.ns(1)), &src, &tickets, &[]).wait();
+    for r in recvs {
+        r.wait().assert_code(0);
+    }
+    sent.assert_code(0);
+    for d in &dsts {
+        assert_trees_equal(&src, &d.join("tree"));
+        assert_no_part_files(d);
+    }
+}
+
+#[test]
+fn copy_also_pushes_one_read_to_three_far_destinations() {
+    let Some(sshd) =
+        support::sshd::Sshd::start("copy_also_pushes_one_read_to_three_far_destinations")
+    else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let src = build_tree(tmp.path(), "tree", &TreeOptions::small());
+    write_random_file(&src.join("big"), 5 * MIB + 3, 11);
+    let dsts: Vec<PathBuf> = (1..=3)
+        .map(|i| tmp.path().join(format!("dst{i}")))
+        .collect();
+    let at = |d: &Path| format!("127.0.0.1:{}", d.display());
+    let mut cmd = Command::new(haul_bin());
+    cmd.args([
+        "copy",
+        "-e",
+        &sshd.rsh(),
+        "--remote-haul",
+        haul_bin(),
+        "--json",
+    ])
+    .args(["--block-size", BLOCK_SIZE_ARG])
+    .arg(&src)
+    .arg(at(&dsts[0]))
+    .args(["--also", &at(&dsts[1]), "--also", &at(&dsts[2])]);
+    let out = Running::spawn("copy", cmd).wait();
+    if out.code() != Some(0) {
+        eprintln!("--- sshd log ---\n{}", sshd.log());
+    }
+    out.assert_code(0);
+    let json = stdout(&out);
+    assert_eq!(json.matches("\"ok\":true").count(), 3, "{json}");
+    assert!(
+        json.contains(&format!("\"host\":\"{}\"", at(&dsts[2]))),
+        "{json}"
+    );
+    for d in &dsts {
+        assert_trees_equal(&src, &d.join("tree"));
+        assert_no_part_files(d);
+    }
+}
