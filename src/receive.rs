@@ -245,7 +245,7 @@ impl Session<'_> {
                         need = union(need, next);
                     }
                     let mut replies = self.items(store.take_items());
-                    replies.extend(listing::arrived(store.take_arrived()));
+                    replies.extend(self.arrived(store.take_arrived()));
                     replies.push(Control::Need(need));
                     if let Some(f) = first {
                         self.cached = Some((f, replies.clone()));
@@ -306,7 +306,7 @@ impl Session<'_> {
                         )));
                     }
                     self.cached = None;
-                    for reply in listing::arrived(store.take_arrived()) {
+                    for reply in self.arrived(store.take_arrived()) {
                         self.reply(&reply)?;
                     }
                     self.reply(&Control::Need(missing))?;
@@ -320,6 +320,15 @@ impl Session<'_> {
                 }
                 other => return Err(ProtocolError::Unexpected(other.name().into()).into()),
             }
+        }
+    }
+
+    /// `Arrived` messages for `ids`; none from a relay of a chain fan-out, since a later
+    /// hop may still ask for those files through it (the sender keeps their records).
+    fn arrived(&self, ids: Vec<u64>) -> Vec<Control> {
+        match self.relay {
+            None => listing::arrived(ids),
+            Some(_) => Vec::new(),
         }
     }
 
