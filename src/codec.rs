@@ -302,6 +302,24 @@ impl Decoder {
         Ok(VerifiedUnit { bytes })
     }
 
+    /// Verifies raw (uncompressed) stream block `h`, the stream's bytes at `offset`, where
+    /// it lies (its body); returns its chaining value. See [`Decoder::decode_stream_into`].
+    pub fn verify_stream_raw(
+        &self,
+        h: &DataHeader<'_>,
+        offset: u64,
+    ) -> Result<tree::BlockCv, VerifyError> {
+        let raw_len = h.raw_len as usize;
+        if h.codec != Codec::Raw || h.body.len() != raw_len || !tree::fits(offset, raw_len) {
+            return Err(VerifyError::Decompress);
+        }
+        let cv = tree::block_cv(offset, h.body);
+        if tree::stream_unit_hash(&self.key, h.hashed(), &cv) != h.hash {
+            return Err(VerifyError::HashMismatch);
+        }
+        Ok(cv)
+    }
+
     /// Decodes stream block `h`, the stream's bytes at `offset`, into `out` (decompressing
     /// straight into it) and verifies it against `h.hash` through its BLAKE3 chaining value
     /// ([`tree::stream_unit_hash`]), which it returns for the stream's hash. A block that
@@ -314,9 +332,7 @@ impl Decoder {
         out: &mut Vec<u8>,
     ) -> Result<tree::BlockCv, VerifyError> {
         let raw_len = h.raw_len as usize;
-        let fits = offset % blake3::CHUNK_LEN as u64 == 0
-            && blake3::hazmat::max_subtree_len(offset).is_none_or(|m| raw_len as u64 <= m);
-        if raw_len == 0 || !fits {
+        if !tree::fits(offset, raw_len) {
             return Err(VerifyError::Decompress);
         }
         match h.codec {

@@ -24,6 +24,14 @@ pub fn is_tree_block(block: u64) -> bool {
     block.is_power_of_two() && block >= blake3::CHUNK_LEN as u64
 }
 
+/// Whether `len` bytes at `offset` can be a block: not empty, at a chunk boundary, and
+/// no longer than the subtree starting there (hashing anything else would panic).
+pub fn fits(offset: u64, len: usize) -> bool {
+    len > 0
+        && offset % blake3::CHUNK_LEN as u64 == 0
+        && blake3::hazmat::max_subtree_len(offset).is_none_or(|m| len as u64 <= m)
+}
+
 /// The chaining value of `raw`, the bytes of the stream at `offset`. `offset` is a
 /// multiple of the (power-of-two) block size and `raw` at most one block, not empty.
 pub fn block_cv(offset: u64, raw: &[u8]) -> BlockCv {

@@ -5,6 +5,7 @@
 //! Not here: the envelope's layout (`frame`), what a payload means (`data`, `msg`).
 
 use std::io::{self, Read};
+use std::ops::Range;
 
 use super::frame::{Frame, FrameHeader, FrameKind, ReadError, FRAME_HEADER_LEN};
 use super::seal::Opener;
@@ -83,6 +84,28 @@ impl FrameReader {
             }
             self.end += n;
         }
+    }
+
+    /// Hands over the buffer holding the frame [`FrameReader::read_frame`] returned last,
+    /// with where its payload lies, and goes on in `fresh` (bytes read ahead move there).
+    /// Lets a caller keep a large payload without copying it; `None` when there is no
+    /// such frame (none read yet, or already taken).
+    pub fn take_frame(&mut self, mut fresh: Vec<u8>) -> Option<(Vec<u8>, Range<usize>)> {
+        if self.consumed < FRAME_HEADER_LEN {
+            return None;
+        }
+        let frame_end = self.start + self.consumed;
+        let payload = self.start + FRAME_HEADER_LEN..frame_end;
+        let ahead = self.end - frame_end;
+        if fresh.len() < ahead {
+            fresh.resize(ahead, 0);
+        }
+        fresh[..ahead].copy_from_slice(&self.buf[frame_end..self.end]);
+        let old = std::mem::replace(&mut self.buf, fresh);
+        self.start = 0;
+        self.end = ahead;
+        self.consumed = 0;
+        Some((old, payload))
     }
 
     /// The buffered header at `start` (the caller made sure it is there).
@@ -168,6 +191,32 @@ mod tests {
             self.pos += n;
             Ok(n)
         }
+    }
+
+    #[test]
+    fn a_taken_frame_keeps_its_payload_and_the_reader_goes_on() {
+        let mut stream = Vec::new();
+        let mut s = Sealer::new(K, true);
+        let payloads: Vec<Vec<u8>> = (0..6u8)
+            .map(|i| vec![i; 1000 + 70_000 * i as usize])
+            .collect();
+        for p in &payloads {
+            frame(&mut s, &mut stream, FrameKind::Data, p);
+        }
+        let mut src: &[u8] = &stream;
+        let mut r = reader();
+        assert!(r.take_frame(Vec::new()).is_none(), "nothing read yet");
+        for (i, want) in payloads.iter().enumerate() {
+            let f = r.read_frame(&mut src).unwrap().unwrap();
+            assert_eq!(f.payload, &want[..]);
+            if i % 2 == 0 {
+                // A small fresh buffer: the reader grows it as it needs.
+                let (buf, range) = r.take_frame(vec![9; 10]).unwrap();
+                assert_eq!(&buf[range], &want[..]);
+                assert!(r.take_frame(Vec::new()).is_none(), "taken once");
+            }
+        }
+        assert!(r.read_frame(&mut src).unwrap().is_none());
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! BLAKE3 of everything written must equal the sender's, and the consumer must succeed
 //! (a file is durable and in place; a command exited 0) before `Done` is said.
 
+mod reader;
 mod sink;
 mod window;
 
@@ -22,22 +23,18 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use super::integrity::{first_start, Forgeries};
 use crate::codec::tree::{is_tree_block, TreeHash};
-use crate::codec::Decoder;
 use crate::error::{Error, Result};
 use crate::progress::{Counters, Progress};
-use crate::protocol::{
-    Control, DataHeader, FrameKind, ProtocolError, ReadError, Summary, MAX_BLOCK, MAX_STREAMS,
-};
-use crate::session::{frame_reader, is_forged, is_tick, lost, Channel};
+use crate::protocol::{Control, ProtocolError, Summary, MAX_BLOCK, MAX_STREAMS};
+use crate::session::{is_forged, is_tick, lost, Channel};
 use crate::transport::{Conn, Role};
 
+use reader::spawn_reader;
 pub use sink::{Output, PipeTo};
-use window::{Shared, Window};
+use window::{Shared, Window, TICK};
 
 /// How often the control loop wakes to send acknowledgements.
 const POLL: Duration = Duration::from_millis(10);
-/// How often blocked reads wake to check whether the transfer is over.
-const TICK: Duration = Duration::from_millis(200);
 /// How often each side says it is still there when nothing else moves.
 const KEEPALIVE: Duration = Duration::from_secs(1);
 /// How long a new control connection has to say StreamStart.
@@ -272,18 +269,18 @@ fn write_loop(mut out: Output, shared: &Shared) -> Result<Option<(u64, [u8; 32])
                     .unwrap_or_else(|p| p.into_inner().0);
             }
         };
-        let Some((b, cv)) = next else { break };
+        let Some(b) = next else { break };
         // A consumer that takes its time is not a vanished sender.
         shared.writing.store(true, Ordering::Release);
-        let r = out.write_all(&b);
+        let r = out.write_all(b.bytes());
         shared.writing.store(false, Ordering::Release);
         r?;
         if tree.blocks() == 0 {
-            tree.first(&b);
+            tree.first(b.bytes());
         }
-        tree.push(cv);
-        let n = b.len() as u64;
-        shared.recycle(b);
+        tree.push(b.cv);
+        let n = b.range.len() as u64;
+        shared.recycle(b.buf);
         Counters::add(&shared.counters.done_bytes, n);
         shared.lock().written += n;
         shared.touch();
@@ -300,117 +297,6 @@ fn write_loop(mut out: Output, shared: &Shared) -> Result<Option<(u64, [u8; 32])
     }
     out.finish()?;
     Ok(Some((len, digest)))
-}
-
-fn spawn_reader(shared: &Arc<Shared>, conn: Conn) {
-    if shared.active.fetch_add(1, Ordering::AcqRel) >= shared.max_active {
-        shared.active.fetch_sub(1, Ordering::AcqRel);
-        return;
-    }
-    let n = shared.data_conns.fetch_add(1, Ordering::Relaxed);
-    shared.touch();
-    let s = Arc::clone(shared);
-    let r = std::thread::Builder::new()
-        .name(format!("haul-pipe-recv-{n}"))
-        .spawn(move || {
-            match read_loop(conn, &s) {
-                Ok(true) => {}
-                Ok(false) => s.lost.store(true, Ordering::Release),
-                Err(e) => s.fail(e),
-            }
-            s.touch();
-            s.active.fetch_sub(1, Ordering::AcqRel);
-        });
-    if r.is_err() {
-        shared.active.fetch_sub(1, Ordering::AcqRel);
-        shared.fail(Error::io(
-            "starting a stream thread",
-            io::Error::other("spawn failed"),
-        ));
-    }
-}
-
-/// One data connection: verified blocks into the window until its End frame (`true`) or
-/// until it breaks (`false`: what it carried may be lost). Frames that fail verification
-/// cost the connection (up to the transfer's bound); authentic nonsense is an error.
-fn read_loop(mut conn: Conn, shared: &Shared) -> Result<bool> {
-    if conn.set_read_timeout(Some(TICK)).is_err() {
-        return Ok(false);
-    }
-    let mut reader = frame_reader(&conn);
-    let mut decoder = Decoder::new(shared.key);
-    let peer = conn.peer_desc();
-    let forged = |what: &dyn std::fmt::Display| -> Result<bool> {
-        shared.forged.note("data", &peer, what).map(|()| false)
-    };
-    loop {
-        let frame = match reader.read_frame(&mut conn) {
-            Ok(Some(f)) => f,
-            Ok(None) | Err(ReadError::Truncated) => return Ok(false),
-            Err(e) if e.is_timeout() => {
-                if shared.abort.load(Ordering::Acquire) {
-                    return Ok(true);
-                }
-                continue;
-            }
-            Err(ReadError::Io(e)) if e.kind() == io::ErrorKind::InvalidData => {
-                conn.abort();
-                return forged(&e);
-            }
-            Err(ReadError::Io(_)) => return Ok(false),
-            Err(ReadError::Protocol(p @ ProtocolError::Forged(_))) => {
-                conn.abort();
-                return forged(&p);
-            }
-            Err(ReadError::Protocol(p)) => return Err(p.into()),
-        };
-        match frame.kind {
-            FrameKind::End => return Ok(true),
-            FrameKind::Control => {
-                return Err(
-                    ProtocolError::Unexpected("control frame on a data stream".into()).into(),
-                )
-            }
-            FrameKind::Data => {}
-        }
-        let h = match DataHeader::parse(frame.payload) {
-            Ok(h) => h,
-            Err(e) => {
-                conn.abort();
-                return forged(&e);
-            }
-        };
-        Counters::add(&shared.counters.wire_bytes, frame.payload.len() as u64);
-        let mut segs = h.segments();
-        let (Some(seg), None) = (segs.next(), segs.next()) else {
-            conn.abort();
-            return forged(&"stream block with several segments");
-        };
-        // Checked before verification: the block's hash depends on its place in the
-        // stream, so a block out of shape cannot be verified, nor be authentic.
-        if seg.file != 0
-            || seg.keep
-            || seg.len != h.raw_len
-            || seg.len == 0
-            || u64::from(seg.len) > shared.block
-            || seg.offset % shared.block != 0
-        {
-            conn.abort();
-            return forged(&"stream block out of shape");
-        }
-        let mut data = shared.buffer();
-        let cv = match decoder.decode_stream_into(&h, seg.offset, &mut data) {
-            Ok(cv) => cv,
-            Err(e) => {
-                shared.recycle(data);
-                conn.abort();
-                return forged(&format!("stream block failed verification ({e:?})"));
-            }
-        };
-        Counters::add(&shared.counters.units, 1);
-        shared.insert(seg.offset, data, cv)?;
-        shared.touch();
-    }
 }
 
 /// What the writer ends with.
@@ -520,7 +406,7 @@ impl Session<'_> {
             .blocks
             .iter()
             .next_back()
-            .is_some_and(|(o, (b, _))| o + b.len() as u64 > len);
+            .is_some_and(|(o, b)| o + b.range.len() as u64 > len);
         if len < w.have || past {
             return Err(ProtocolError::Malformed("StreamEnd before data already sent").into());
         }

@@ -167,6 +167,20 @@ pub fn link_anonymous(file: &File, dir: &OwnedFd, name: &[u8], how: Linker) -> i
     .map_err(io::Error::from)
 }
 
+/// Waits for writeback of all of `file` already started (by `syncfs`, say) and reports
+/// any error writing it back since it was opened (the kernel keeps one per open file).
+pub fn wait_writeback(file: &File) -> io::Result<()> {
+    // Hand-written because neither rustix nor std wraps sync_file_range.
+    // SAFETY: sync_file_range only reads its integer arguments; the descriptor is valid
+    // for the duration of the call because `file` is borrowed.
+    let r =
+        unsafe { libc::sync_file_range(file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WAIT_BEFORE) };
+    match r {
+        0 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
 /// Removes `name` from `dir` if present.
 pub fn remove_if_present(dir: &OwnedFd, name: &[u8]) -> io::Result<()> {
     match rfs::unlinkat(dir, name, rfs::AtFlags::empty()) {

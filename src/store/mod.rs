@@ -5,7 +5,8 @@
 //! directory, or, if it fits in one unit, to an anonymous `O_TMPFILE` file there that is
 //! linked in when finished (no directory lock per create). When its last byte has been written, a finisher thread applies owner, mode
 //! and mtime, fsyncs it and renames it into place; finishers run in parallel so thousands
-//! of small files do not pay one fsync round-trip each in sequence. Directory metadata,
+//! of small files do not pay one fsync round-trip each in sequence, and take small files
+//! in batches made durable together (`batch`). Directory metadata,
 //! hardlinks and directory fsyncs happen in [`Store::finish`].
 //!
 //! Files already present are used: same size and mtime means unchanged (rsync's quick
@@ -18,6 +19,7 @@
 //!
 //! - `state`: the [`Store`] struct, per-file state and the helpers every part uses;
 //! - `partial`: a regular file's partial-file life cycle (create, write, journal, finish);
+//! - `batch`: small files made durable with one `syncfs` per batch, then named;
 //! - `resume`: what to ask for per regular file (quick check, resume, delta), on `partial`;
 //! - `other`: directories, symlinks, FIFOs, devices and hardlinks;
 //! - `mirror`: `--delete`;
@@ -26,6 +28,7 @@
 //!   and the receiver's private key that authenticates journals;
 //! - `tests`: unit tests against a local user who swaps and plants files in the destination.
 
+mod batch;
 mod chown;
 mod fsops;
 mod journal;
@@ -175,10 +178,10 @@ impl Store {
             let h = std::thread::Builder::new()
                 .name(format!("haul-finish-{i}"))
                 .spawn(move || {
-                    for (state, file) in rx {
-                        if let Err(e) = store.finalize_file(&state, file) {
-                            store.fail(e);
-                        }
+                    while let Ok(first) = rx.recv() {
+                        let mut batch = vec![first];
+                        batch.extend(rx.try_iter().take(batch::BATCH - 1));
+                        store.finalize_batch(batch);
                     }
                 });
             if let Ok(h) = h {

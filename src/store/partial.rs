@@ -304,10 +304,23 @@ impl Store {
 
     /// fsync, metadata and rename of one complete file (runs on a finisher thread).
     pub(super) fn finalize_file(&self, state: &FileState, file: File) -> Result<()> {
-        let err = |x| self.dest_err(&state.path, x);
-        let done = fsops::apply_meta_fd(&file, &state.entry, self.owners()).map_err(err)?;
+        self.seal_meta(state, &file)?;
+        file.sync_all().map_err(|x| self.dest_err(&state.path, x))?;
+        self.publish(state, file)
+    }
+
+    /// Applies a complete file's metadata (owner, xattrs, mode, mtime) on its descriptor.
+    pub(super) fn seal_meta(&self, state: &FileState, file: &File) -> Result<()> {
+        let done = fsops::apply_meta_fd(file, &state.entry, self.owners())
+            .map_err(|x| self.dest_err(&state.path, x))?;
         self.note_xattrs(&state.path, done);
-        file.sync_all().map_err(err)?;
+        Ok(())
+    }
+
+    /// Names a complete file whose data and metadata are durable: links or renames it
+    /// into place and removes its journal.
+    pub(super) fn publish(&self, state: &FileState, file: File) -> Result<()> {
+        let err = |x| self.dest_err(&state.path, x);
         if !self.keep_cache.load(Ordering::Relaxed) {
             pagecache::drop_all(&file);
         }

@@ -3,6 +3,7 @@
 //! It holds no connection and does no I/O; recycled block buffers keep its memory bounded.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -13,17 +14,35 @@ use crate::progress::Counters;
 use crate::protocol::ProtocolError;
 use crate::receive::integrity::Forgeries;
 
+/// How often blocked reads wake to check whether the transfer is over.
+pub(super) const TICK: Duration = Duration::from_millis(200);
+
 /// The reorder window.
 #[derive(Default)]
 pub(super) struct Window {
-    /// Blocks arrived and not yet written, by offset, with their chaining values.
-    pub(super) blocks: BTreeMap<u64, (Vec<u8>, BlockCv)>,
+    /// Blocks arrived and not yet written, by offset.
+    pub(super) blocks: BTreeMap<u64, Held>,
     /// Bytes handed to the consumer.
     pub(super) written: u64,
     /// Every byte before this has arrived.
     pub(super) have: u64,
     /// Length and digest, once the sender said.
     pub(super) end: Option<(u64, [u8; 32])>,
+}
+
+/// A verified block in the window: its bytes are `buf[range]` (a raw block stays in the
+/// buffer its frame was read into, a compressed one is decompressed into a buffer of its
+/// own), with its chaining value for the stream's hash.
+pub(super) struct Held {
+    pub(super) buf: Vec<u8>,
+    pub(super) range: Range<usize>,
+    pub(super) cv: BlockCv,
+}
+
+impl Held {
+    pub(super) fn bytes(&self) -> &[u8] {
+        &self.buf[self.range.clone()]
+    }
 }
 
 /// What the readers, the writer and the control loop share.
@@ -95,7 +114,8 @@ impl Shared {
     /// Keeps `v` for [`Shared::buffer`], up to what a full window needs.
     pub(super) fn recycle(&self, v: Vec<u8>) {
         if let Ok(mut s) = self.spare.lock() {
-            if (s.len() as u64) < self.window / self.block + 1 {
+            // A full window, and the buffer each data reader is filling.
+            if (s.len() as u64) < self.window / self.block + 1 + self.max_active as u64 {
                 s.push(v);
             }
         }
@@ -103,12 +123,12 @@ impl Shared {
 
     /// Takes one verified block; duplicates are dropped, a block outside the window or
     /// past the announced end is the sender breaking the protocol.
-    pub(super) fn insert(&self, offset: u64, data: Vec<u8>, cv: BlockCv) -> Result<()> {
-        let len = data.len() as u64;
+    pub(super) fn insert(&self, offset: u64, held: Held) -> Result<()> {
+        let len = held.range.len() as u64;
         let mut w = self.lock();
         if offset < w.written || w.blocks.contains_key(&offset) {
             drop(w);
-            self.recycle(data);
+            self.recycle(held.buf);
             return Ok(());
         }
         if offset + len > w.written + self.window {
@@ -119,9 +139,9 @@ impl Shared {
                 return Err(ProtocolError::Malformed("stream block past its end").into());
             }
         }
-        w.blocks.insert(offset, (data, cv));
-        while let Some((b, _)) = w.blocks.get(&w.have) {
-            w.have += b.len() as u64;
+        w.blocks.insert(offset, held);
+        while let Some(b) = w.blocks.get(&w.have) {
+            w.have += b.range.len() as u64;
         }
         drop(w);
         self.arrived.notify_all();

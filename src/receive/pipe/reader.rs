@@ -1,0 +1,157 @@
+//! A pipe receiver's data connections: one thread each, reading frames, verifying each
+//! stream block (a raw one where it lies, a compressed one decompressed into a recycled
+//! buffer) and putting it into the reorder window.
+
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::window::{Held, Shared, TICK};
+use crate::codec::Decoder;
+use crate::error::{Error, Result};
+use crate::progress::Counters;
+use crate::protocol::{Codec, DataHeader, FrameKind, ProtocolError, ReadError};
+use crate::session::frame_reader;
+use crate::transport::Conn;
+
+pub(super) fn spawn_reader(shared: &Arc<Shared>, conn: Conn) {
+    if shared.active.fetch_add(1, Ordering::AcqRel) >= shared.max_active {
+        shared.active.fetch_sub(1, Ordering::AcqRel);
+        return;
+    }
+    let n = shared.data_conns.fetch_add(1, Ordering::Relaxed);
+    shared.touch();
+    let s = Arc::clone(shared);
+    let r = std::thread::Builder::new()
+        .name(format!("haul-pipe-recv-{n}"))
+        .spawn(move || {
+            match read_loop(conn, &s) {
+                Ok(true) => {}
+                Ok(false) => s.lost.store(true, Ordering::Release),
+                Err(e) => s.fail(e),
+            }
+            s.touch();
+            s.active.fetch_sub(1, Ordering::AcqRel);
+        });
+    if r.is_err() {
+        shared.active.fetch_sub(1, Ordering::AcqRel);
+        shared.fail(Error::io(
+            "starting a stream thread",
+            io::Error::other("spawn failed"),
+        ));
+    }
+}
+
+/// One data connection: verified blocks into the window until its End frame (`true`) or
+/// until it breaks (`false`: what it carried may be lost). Frames that fail verification
+/// cost the connection (up to the transfer's bound); authentic nonsense is an error.
+fn read_loop(mut conn: Conn, shared: &Shared) -> Result<bool> {
+    if conn.set_read_timeout(Some(TICK)).is_err() {
+        return Ok(false);
+    }
+    let mut reader = frame_reader(&conn);
+    let mut decoder = Decoder::new(shared.key);
+    let peer = conn.peer_desc();
+    let forged = |what: &dyn std::fmt::Display| -> Result<bool> {
+        shared.forged.note("data", &peer, what).map(|()| false)
+    };
+    loop {
+        let frame = match reader.read_frame(&mut conn) {
+            Ok(Some(f)) => f,
+            Ok(None) | Err(ReadError::Truncated) => return Ok(false),
+            Err(e) if e.is_timeout() => {
+                if shared.abort.load(Ordering::Acquire) {
+                    return Ok(true);
+                }
+                continue;
+            }
+            Err(ReadError::Io(e)) if e.kind() == io::ErrorKind::InvalidData => {
+                conn.abort();
+                return forged(&e);
+            }
+            Err(ReadError::Io(_)) => return Ok(false),
+            Err(ReadError::Protocol(p @ ProtocolError::Forged(_))) => {
+                conn.abort();
+                return forged(&p);
+            }
+            Err(ReadError::Protocol(p)) => return Err(p.into()),
+        };
+        match frame.kind {
+            FrameKind::End => return Ok(true),
+            FrameKind::Control => {
+                return Err(
+                    ProtocolError::Unexpected("control frame on a data stream".into()).into(),
+                )
+            }
+            FrameKind::Data => {}
+        }
+        let h = match DataHeader::parse(frame.payload) {
+            Ok(h) => h,
+            Err(e) => {
+                conn.abort();
+                return forged(&e);
+            }
+        };
+        Counters::add(&shared.counters.wire_bytes, frame.payload.len() as u64);
+        let seg = {
+            let mut segs = h.segments();
+            let (Some(seg), None) = (segs.next(), segs.next()) else {
+                conn.abort();
+                return forged(&"stream block with several segments");
+            };
+            seg
+        };
+        // Checked before verification: the block's hash depends on its place in the
+        // stream, so a block out of shape cannot be verified, nor be authentic.
+        if seg.file != 0
+            || seg.keep
+            || seg.len != h.raw_len
+            || seg.len == 0
+            || u64::from(seg.len) > shared.block
+            || seg.offset % shared.block != 0
+        {
+            conn.abort();
+            return forged(&"stream block out of shape");
+        }
+        let offset = seg.offset;
+        let held = if h.codec == Codec::Raw {
+            // Verified where it lies; the frame's buffer itself goes to the window.
+            let cv = match decoder.verify_stream_raw(&h, offset) {
+                Ok(cv) => cv,
+                Err(e) => {
+                    conn.abort();
+                    return forged(&format!("stream block failed verification ({e:?})"));
+                }
+            };
+            let body = h.body.len();
+            let Some((buf, payload)) = reader.take_frame(shared.buffer()) else {
+                return Err(Error::io(
+                    "reading a stream block",
+                    io::Error::other("lost frame"),
+                ));
+            };
+            Held {
+                buf,
+                range: payload.end - body..payload.end,
+                cv,
+            }
+        } else {
+            let mut buf = shared.buffer();
+            match decoder.decode_stream_into(&h, offset, &mut buf) {
+                Ok(cv) => Held {
+                    range: 0..buf.len(),
+                    buf,
+                    cv,
+                },
+                Err(e) => {
+                    shared.recycle(buf);
+                    conn.abort();
+                    return forged(&format!("stream block failed verification ({e:?})"));
+                }
+            }
+        };
+        Counters::add(&shared.counters.units, 1);
+        shared.insert(offset, held)?;
+        shared.touch();
+    }
+}
