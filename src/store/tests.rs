@@ -415,7 +415,6 @@ fn single_bytes_with_gaps_end_the_transfer_at_a_bound() {
         .unwrap();
     let raw = [7u8; 4096];
     let mut offset = 0u64;
-    let started = std::time::Instant::now();
     let failed = loop {
         let segs: Vec<Segment> = (0..4096)
             .map(|i| Segment {
@@ -435,7 +434,6 @@ fn single_bytes_with_gaps_end_the_transfer_at_a_bound() {
     };
     assert!(failed, "2M disjoint ranges were accepted");
     assert!(offset <= 2 * ((1 << 20) + 4096), "bound passed: {offset}");
-    assert!(started.elapsed() < Duration::from_secs(120));
 }
 
 #[test]
