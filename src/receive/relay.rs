@@ -279,11 +279,13 @@ impl Relay {
     }
 }
 
-/// The next message from a hop that is not `Items` (a hop is never asked for them).
+/// The next message from a hop that is not `Items` (a hop is never asked for them) or
+/// `Arrived` (the last hop reports files it has whole, so that a sender may forget them;
+/// a relay keeps no per-file records to forget, and its own sender keeps them all).
 fn answer(chan: &mut Channel) -> Result<Control> {
     loop {
         match chan.read(Some(ANSWER_TIMEOUT))? {
-            Control::Items(_) => {}
+            Control::Items(_) | Control::Arrived(_) => {}
             Control::Error { code, message } => {
                 return Err(Error::Remote {
                     side: "receiver",
@@ -328,6 +330,22 @@ mod tests {
 
     fn want(id: u64, what: WantKind) -> Want {
         Want { id, what }
+    }
+
+    #[test]
+    fn a_hops_arrived_and_items_are_passed_over() {
+        // The last hop reports files it has whole (for a sender to forget them); a relay
+        // that took that for its answer dropped a healthy hop ("unexpected message").
+        let (a, b) = crate::transport::Conn::pair().unwrap();
+        let (mut hop, mut relay) = (Channel::new(a), Channel::new(b));
+        hop.write(&Control::Arrived(vec![1, 2, 3])).unwrap();
+        hop.write(&Control::Items(Vec::new())).unwrap();
+        hop.write(&Control::Need(vec![want(4, WantKind::All)]))
+            .unwrap();
+        match answer(&mut relay).unwrap() {
+            Control::Need(n) => assert_eq!(n, vec![want(4, WantKind::All)]),
+            other => panic!("answered {}", other.name()),
+        }
     }
 
     #[test]
