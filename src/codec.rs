@@ -276,24 +276,9 @@ impl Decoder {
         let raw_len = h.raw_len as usize;
         let bytes: &'a [u8] = match h.codec {
             Codec::Raw => h.body,
-            Codec::Lz4 => {
-                self.buf.resize(raw_len, 0);
-                match lz4_flex::block::decompress_into(h.body, &mut self.buf) {
-                    Ok(n) if n == raw_len => &self.buf[..],
-                    _ => return Err(VerifyError::Decompress),
-                }
-            }
-            Codec::Zstd => {
-                if self.zstd.is_none() {
-                    self.zstd =
-                        Some(zstd::bulk::Decompressor::new().map_err(|_| VerifyError::Decompress)?);
-                }
-                let z = self.zstd.as_mut().ok_or(VerifyError::Decompress)?;
-                self.buf.resize(raw_len, 0);
-                match z.decompress_to_buffer(h.body, &mut self.buf[..]) {
-                    Ok(n) if n == raw_len => &self.buf[..],
-                    _ => return Err(VerifyError::Decompress),
-                }
+            _ => {
+                decompress(&mut self.zstd, h, &mut self.buf)?;
+                &self.buf[..raw_len]
             }
         };
         if unit_hash(&self.key, h.hashed(), bytes) != h.hash {
@@ -343,33 +328,40 @@ impl Decoder {
                 out.clear();
                 out.extend_from_slice(h.body);
             }
-            Codec::Lz4 => {
-                // Not cleared first: a recycled buffer's old bytes are overwritten, not
-                // zeroed and then overwritten.
-                out.resize(raw_len, 0);
-                match lz4_flex::block::decompress_into(h.body, out) {
-                    Ok(n) if n == raw_len => {}
-                    _ => return Err(VerifyError::Decompress),
-                }
-            }
-            Codec::Zstd => {
-                if self.zstd.is_none() {
-                    self.zstd =
-                        Some(zstd::bulk::Decompressor::new().map_err(|_| VerifyError::Decompress)?);
-                }
-                let z = self.zstd.as_mut().ok_or(VerifyError::Decompress)?;
-                out.resize(raw_len, 0);
-                match z.decompress_to_buffer(h.body, &mut out[..]) {
-                    Ok(n) if n == raw_len => {}
-                    _ => return Err(VerifyError::Decompress),
-                }
-            }
+            _ => decompress(&mut self.zstd, h, out)?,
         }
         let cv = tree::block_cv(offset, out);
         if tree::stream_unit_hash(&self.key, h.hashed(), &cv) != h.hash {
             return Err(VerifyError::HashMismatch);
         }
         Ok(cv)
+    }
+}
+
+/// Decompresses compressed unit `h` into `out`, which ends up exactly `raw_len` bytes long.
+/// `out` is not cleared first: a reused buffer's old bytes are overwritten, not zeroed and
+/// then overwritten. The zstd context is made on first use and kept.
+fn decompress(
+    zstd: &mut Option<zstd::bulk::Decompressor<'static>>,
+    h: &DataHeader<'_>,
+    out: &mut Vec<u8>,
+) -> Result<(), VerifyError> {
+    let raw_len = h.raw_len as usize;
+    out.resize(raw_len, 0);
+    let n = match h.codec {
+        Codec::Raw => return Err(VerifyError::Decompress),
+        Codec::Lz4 => lz4_flex::block::decompress_into(h.body, out).ok(),
+        Codec::Zstd => {
+            if zstd.is_none() {
+                *zstd = Some(zstd::bulk::Decompressor::new().map_err(|_| VerifyError::Decompress)?);
+            }
+            let z = zstd.as_mut().ok_or(VerifyError::Decompress)?;
+            z.decompress_to_buffer(h.body, &mut out[..]).ok()
+        }
+    };
+    match n {
+        Some(n) if n == raw_len => Ok(()),
+        _ => Err(VerifyError::Decompress),
     }
 }
 

@@ -36,7 +36,7 @@ use std::sync::OnceLock;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use haul::codec::tree::{block_cv, stream_unit_hash};
+use haul::codec::tree::{block_cv, fits, stream_unit_hash};
 use haul::protocol::{encode_data_header, hashed_parts, set_hash, Segment};
 use haul::protocol::{Codec, Control, DataHeader, FrameKind, ReadError, Sealer, DATA_FIXED_LEN};
 use haul::receive::pipe::{receive_pipe, Output, PipeRecvOptions, PipeTo};
@@ -81,13 +81,6 @@ fn raw_of(h: &DataHeader<'_>) -> Option<Vec<u8>> {
             .ok()
             .filter(|r| r.len() == raw_len),
     }
-}
-
-/// Whether `len` bytes at `offset` form a subtree of a BLAKE3 tree (else hashing panics).
-fn fits(offset: u64, len: usize) -> bool {
-    len > 0
-        && offset % blake3::CHUNK_LEN as u64 == 0
-        && blake3::hazmat::max_subtree_len(offset).is_none_or(|m| len as u64 <= m)
 }
 
 /// Sets a data payload's unit hash to an honest sender's, when it can; returns the block
