@@ -72,7 +72,10 @@ impl Store {
             let err = |x| self.dest_err(&state.path, x);
             // An anonymous file is on its directory's file system.
             let parent = state.path.split_last().map(|(p, _)| p);
-            let dev = self.dir(&parent.unwrap_or_else(SafeRelPath::root)).map_err(err)?.dev;
+            let dev = self
+                .dir(&parent.unwrap_or_else(SafeRelPath::root))
+                .map_err(err)?
+                .dev;
             if !synced.contains(&dev) {
                 rustix::fs::syncfs(file).map_err(|x| err(x.into()))?;
                 synced.push(dev);

@@ -39,7 +39,11 @@ fn a_directory_swapped_for_a_symlink_is_never_written_through() {
     write(&s, &[whole(3, 5)], b"world").unwrap();
     // Finishing may fail (the path now leads through a symlink); nothing went through it.
     let _ = s.finish();
-    assert_eq!(fs::read_dir(&victim).unwrap().count(), 0, "wrote through a symlink");
+    assert_eq!(
+        fs::read_dir(&victim).unwrap().count(),
+        0,
+        "wrote through a symlink"
+    );
     assert_eq!(fs::read(root.join("moved/a")).unwrap(), b"hello");
     assert_eq!(fs::read(root.join("moved/b")).unwrap(), b"world");
 }
@@ -84,7 +88,10 @@ fn an_existing_directory_still_gets_its_quick_check() {
     let e = entry(2, "sub/a", file(5), 0o644);
     fs::write(root.join("sub/a"), b"hello").unwrap();
     let t = std::time::UNIX_EPOCH + std::time::Duration::new(e.mtime_sec as u64, e.mtime_nsec);
-    let f = fs::File::options().write(true).open(root.join("sub/a")).unwrap();
+    let f = fs::File::options()
+        .write(true)
+        .open(root.join("sub/a"))
+        .unwrap();
     f.set_modified(t).unwrap();
     let need = s
         .apply_entries(vec![entry(1, "sub", EntryKind::Dir, 0o755), e])
@@ -105,7 +112,11 @@ fn the_cache_holds_a_bounded_number_of_directories() {
     }
     let need = s.apply_entries(entries).unwrap();
     assert_eq!(need.len(), 600);
-    assert!(s.dir_cache.len() <= 256, "{} directories held", s.dir_cache.len());
+    assert!(
+        s.dir_cache.len() <= 256,
+        "{} directories held",
+        s.dir_cache.len()
+    );
     for i in 0..600u64 {
         write(&s, &[whole(2 * i + 2, 1)], b"x").unwrap();
     }
