@@ -289,8 +289,7 @@ impl StreamRelay {
     fn resend(&self, have: u64, got: &[u64]) {
         let st = self.lock();
         for b in st.kept.iter() {
-            if b.end() > have && b.offset < st.released && got.binary_search(&b.offset).is_err()
-            {
+            if b.end() > have && b.offset < st.released && got.binary_search(&b.offset).is_err() {
                 let _ = self.work_tx.send(Arc::clone(b));
             }
         }

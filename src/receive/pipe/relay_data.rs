@@ -68,7 +68,10 @@ impl StreamRelay {
     /// Writes `b` to `target`, dialing (again) as needed; false when it cannot be reached.
     fn send(&self, link: &mut Option<Link>, target: &Target, b: &Fwd, frame: &mut Vec<u8>) -> bool {
         for attempt in 0..=REDIALS {
-            if link.as_ref().is_some_and(|l| l.generation != target.generation) {
+            if link
+                .as_ref()
+                .is_some_and(|l| l.generation != target.generation)
+            {
                 *link = None;
             }
             if link.is_none() {
@@ -89,8 +92,17 @@ impl StreamRelay {
             }
             if let Some(l) = link.as_mut() {
                 let h = &b.held;
-                unit(frame, &mut l.sealer, &target.key, (b.offset, h.bytes(), &h.cv));
-                if l.conn.write_all(frame).and_then(|()| l.conn.flush()).is_ok() {
+                unit(
+                    frame,
+                    &mut l.sealer,
+                    &target.key,
+                    (b.offset, h.bytes(), &h.cv),
+                );
+                if l.conn
+                    .write_all(frame)
+                    .and_then(|()| l.conn.flush())
+                    .is_ok()
+                {
                     return true;
                 }
             }
@@ -124,7 +136,6 @@ fn unit(
     frame.extend_from_slice(bytes);
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,6 +160,9 @@ mod tests {
         let h = DataHeader::parse(f.payload).unwrap();
         assert_eq!(Decoder::new(k2).verify_stream_raw(&h, offset).unwrap(), cv);
         assert!(Decoder::new(k1).verify_stream_raw(&h, offset).is_err());
-        assert!(Decoder::new(k2).verify_stream_raw(&h, 0).is_err(), "bound to its offset");
+        assert!(
+            Decoder::new(k2).verify_stream_raw(&h, 0).is_err(),
+            "bound to its offset"
+        );
     }
 }
