@@ -5,8 +5,7 @@ use super::ticket::resolve_ticket;
 use crate::config::TicketFrom;
 use crate::error::{exit, Error, Result};
 use crate::progress::{escape, ReplicaState};
-use crate::protocol::{Chain, Hop, Outcome};
-use crate::send::SendReport;
+use crate::protocol::{Chain, Hop, Outcome, Replica};
 use crate::transport::Ticket;
 
 /// How messages name the receiver of `ticket`: its first address.
@@ -36,14 +35,18 @@ pub(super) fn chain(rest: &[TicketFrom], encrypt: bool) -> Result<Option<Chain>>
 
 /// Every receiver's state, first (which answered Done) included, in chain order; a hop
 /// that said nothing counts as failed. None when the report is not of a fan-out.
-pub(super) fn states(first: &str, report: &SendReport) -> Option<Vec<ReplicaState>> {
-    let chain = report.chain.as_ref()?;
+pub(super) fn states(
+    first: &str,
+    chain: Option<&Chain>,
+    replicas: &[Replica],
+) -> Option<Vec<ReplicaState>> {
+    let chain = chain?;
     let mut out = vec![ReplicaState {
         host: first.to_string(),
         error: None,
     }];
     for hop in &chain.hops {
-        let said = report.replicas.iter().find(|r| r.host == hop.label);
+        let said = replicas.iter().find(|r| r.host == hop.label);
         let error = match said.map(|r| &r.outcome) {
             Some(Outcome::Done(_)) => None,
             Some(Outcome::Failed { code, message }) => Some((message.clone(), *code)),

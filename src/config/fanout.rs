@@ -52,13 +52,14 @@ pub(super) fn tickets(
     }
 }
 
-/// Fan-out carries files, not streams (nor copies on one host).
+/// Fan-out sends from this host to others: not a pull, nor a copy on one host, nor (with
+/// `copy --also`) a stream.
 pub(super) fn no_stream_chain<T>(chain: &[T]) -> Result<()> {
     match chain.is_empty() {
         true => Ok(()),
         false => Err(Error::Usage(
-            "a fan-out (several --to or --ticket-file, or --also) sends files from this host: \
-             not a stream, a pull or a copy on one host"
+            "a fan-out (several --to or --ticket-file, or --also) sends from this host: not a \
+             pull or a copy on one host (a stream fans out with `haul send -` and several --to)"
                 .into(),
         )),
     }

@@ -106,6 +106,7 @@ pub(super) fn serve_send_stream(out_lines: &Out, req: SendStream) -> Result<u64>
         retries: DEFAULT_RETRIES,
         progress: false,
         size: None,
+        chain: None,
     };
     Ok(send_pipe(&from, &opts, key, dial)?.bytes)
 }
