@@ -130,7 +130,7 @@ fn run_command(cfg: &Config) -> Result<()> {
         }
         Command::Plan(job) => shards::run(job, cfg),
         Command::Limit { rate, pid } => run_limit(*rate, *pid),
-        Command::Probe(p) => probe::run_probe(p, cfg),
+        Command::Probe(p, ssh) => probe::run_probe(p, ssh, cfg),
         Command::Completions(shell) => docs::completions(*shell, &mut std::io::stdout().lock()),
         Command::Man => docs::man(&mut std::io::stdout().lock()),
         Command::Serve { probe: true, .. } => {
