@@ -3,7 +3,9 @@
 //! passing it on. Three receivers on loopback (`recv --stream FILE` twice, `recv -`) get
 //! byte-identical streams with one `stream_blake3`; three receivers in their own network
 //! namespaces, the middle one SIGKILLed mid-stream: the chain re-forms around it, the
-//! other two complete byte-identical, the sender exits 5 naming the killed host.
+//! other two complete byte-identical, the sender exits 5 naming the killed host; `haul
+//! copy --from-command CMD h1:FILE --also h2:FILE --also h3:FILE` (and `host:` with
+//! `--to-command`) through the test sshd.
 //! No timing is asserted; every wait is bounded against hangs.
 
 mod support;
@@ -232,5 +234,74 @@ fn a_killed_middle_receiver_is_reported_and_the_others_complete() {
     assert!(
         !dirs[1].join("out").exists(),
         "the killed receiver's stream never became its file"
+    );
+}
+
+#[test]
+fn copy_also_passes_one_stream_to_three_far_files_and_commands() {
+    let Some(sshd) =
+        support::sshd::Sshd::start("copy_also_passes_one_stream_to_three_far_files_and_commands")
+    else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src.bin");
+    write_random_file(&src, 6 * MIB + 77, 17);
+    let want = std::fs::read(&src).unwrap();
+    let digest = blake3::hash(&want).to_hex().to_string();
+    let dirs: Vec<PathBuf> = (1..=3).map(|i| tmp.path().join(format!("d{i}"))).collect();
+    for d in &dirs {
+        std::fs::create_dir(d).unwrap();
+    }
+    let copy = |dests: Vec<String>, extra: &[&str]| {
+        let mut cmd = Command::new(haul_bin());
+        cmd.args(["copy", "-e", &sshd.rsh(), "--remote-haul", haul_bin()])
+            .args(["--json", "-q", "--block-size", BLOCK_SIZE_ARG])
+            .args(["--from-command", &format!("cat '{}'", src.display())])
+            .args(extra)
+            .arg(&dests[0]);
+        for d in &dests[1..] {
+            cmd.args(["--also", d]);
+        }
+        Running::spawn("copy", cmd).wait()
+    };
+
+    // host:FILE each.
+    let files: Vec<String> = dirs
+        .iter()
+        .map(|d| format!("127.0.0.1:{}", d.join("out").display()))
+        .collect();
+    let out = copy(files.clone(), &[]);
+    if out.code() != Some(0) {
+        eprintln!("--- sshd log ---\n{}", sshd.log());
+    }
+    out.assert_code(0);
+    let json = text(&out.stdout);
+    assert_eq!(json.matches("\"ok\":true").count(), 3, "{json}");
+    assert!(
+        json.contains(&format!("\"host\":\"{}\"", files[2])),
+        "{json}"
+    );
+    assert_eq!(stream_blake3(&json), digest);
+    for d in &dirs {
+        assert!(std::fs::read(d.join("out")).unwrap() == want, "{d:?}");
+    }
+
+    // host: with --to-command: every host runs it (here each into a file of its own).
+    let hosts = vec!["127.0.0.1:".to_string(); 3];
+    let cmd = format!("cat > \"$(mktemp '{}/c.XXXXXX')\"", tmp.path().display());
+    let out = copy(hosts, &["--to-command", &cmd]);
+    out.assert_code(0);
+    assert_eq!(stream_blake3(&text(&out.stdout)), digest);
+    let written: Vec<Vec<u8>> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("c."))
+        .map(|e| std::fs::read(e.path()).unwrap())
+        .collect();
+    assert_eq!(written.len(), 3, "three far commands ran");
+    assert!(
+        written.iter().all(|w| *w == want),
+        "each command got the stream"
     );
 }
