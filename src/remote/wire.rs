@@ -361,10 +361,10 @@ mod tests {
         let g = parse_greeting(&greeting(Some("ab12"))).unwrap();
         assert_eq!(g.hash.as_deref(), Some("ab12"));
         assert!(!parse_greeting("haul-serve 9 1").unwrap().compatible());
-        // Version 5: `compress` may be "auto" and every request carries keep_cache (4 added
-        // dry_run, a listing, a cap and deleted; 3 the walk's selection); an older far end
-        // cannot read them and is replaced by an upload.
-        assert_eq!(SERVE_VERSION, 5);
+        // Version 6: ReceiveStream says `everywhere` (5: `compress` may be "auto" and every
+        // request carries keep_cache; 4 added dry_run, a listing, a cap and deleted; 3 the
+        // walk's selection); an older far end cannot read them and is replaced by an upload.
+        assert_eq!(SERVE_VERSION, 6);
         for old in 2..SERVE_VERSION {
             let line = format!("haul-serve {old} {PROTOCOL_VERSION}");
             assert!(!parse_greeting(&line).unwrap().compatible());
