@@ -19,7 +19,7 @@ use support::*;
 
 /// Whether this machine can run the namespace test; prints why not (or panics under CI).
 fn lan_or_skip(test: &str) -> Option<Lan> {
-    match Lan::up("hfanp", "198.19.43", 4, None) {
+    match Lan::up("hfanp", "198.19.45", 4, None) {
         Some(lan) => Some(lan),
         None if std::env::var_os("CI").is_some() => {
             panic!("{test}: needs root and `ip netns` (CI runs it as root)")
