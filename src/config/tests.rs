@@ -73,8 +73,14 @@ fn a_stream_fans_out_to_several_tickets_or_far_ends_of_one_kind() {
     .encode();
     assert!(cfg(&["send", "-", "--to", &t, "--to", &t]).is_ok());
     let e = cfg(&["send", "-", "--to", &t, "--to", "-"]).unwrap_err();
-    assert!(e.to_string().contains("standard input carries the stream"), "{e}");
-    let c = cfg(&["copy", "-", "db1:/x", "--also", "db2:/y", "--also", "db3:/z"]).unwrap();
+    assert!(
+        e.to_string().contains("standard input carries the stream"),
+        "{e}"
+    );
+    let c = cfg(&[
+        "copy", "-", "db1:/x", "--also", "db2:/y", "--also", "db3:/z",
+    ])
+    .unwrap();
     let Command::CopyPipe {
         plan: PipeCopy::Push { also, .. },
         ..
@@ -83,7 +89,15 @@ fn a_stream_fans_out_to_several_tickets_or_far_ends_of_one_kind() {
         panic!()
     };
     assert_eq!(also.len(), 2);
-    let c = ["copy", "-", "db1:", "--to-command", "tar x", "--also", "db2:"];
+    let c = [
+        "copy",
+        "-",
+        "db1:",
+        "--to-command",
+        "tar x",
+        "--also",
+        "db2:",
+    ];
     assert!(cfg(&c).is_ok());
     assert!(cfg(&["copy", "-", "db1:/x", "--also", "db2:"]).is_err());
     assert!(cfg(&["copy", "db1:/x", "-", "--also", "db2:/y"]).is_err());
