@@ -504,3 +504,7 @@ impl Default for HopState {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "relay_tests.rs"]
+mod tests;
