@@ -3,7 +3,8 @@
 //! passing it on. Three receivers on loopback (`recv --stream FILE` twice, `recv -`) get
 //! byte-identical streams with one `stream_blake3`; three receivers in their own network
 //! namespaces, the middle one SIGKILLed mid-stream: the chain re-forms around it, the
-//! other two complete byte-identical, the sender exits 5 naming the killed host; `haul
+//! other two complete byte-identical, the sender exits 5 naming the killed host (and a
+//! middle receiver whose consumer fails is left out the same way, exit 4); `haul
 //! copy --from-command CMD h1:FILE --also h2:FILE --also h3:FILE` (and `host:` with
 //! `--to-command`) through the test sshd.
 //! No timing is asserted; every wait is bounded against hangs.
@@ -162,6 +163,50 @@ fn three_receivers_get_one_stream_byte_identical() {
         "recv - got other bytes"
     );
     assert_eq!(stream_blake3(&got[2].stderr), want);
+}
+
+#[test]
+fn a_middle_receiver_whose_consumer_fails_is_left_out_and_the_others_complete() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src.bin");
+    write_random_file(&src, 24 * MIB, 18);
+    let want = std::fs::read(&src).unwrap();
+    let outs: Vec<PathBuf> = (1..=2)
+        .map(|i| tmp.path().join(format!("out{i}")))
+        .collect();
+    // The middle one's consumer stops reading after 2 MiB: its failure is its own.
+    let mut cmd = haul_in(None);
+    cmd.args(["recv", "-q", "--json", "--listen", "127.0.0.1:0"])
+        .args(["--to-command", "head -c 2097152 > /dev/null"]);
+    let mut proc = Running::spawn("recv --to-command", cmd);
+    let line = proc.first_line().expect("recv printed no ticket");
+    let middle = Recv {
+        ticket: String::from_utf8(line).unwrap().trim().to_string(),
+        proc,
+    };
+    let first = recv_stream(None, "127.0.0.1:0", &outs[0]);
+    let last = recv_stream(None, "127.0.0.1:0", &outs[1]);
+    let tickets = [&first.ticket, &middle.ticket, &last.ticket].map(|t| t.as_str());
+    let sent = spawn_send(None, &src, &tickets, &[]).wait();
+    let (first, middle, last) = (first.wait(), middle.wait(), last.wait());
+    let all = format!(
+        "{}\n{}\n{}\n{}",
+        sent.describe(),
+        first.describe(),
+        middle.describe(),
+        last.describe()
+    );
+    assert_eq!(first.code(), Some(0), "{all}");
+    assert_eq!(last.code(), Some(0), "{all}");
+    assert_eq!(middle.code(), Some(4), "its consumer failed: {all}");
+    assert_eq!(sent.code(), Some(4), "the failed replica's code: {all}");
+    let json = text(&sent.stdout);
+    assert_eq!(json.matches("\"ok\":true").count(), 2, "{json}");
+    assert!(json.contains("\"ok\":false"), "{json}");
+    assert!(sent.stderr.contains("replica 127.0.0.1:"), "{all}");
+    for o in &outs {
+        assert!(std::fs::read(o).unwrap() == want, "{o:?} differs");
+    }
 }
 
 #[test]
