@@ -349,7 +349,7 @@ fn finish_send(
         report.started,
         cfg,
     );
-    fanout::failed(replicas.as_deref().unwrap_or_default())?;
+    fanout::failed(replicas.as_deref().unwrap_or_default(), false)?;
     match report.partial_error() {
         Some(e) => Err(e),
         None => Ok(()),

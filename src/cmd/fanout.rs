@@ -63,13 +63,18 @@ pub(super) fn states(
     Some(out)
 }
 
-/// Prints one error line per failed replica; the exit status is the first one's.
-pub(super) fn failed(states: &[ReplicaState]) -> Result<()> {
+/// Prints one error line per failed replica; the exit status is the first one's. A
+/// `stream` cannot be resumed: a re-run sends all of it again.
+pub(super) fn failed(states: &[ReplicaState], stream: bool) -> Result<()> {
     let mut code = None;
+    let rerun = match stream {
+        false => "re-run the same command to complete it",
+        true => "a stream cannot be resumed: send it to that host again",
+    };
     for s in states {
         if let Some((message, c)) = &s.error {
             eprintln!(
-                "haul: error: replica {} failed: {}; the other replicas are complete (re-run the same command to complete it)",
+                "haul: error: replica {} failed: {}; the other replicas are complete ({rerun})",
                 escape(&s.host),
                 escape(message)
             );

@@ -313,8 +313,14 @@ impl Config {
                 accept,
                 remote,
             } => match pipe::copy_pipe(&paths, from_command, to_command)? {
-                Some(plan) => {
-                    fanout::no_stream_chain(&remote.also)?;
+                Some(mut plan) => {
+                    match &mut plan {
+                        PipeCopy::Push { also, dest, .. } => {
+                            *also = fanout::also(&remote.also)?;
+                            fanout::stream_also(dest, also)?;
+                        }
+                        _ => fanout::no_stream_chain(&remote.also)?,
+                    }
                     let local = matches!(plan, PipeCopy::Local { .. });
                     let t = if local {
                         transfer_config(&transfer, false, Compression::None)?
