@@ -41,6 +41,7 @@ mod sys;
 mod ticket;
 mod tls;
 mod tls_stream;
+mod tls_wire;
 mod tunnel;
 
 pub use conn::Conn;

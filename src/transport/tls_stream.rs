@@ -32,12 +32,10 @@ use std::time::Instant;
 
 use rustls::client::{ClientConnectionData, UnbufferedClientConnection};
 use rustls::server::{ServerConnectionData, UnbufferedServerConnection};
-use rustls::unbuffered::{
-    ConnectionState, EncodeError, EncryptError, InsufficientSizeError, UnbufferedConnectionCommon,
-    UnbufferedStatus,
-};
+use rustls::unbuffered::{ConnectionState, UnbufferedConnectionCommon, UnbufferedStatus};
 
 use super::deadline::arm_deadline;
+use super::tls_wire::{encoded, encrypted, Incoming, Wire};
 
 /// Ciphertext buffer once the connection is authenticated: many records per `read(2)`.
 pub(super) const INCOMING_SIZE: usize = 256 * 1024;
@@ -46,17 +44,15 @@ pub(super) const INCOMING_SIZE: usize = 256 * 1024;
 const HANDSHAKE_INCOMING: usize = 32 * 1024;
 /// …and at most this much (rustls joins handshake messages of up to 64 KiB in the buffer).
 const HANDSHAKE_INCOMING_LIMIT: usize = 96 * 1024;
-/// Compact the incoming buffer when less than this is left at its end, so reads stay large.
-const MIN_READ_ROOM: usize = 64 * 1024;
 /// Plaintext encrypted per write call (four full records), then written in one system call.
 pub(super) const WRITE_CHUNK: usize = 64 * 1024;
-/// The outgoing buffer grows only as far as rustls asks, and never beyond this.
-const OUTGOING_LIMIT: usize = 1024 * 1024;
 /// Room for the records' headers and tags around `WRITE_CHUNK` bytes of plaintext.
 const OUTGOING_SIZE: usize = WRITE_CHUNK + 1024;
 
 /// A rustls connection that runs the unbuffered state machine: client or server.
-pub(super) trait Machine: DerefMut<Target = UnbufferedConnectionCommon<Self::Side>> + Send {
+pub(super) trait Machine:
+    DerefMut<Target = UnbufferedConnectionCommon<Self::Side>> + Send
+{
     /// rustls's per-side data type.
     type Side;
     /// `process_tls_records` (an inherent method of each side's type in rustls).
@@ -68,14 +64,20 @@ pub(super) trait Machine: DerefMut<Target = UnbufferedConnectionCommon<Self::Sid
 
 impl Machine for UnbufferedClientConnection {
     type Side = ClientConnectionData;
-    fn process<'c, 'i>(&'c mut self, incoming: &'i mut [u8]) -> UnbufferedStatus<'c, 'i, Self::Side> {
+    fn process<'c, 'i>(
+        &'c mut self,
+        incoming: &'i mut [u8],
+    ) -> UnbufferedStatus<'c, 'i, Self::Side> {
         self.process_tls_records(incoming)
     }
 }
 
 impl Machine for UnbufferedServerConnection {
     type Side = ServerConnectionData;
-    fn process<'c, 'i>(&'c mut self, incoming: &'i mut [u8]) -> UnbufferedStatus<'c, 'i, Self::Side> {
+    fn process<'c, 'i>(
+        &'c mut self,
+        incoming: &'i mut [u8],
+    ) -> UnbufferedStatus<'c, 'i, Self::Side> {
         self.process_tls_records(incoming)
     }
 }
@@ -111,6 +113,9 @@ enum Goal<'a> {
     Encrypt(&'a [u8]),
     /// Queue our close_notify.
     CloseNotify,
+    /// Queue a key update (rustls does this by itself before the keys' limit).
+    #[cfg(test)]
+    RefreshKeys,
 }
 
 impl<M: Machine> TlsStream<M> {
@@ -160,7 +165,9 @@ impl<M: Machine> TlsStream<M> {
         self.wire.sock.set_write_timeout(None)?;
         self.inc.limit = INCOMING_SIZE;
         self.inc.grow_to(INCOMING_SIZE);
-        self.wire.out.resize(OUTGOING_SIZE.max(self.wire.out.len()), 0);
+        self.wire
+            .out
+            .resize(OUTGOING_SIZE.max(self.wire.out.len()), 0);
         Ok(())
     }
 
@@ -185,6 +192,12 @@ impl<M: Machine> TlsStream<M> {
             self.wire.flush_out()?;
         }
         self.wire.sock.shutdown(Shutdown::Write)
+    }
+
+    /// Makes the next write start with a key update (what rustls does near the keys' limit).
+    #[cfg(test)]
+    pub(super) fn refresh_keys(&mut self) -> io::Result<()> {
+        self.advance_blocked_is_error(Goal::RefreshKeys)
     }
 
     /// Runs the state machine for a goal that needs nothing from the socket.
@@ -289,6 +302,11 @@ impl<M: Machine> TlsStream<M> {
                         .wire
                         .put(|out| encrypted(w.queue_close_notify(out)))
                         .map(|()| Some(Outcome::Done)),
+                    #[cfg(test)]
+                    Goal::RefreshKeys => w
+                        .refresh_traffic_keys()
+                        .map_err(tls_error)
+                        .map(|()| Some(Outcome::Done)),
                 },
                 _ => Err(io::Error::new(
                     io::ErrorKind::InvalidData,
@@ -321,7 +339,9 @@ impl<M: Machine> TlsStream<M> {
             }
         };
         if n == 0 {
-            return Err(eof("peer closed connection without sending TLS close_notify"));
+            return Err(eof(
+                "peer closed connection without sending TLS close_notify",
+            ));
         }
         self.inc.end += n;
         Ok(())
@@ -382,7 +402,14 @@ impl<M: Machine> Read for TlsStream<M> {
         }
         let mut filled = 0;
         loop {
-            match self.advance(Goal::Read, dst, &mut filled)? {
+            let outcome = match self.advance(Goal::Read, dst, &mut filled) {
+                Ok(o) => o,
+                // Bytes decrypted before the failure go out first; the failure stays (a
+                // broken stream, or output still pending) and is the next call's.
+                Err(_) if filled > 0 => return Ok(filled),
+                Err(e) => return Err(e),
+            };
+            match outcome {
                 Outcome::Done | Outcome::PeerClosed => return Ok(filled),
                 Outcome::Blocked if filled > 0 => return Ok(filled),
                 Outcome::Blocked => self.fill()?,
@@ -405,163 +432,6 @@ impl<M: Machine> Write for TlsStream<M> {
     }
 }
 
-/// The incoming ciphertext: `buf[start..end]` is not yet consumed by rustls.
-struct Incoming {
-    buf: Vec<u8>,
-    start: usize,
-    end: usize,
-    /// How far `buf` may grow.
-    limit: usize,
-}
-
-impl Incoming {
-    /// The bytes rustls has not consumed (it decrypts them in place).
-    fn unread(&mut self) -> &mut [u8] {
-        &mut self.buf[self.start..self.end]
-    }
-
-    /// Removes `n` processed bytes from the front.
-    fn consume(&mut self, n: usize) {
-        self.start += n.min(self.end - self.start);
-        if self.start == self.end {
-            self.start = 0;
-            self.end = 0;
-        }
-    }
-
-    /// Room to read into: moves unread bytes to the front when the end is near, grows the
-    /// buffer up to `limit` when unread bytes fill it, and fails beyond (no valid TLS
-    /// message needs more).
-    fn make_room(&mut self) -> io::Result<&mut [u8]> {
-        if self.buf.len() - self.end < MIN_READ_ROOM && self.start > 0 {
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
-        }
-        if self.end == self.buf.len() {
-            if self.buf.len() >= self.limit {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("a TLS message longer than {} bytes", self.limit),
-                ));
-            }
-            self.grow_to((self.buf.len() * 2).min(self.limit));
-        }
-        Ok(&mut self.buf[self.end..])
-    }
-
-    fn grow_to(&mut self, len: usize) {
-        if self.buf.len() < len {
-            self.buf.resize(len, 0);
-        }
-    }
-}
-
-/// The socket, the outgoing ciphertext and the plaintext waiting for the next read.
-struct Wire {
-    sock: TcpStream,
-    deadline: Option<Instant>,
-    /// `out[sent..used]` is ciphertext not yet on the socket.
-    out: Vec<u8>,
-    used: usize,
-    sent: usize,
-    /// `left[left_pos..]`: decrypted bytes the last read's buffer could not take.
-    left: Vec<u8>,
-    left_pos: usize,
-    /// The peer's close_notify arrived.
-    peer_closed: bool,
-    /// Ours is queued.
-    we_closed: bool,
-}
-
-impl Wire {
-    /// Copies a record's plaintext into `dst[*filled..]`, the rest to `left`.
-    fn deliver(&mut self, payload: &[u8], dst: &mut [u8], filled: &mut usize) {
-        let n = payload.len().min(dst.len() - *filled);
-        dst[*filled..*filled + n].copy_from_slice(&payload[..n]);
-        *filled += n;
-        if n < payload.len() {
-            if self.left_pos == self.left.len() {
-                self.left.clear();
-                self.left_pos = 0;
-            }
-            self.left.extend_from_slice(&payload[n..]);
-        }
-    }
-
-    /// Hands out plaintext left by an earlier read.
-    fn take_left(&mut self, dst: &mut [u8]) -> usize {
-        let n = dst.len().min(self.left.len() - self.left_pos);
-        dst[..n].copy_from_slice(&self.left[self.left_pos..self.left_pos + n]);
-        self.left_pos += n;
-        if self.left_pos == self.left.len() {
-            self.left.clear();
-            self.left_pos = 0;
-        }
-        n
-    }
-
-    /// Lets `f` write ciphertext after `out[..used]`; when it reports the room too small
-    /// (`Ok(Err(size))`), grows `out` (up to [`OUTGOING_LIMIT`]) and asks again.
-    fn put(
-        &mut self,
-        mut f: impl FnMut(&mut [u8]) -> io::Result<Result<usize, InsufficientSizeError>>,
-    ) -> io::Result<()> {
-        loop {
-            match f(&mut self.out[self.used..])? {
-                Ok(n) => {
-                    self.used += n;
-                    return Ok(());
-                }
-                Err(InsufficientSizeError { required_size }) => {
-                    let want = self.used + required_size;
-                    if want > OUTGOING_LIMIT {
-                        return Err(io::Error::other(format!(
-                            "TLS wants {required_size} bytes of output room"
-                        )));
-                    }
-                    self.out.resize(want, 0);
-                }
-            }
-        }
-    }
-
-    /// Writes all pending ciphertext to the socket.
-    fn flush_out(&mut self) -> io::Result<()> {
-        while self.sent < self.used {
-            arm_deadline(&self.sock, self.deadline, false)?;
-            match (&self.sock).write(&self.out[self.sent..self.used]) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => self.sent += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        self.sent = 0;
-        self.used = 0;
-        Ok(())
-    }
-}
-
-/// An encode call's result as [`Wire::put`] wants it.
-fn encoded(r: Result<usize, EncodeError>) -> io::Result<Result<usize, InsufficientSizeError>> {
-    match r {
-        Ok(n) => Ok(Ok(n)),
-        Err(EncodeError::InsufficientSize(s)) => Ok(Err(s)),
-        Err(e) => Err(io::Error::other(e)),
-    }
-}
-
-/// An encrypt call's result as [`Wire::put`] wants it.
-fn encrypted(r: Result<usize, EncryptError>) -> io::Result<Result<usize, InsufficientSizeError>> {
-    match r {
-        Ok(n) => Ok(Ok(n)),
-        Err(EncryptError::InsufficientSize(s)) => Ok(Err(s)),
-        // rustls refuses once the keys reach their limit without a key update.
-        Err(e) => Err(io::Error::other(format!("TLS: {e}"))),
-    }
-}
-
 /// A TLS error as the I/O error `deadline::handshake_error` and the listener recognise.
 fn tls_error(e: rustls::Error) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e)
@@ -570,3 +440,7 @@ fn tls_error(e: rustls::Error) -> io::Error {
 fn eof(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::UnexpectedEof, what.to_string())
 }
+
+#[cfg(test)]
+#[path = "tls_stream_tests.rs"]
+mod tests;
