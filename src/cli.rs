@@ -290,7 +290,8 @@ pub struct RemoteArgs {
     #[arg(long, value_name = "IP", hide = true)]
     pub remote_advertise: Option<std::net::IpAddr>,
     /// A further destination ([user@]host:path) of a push, fed by the one before it (a
-    /// chain fan-out: the sources are read and sent once); repeatable.
+    /// chain fan-out: the sources are read and sent once; a stream's too: host:FILE, or
+    /// host: with --to-command); repeatable.
     #[arg(long, value_name = "HOST:DST")]
     pub also: Vec<PathBuf>,
 }

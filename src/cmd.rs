@@ -79,9 +79,10 @@ fn run_command(cfg: &Config) -> Result<()> {
         Command::SendPipe {
             from,
             ticket,
+            chain,
             transfer,
             pipe,
-        } => pipe::run_send_pipe(from, ticket, transfer, pipe, cfg),
+        } => pipe::run_send_pipe(from, (ticket, chain), transfer, pipe, cfg),
         Command::CopyPipe {
             plan,
             transfer,
@@ -117,7 +118,11 @@ fn run_command(cfg: &Config) -> Result<()> {
                         }
                         _ => String::new(),
                     };
-                    finish_send(&report, fanout::states(&first, &report), cfg)
+                    {
+                        let states =
+                            fanout::states(&first, report.chain.as_ref(), &report.replicas);
+                        finish_send(&report, states, cfg)
+                    }
                 }
                 Outcome::Received(report) => finish_recv(&report, cfg),
                 Outcome::Between => Ok(()),
@@ -317,7 +322,11 @@ fn run_send(
     let sources: Vec<Source> = paths.iter().map(|p| Source::from_arg(p)).collect();
     let dial = ticket_dialer(ticket, t.encrypt);
     let report = send(&sources, &opts, ticket.secret.block_key(), dial)?;
-    let replicas = fanout::states(&fanout::label(ticket), &report);
+    let replicas = fanout::states(
+        &fanout::label(ticket),
+        report.chain.as_ref(),
+        &report.replicas,
+    );
     finish_send(&report, replicas, cfg)
 }
 
@@ -340,7 +349,7 @@ fn finish_send(
         report.started,
         cfg,
     );
-    fanout::failed(replicas.as_deref().unwrap_or_default())?;
+    fanout::failed(replicas.as_deref().unwrap_or_default(), false)?;
     match report.partial_error() {
         Some(e) => Err(e),
         None => Ok(()),

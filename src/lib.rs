@@ -18,6 +18,7 @@ pub mod receive;
 pub mod remote;
 pub mod send;
 pub mod session;
+pub mod stdio;
 pub mod store;
 pub mod transport;
 

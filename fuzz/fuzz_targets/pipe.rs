@@ -229,6 +229,7 @@ fuzz_target!(|data: &[u8]| {
         streams: STREAMS[usize::from(flags >> 3 & 3)],
         block_size: block,
         window,
+        chain: Default::default(),
     };
 
     static N: AtomicU64 = AtomicU64::new(0);

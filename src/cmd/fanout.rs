@@ -5,8 +5,7 @@ use super::ticket::resolve_ticket;
 use crate::config::TicketFrom;
 use crate::error::{exit, Error, Result};
 use crate::progress::{escape, ReplicaState};
-use crate::protocol::{Chain, Hop, Outcome};
-use crate::send::SendReport;
+use crate::protocol::{Chain, Hop, Outcome, Replica};
 use crate::transport::Ticket;
 
 /// How messages name the receiver of `ticket`: its first address.
@@ -36,14 +35,18 @@ pub(super) fn chain(rest: &[TicketFrom], encrypt: bool) -> Result<Option<Chain>>
 
 /// Every receiver's state, first (which answered Done) included, in chain order; a hop
 /// that said nothing counts as failed. None when the report is not of a fan-out.
-pub(super) fn states(first: &str, report: &SendReport) -> Option<Vec<ReplicaState>> {
-    let chain = report.chain.as_ref()?;
+pub(super) fn states(
+    first: &str,
+    chain: Option<&Chain>,
+    replicas: &[Replica],
+) -> Option<Vec<ReplicaState>> {
+    let chain = chain?;
     let mut out = vec![ReplicaState {
         host: first.to_string(),
         error: None,
     }];
     for hop in &chain.hops {
-        let said = report.replicas.iter().find(|r| r.host == hop.label);
+        let said = replicas.iter().find(|r| r.host == hop.label);
         let error = match said.map(|r| &r.outcome) {
             Some(Outcome::Done(_)) => None,
             Some(Outcome::Failed { code, message }) => Some((message.clone(), *code)),
@@ -60,13 +63,18 @@ pub(super) fn states(first: &str, report: &SendReport) -> Option<Vec<ReplicaStat
     Some(out)
 }
 
-/// Prints one error line per failed replica; the exit status is the first one's.
-pub(super) fn failed(states: &[ReplicaState]) -> Result<()> {
+/// Prints one error line per failed replica; the exit status is the first one's. A
+/// `stream` cannot be resumed: a re-run sends all of it again.
+pub(super) fn failed(states: &[ReplicaState], stream: bool) -> Result<()> {
     let mut code = None;
+    let rerun = match stream {
+        false => "re-run the same command to complete it",
+        true => "a stream cannot be resumed: send it to that host again",
+    };
     for s in states {
         if let Some((message, c)) = &s.error {
             eprintln!(
-                "haul: error: replica {} failed: {}; the other replicas are complete (re-run the same command to complete it)",
+                "haul: error: replica {} failed: {}; the other replicas are complete ({rerun})",
                 escape(&s.host),
                 escape(message)
             );

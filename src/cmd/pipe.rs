@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::ticket::{resolve_ticket, write_ticket_file};
 use crate::config::{Config, Pipe, PipeCopy, SshOptions, TicketFrom, Transfer, DEFAULT_TIMEOUT};
 use crate::error::{Error, Result};
-use crate::progress::{stream_line, Report};
+use crate::progress::{stream_line, ReplicaState, Report};
 use crate::receive::incoming;
 use crate::receive::pipe::{receive_pipe, Output, PipeRecvOptions, PipeRecvReport, PipeTo};
 use crate::remote::pipe::PipeOutcome;
@@ -31,6 +31,7 @@ pub(crate) fn pipe_options(t: &Transfer, p: &Pipe, cfg: &Config) -> PipeOptions 
         size: p.size,
         limit: t.limit,
         keep_cache: cfg.keep_cache,
+        chain: None,
     }
 }
 
@@ -127,8 +128,13 @@ pub(crate) fn finish_recv_pipe(r: &PipeRecvReport, data_on_stdout: bool, cfg: &C
     }
 }
 
-/// Prints the sender's summary and JSON.
-pub(crate) fn finish_send_pipe(r: &PipeReport, data_on_stdout: bool, cfg: &Config) {
+/// Prints the sender's summary and JSON (with a fan-out's `replicas`).
+pub(crate) fn finish_send_pipe(
+    r: &PipeReport,
+    replicas: Option<Vec<ReplicaState>>,
+    data_on_stdout: bool,
+    cfg: &Config,
+) {
     use std::sync::atomic::Ordering::Relaxed;
     let wire = r.counters.wire_bytes.load(Relaxed);
     if !cfg.quiet {
@@ -142,6 +148,7 @@ pub(crate) fn finish_send_pipe(r: &PipeReport, data_on_stdout: bool, cfg: &Confi
             reconnects: r.counters.reconnects.load(Relaxed),
             seconds: r.started.elapsed().as_secs_f64(),
             stream_blake3: Some(hex(&r.digest)),
+            replicas,
             ..Report::default()
         }
         .to_json();
@@ -149,19 +156,26 @@ pub(crate) fn finish_send_pipe(r: &PipeReport, data_on_stdout: bool, cfg: &Confi
     }
 }
 
+/// `send -` (or `--from-command`) to one receiver or, with several, a chain fan-out.
 pub(super) fn run_send_pipe(
     from: &PipeFrom,
-    ticket: &TicketFrom,
+    (ticket, chain): (&TicketFrom, &[TicketFrom]),
     t: &Transfer,
     p: &Pipe,
     cfg: &Config,
 ) -> Result<()> {
     let ticket = &resolve_ticket(ticket)?;
-    let opts = pipe_options(t, p, cfg);
+    let mut opts = pipe_options(t, p, cfg);
+    opts.chain = super::fanout::chain(chain, t.encrypt)?;
     let dial = ticket_dialer(ticket, t.encrypt);
     let report = send_pipe(from, &opts, ticket.secret.block_key(), dial)?;
-    finish_send_pipe(&report, false, cfg);
-    Ok(())
+    let replicas = super::fanout::states(
+        &super::fanout::label(ticket),
+        report.chain.as_ref(),
+        &report.replicas,
+    );
+    finish_send_pipe(&report, replicas.clone(), false, cfg);
+    super::fanout::failed(replicas.as_deref().unwrap_or_default(), true)
 }
 
 pub(super) fn run_copy_pipe(
@@ -176,7 +190,16 @@ pub(super) fn run_copy_pipe(
         remote => {
             let opts = pipe_options(t, p, cfg);
             match crate::remote::pipe::run(remote, &opts, t.encrypt, ssh, cfg.quiet)? {
-                PipeOutcome::Sent(r) => finish_send_pipe(&r, false, cfg),
+                PipeOutcome::Sent(r) => {
+                    // A fan-out (`--also`): every destination's state, named host:path.
+                    let first = match remote {
+                        PipeCopy::Push { dest, .. } => crate::remote::fanout::label(dest),
+                        _ => String::new(),
+                    };
+                    let states = super::fanout::states(&first, r.chain.as_ref(), &r.replicas);
+                    finish_send_pipe(&r, states.clone(), false, cfg);
+                    return super::fanout::failed(states.as_deref().unwrap_or_default(), true);
+                }
                 PipeOutcome::Received(r) => {
                     let on_stdout = matches!(
                         remote,
@@ -240,6 +263,6 @@ fn copy_here(from: &PipeFrom, to: &PipeTo, t: &Transfer, p: &Pipe, cfg: &Config)
         (Err(e), Err(Error::Transport(_))) | (Err(e), Ok(_)) => return Err(e),
         (_, Err(e)) => return Err(e),
     };
-    finish_send_pipe(&report, *to == PipeTo::Stdout, cfg);
+    finish_send_pipe(&report, None, *to == PipeTo::Stdout, cfg);
     Ok(())
 }

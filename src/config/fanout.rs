@@ -52,13 +52,14 @@ pub(super) fn tickets(
     }
 }
 
-/// Fan-out carries files, not streams (nor copies on one host).
+/// Fan-out sends from this host to others: not a pull, nor a copy on one host, nor (with
+/// `copy --also`) a stream.
 pub(super) fn no_stream_chain<T>(chain: &[T]) -> Result<()> {
     match chain.is_empty() {
         true => Ok(()),
         false => Err(Error::Usage(
-            "a fan-out (several --to or --ticket-file, or --also) sends files from this host: \
-             not a stream, a pull or a copy on one host"
+            "a fan-out (several --to or --ticket-file, or --also) sends from this host: not a \
+             pull or a copy on one host (a stream fans out with `haul send -` and several --to)"
                 .into(),
         )),
     }
@@ -79,6 +80,22 @@ pub(super) fn also(also: &[PathBuf]) -> Result<Vec<RemotePath>> {
             Err(e) => Err(Error::Usage(e.0)),
         })
         .collect()
+}
+
+/// A stream's further destinations are of the first one's kind: each a file (`host:FILE`),
+/// or each `host:` with the `--to-command` that every host runs.
+pub(super) fn stream_also(dest: &RemotePath, also: &[RemotePath]) -> Result<()> {
+    match also
+        .iter()
+        .find(|a| a.path.is_empty() != dest.path.is_empty())
+    {
+        None => Ok(()),
+        Some(a) => Err(Error::Usage(format!(
+            "--also {}: with a stream, every destination is host:FILE, or every one host: with \
+             --to-command",
+            crate::progress::escape(&format!("{}:{}", a.host, String::from_utf8_lossy(&a.path)))
+        ))),
+    }
 }
 
 /// `--also` extends a push (local sources to host:DST) only.

@@ -131,6 +131,8 @@ pub enum Command {
         from: PipeFrom,
         /// Where to.
         ticket: TicketFrom,
+        /// A chain fan-out: the receivers after the first, in order.
+        chain: Vec<TicketFrom>,
         /// How.
         transfer: Transfer,
         /// Its buffer and size.
@@ -277,8 +279,10 @@ impl Config {
                 let t = transfer_config(&transfer, !no_encrypt, NETWORK_COMPRESSION)?;
                 match pipe::send_source(&paths, from_command)? {
                     Some(from) => {
-                        fanout::no_stream_chain(&chain)?;
-                        if matches!(ticket, TicketFrom::Stdin) && from == PipeFrom::Stdin {
+                        let ticket_on_stdin = std::iter::once(&ticket)
+                            .chain(&chain)
+                            .any(|t| matches!(t, TicketFrom::Stdin));
+                        if ticket_on_stdin && from == PipeFrom::Stdin {
                             return Err(Error::Usage(
                                 "standard input carries the stream: give the ticket with \
                                  --ticket-file or HAUL_TICKET, not --to -"
@@ -288,6 +292,7 @@ impl Config {
                         Command::SendPipe {
                             from,
                             ticket,
+                            chain,
                             pipe: stream_options(&transfer, &t)?,
                             transfer: t,
                         }
@@ -308,8 +313,14 @@ impl Config {
                 accept,
                 remote,
             } => match pipe::copy_pipe(&paths, from_command, to_command)? {
-                Some(plan) => {
-                    fanout::no_stream_chain(&remote.also)?;
+                Some(mut plan) => {
+                    match &mut plan {
+                        PipeCopy::Push { also, dest, .. } => {
+                            *also = fanout::also(&remote.also)?;
+                            fanout::stream_also(dest, also)?;
+                        }
+                        _ => fanout::no_stream_chain(&remote.also)?,
+                    }
                     let local = matches!(plan, PipeCopy::Local { .. });
                     let t = if local {
                         transfer_config(&transfer, false, Compression::None)?

@@ -2,7 +2,8 @@
 //! receiver after `Start`) and what became of each of them ([`Replica`], receiver → sender
 //! before `Done`).
 //!
-//! The types are `msg`'s (they are part of `Control`); here: their bounds.
+//! The types are `msg`'s (they are part of `Control`; a stream's chain rides in
+//! `StreamStart`); here: their bounds.
 //!
 //! A receiver that gets a non-empty chain is also a sender to its first hop: it forwards
 //! the manifest and every verified block it needs to pass on, and gives the rest of the
@@ -103,6 +104,37 @@ mod tests {
             }).collect());
             let bytes = postcard::to_stdvec(&reps).unwrap();
             prop_assert_eq!(Control::decode(&bytes).unwrap(), reps);
+        }
+
+        #[test]
+        fn a_stream_start_carries_its_chain(
+            labels in proptest::collection::vec(".{0,40}", 0..5),
+            streams in any::<u16>(),
+            window in any::<u64>(),
+            encrypt in any::<bool>(),
+        ) {
+            let start = Control::StreamStart {
+                streams,
+                block_size: 1 << 20,
+                window,
+                chain: Chain {
+                    hops: labels.iter().map(|l| Hop { label: l.clone(), ticket: l.repeat(2) }).collect(),
+                    encrypt,
+                },
+            };
+            let bytes = postcard::to_stdvec(&start).unwrap();
+            prop_assert_eq!(Control::decode(&bytes).unwrap(), start);
+        }
+
+        #[test]
+        fn any_bytes_after_a_stream_start_decode_or_error(
+            bytes in proptest::collection::vec(any::<u8>(), 0..256),
+        ) {
+            let mut b = vec![7u8];
+            b.extend_from_slice(&bytes);
+            if let Ok(Control::StreamStart { chain, .. }) = Control::decode(&b) {
+                let _ = chain.check();
+            }
         }
 
         #[test]

@@ -61,6 +61,9 @@ pub enum Control {
         block_size: u32,
         /// Most stream bytes the sender holds (read, not yet arrived).
         window: u64,
+        /// A chain fan-out: the receivers this one passes the stream on to (empty for
+        /// one receiver; see `chain`). Repeated on a reconnect, where it is ignored.
+        chain: Chain,
     },
     /// Receiver → sender: `written` bytes are with the consumer, every byte before `have`
     /// has arrived; blocks may be in flight up to `written + window` (the smaller of both
@@ -393,6 +396,13 @@ mod tests {
                 streams: 8,
                 block_size: 4 << 20,
                 window: 64 << 20,
+                chain: Chain {
+                    hops: vec![Hop {
+                        label: "db2".into(),
+                        ticket: "haul1-x".into(),
+                    }],
+                    encrypt: true,
+                },
             },
             Control::StreamAck {
                 written: 1 << 40,

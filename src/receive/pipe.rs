@@ -11,6 +11,8 @@
 //! (a file is durable and in place; a command exited 0) before `Done` is said.
 
 mod reader;
+mod relay;
+mod relay_data;
 mod sink;
 mod window;
 
@@ -25,11 +27,12 @@ use super::integrity::{first_start, Forgeries};
 use crate::codec::tree::{is_tree_block, TreeHash};
 use crate::error::{Error, Result};
 use crate::progress::{Counters, Progress};
-use crate::protocol::{Control, ProtocolError, Summary, MAX_BLOCK, MAX_STREAMS};
+use crate::protocol::{Chain, Control, ProtocolError, Summary, MAX_BLOCK, MAX_STREAMS};
 use crate::session::{is_forged, is_tick, lost, Channel};
 use crate::transport::{Conn, Role};
 
 use reader::spawn_reader;
+use relay::StreamRelay;
 pub use sink::{Output, PipeTo};
 use window::{Shared, Window, TICK};
 
@@ -77,7 +80,7 @@ pub fn receive_pipe(
     opts: PipeRecvOptions,
 ) -> Result<PipeRecvReport> {
     let mut early = Vec::new();
-    let (mut control, (streams, block, window), forged) =
+    let (mut control, (streams, block, window, chain), forged) =
         first_start(&incoming, opts.timeout, &mut early, read_stream_start)?;
     let started = Instant::now();
     let window = window.min(opts.window);
@@ -112,6 +115,17 @@ pub fn receive_pipe(
         last_activity: Mutex::new(Instant::now()),
         counters: Arc::clone(&counters),
     });
+    // A chain fan-out: this receiver passes the stream on.
+    let relay = match chain.hops.is_empty() {
+        true => None,
+        false => match StreamRelay::start(chain, (streams, block, window)) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                say_error(&mut control, &e);
+                return Err(e);
+            }
+        },
+    };
     for c in early {
         spawn_reader(&shared, c);
     }
@@ -138,10 +152,10 @@ pub fn receive_pipe(
             .map_err(|e| Error::io("starting the dispatch thread", e))?;
     }
     let writer = {
-        let shared = Arc::clone(&shared);
+        let (shared, relay) = (Arc::clone(&shared), relay.clone());
         std::thread::Builder::new()
             .name("haul-pipe-write".into())
-            .spawn(move || write_loop(out, &shared))
+            .spawn(move || write_loop(out, &shared, relay.as_deref()))
             .map_err(|e| Error::io("starting the writing thread", e))?
     };
     let mut session = Session {
@@ -151,13 +165,15 @@ pub fn receive_pipe(
         timeout: opts.timeout,
         acked: None,
         acked_at: Instant::now(),
+        relay: relay.as_deref(),
     };
-    let result = session.run(&writer);
-    shared.abort.store(true, Ordering::Release);
-    shared.arrived.notify_all();
+    let result = session.run(&|| writer.is_finished());
+    if result.is_err() {
+        shared.abort.store(true, Ordering::Release);
+        shared.arrived.notify_all();
+    }
     let written = writer.join();
-    bar.finish();
-    let result = match (result, written) {
+    let mut result = match (result, written) {
         (Ok(()), Ok(Ok(Some(end)))) => Ok(end),
         // The writer's own error is the precise one (the consumer's, the digest's).
         (_, Ok(Err(e))) => Err(e),
@@ -171,6 +187,28 @@ pub fn receive_pipe(
             io::Error::other("panicked"),
         )),
     };
+    if let (Ok(_), Some(r)) = (&result, relay.as_deref()) {
+        // Whole and durable here; the sender hears so once the chain after this one
+        // answered too (acknowledging no further than it got meanwhile).
+        if let Err(e) = session.run(&|| r.finished()) {
+            result = Err(e);
+        }
+    }
+    shared.abort.store(true, Ordering::Release);
+    shared.arrived.notify_all();
+    bar.finish();
+    if let Some(r) = relay.as_deref() {
+        match &result {
+            // What failed upstream fails the chain after this receiver too.
+            Err(e @ (Error::Remote { .. } | Error::Transport(_) | Error::Protocol(_))) => {
+                r.abort(e)
+            }
+            // This receiver's own failure (its consumer, its disk) is its alone: the
+            // connections to the next hop just close, and the receiver before this one,
+            // told so, re-forms the chain around it.
+            _ => r.stop(),
+        }
+    }
     let reconnects = (shared.data_conns.load(Ordering::Relaxed) as u64)
         .saturating_sub(u64::from(streams))
         + (shared.control_conns.load(Ordering::Relaxed) as u64).saturating_sub(1);
@@ -181,6 +219,9 @@ pub fn receive_pipe(
                 bytes,
                 ..Summary::default()
             };
+            if let Some(r) = relay.as_deref() {
+                let _ = session.control.write(&Control::Replicas(r.replicas()));
+            }
             let _ = session.control.write(&Control::Done(summary));
             let _ = session.control.shutdown_write();
             Ok(PipeRecvReport {
@@ -209,17 +250,18 @@ fn say_error(control: &mut Channel, e: &Error) {
 }
 
 /// Reads a control connection's first message, which must be a sensible StreamStart.
-fn read_stream_start(control: &mut Channel) -> Result<(u16, u32, u64)> {
+fn read_stream_start(control: &mut Channel) -> Result<(u16, u32, u64, Chain)> {
     parse_stream_start(control.read(None)?)
 }
 
-/// Checks a StreamStart's fields.
-fn parse_stream_start(msg: Control) -> Result<(u16, u32, u64)> {
+/// Checks a StreamStart's fields (the chain's bounds are checked where it is used).
+fn parse_stream_start(msg: Control) -> Result<(u16, u32, u64, Chain)> {
     match msg {
         Control::StreamStart {
             streams,
             block_size,
             window,
+            chain,
         } => {
             if streams == 0
                 || streams > MAX_STREAMS
@@ -232,7 +274,7 @@ fn parse_stream_start(msg: Control) -> Result<(u16, u32, u64)> {
                 )
                 .into());
             }
-            Ok((streams, block_size, window))
+            Ok((streams, block_size, window, chain))
         }
         Control::Start { .. } => Err(Error::Usage(
             "the sender sends files, but this receiver writes one stream; receive files \
@@ -245,7 +287,11 @@ fn parse_stream_start(msg: Control) -> Result<(u16, u32, u64)> {
 
 /// Hands blocks to the consumer in order; at the end checks the digest and finishes it.
 /// `None` when the transfer stopped for another reason first.
-fn write_loop(mut out: Output, shared: &Shared) -> Result<Option<(u64, [u8; 32])>> {
+fn write_loop(
+    mut out: Output,
+    shared: &Arc<Shared>,
+    relay: Option<&StreamRelay>,
+) -> Result<Option<(u64, [u8; 32])>> {
     // The readers hashed each block (its chaining value); here they only merge, in order.
     let mut tree = TreeHash::new();
     loop {
@@ -257,7 +303,7 @@ fn write_loop(mut out: Output, shared: &Shared) -> Result<Option<(u64, [u8; 32])
                 }
                 let at = w.written;
                 if let Some(b) = w.blocks.remove(&at) {
-                    break Some(b);
+                    break Some((at, b));
                 }
                 if w.end.is_some_and(|(len, _)| len == at) {
                     break None;
@@ -269,7 +315,7 @@ fn write_loop(mut out: Output, shared: &Shared) -> Result<Option<(u64, [u8; 32])
                     .unwrap_or_else(|p| p.into_inner().0);
             }
         };
-        let Some(b) = next else { break };
+        let Some((at, b)) = next else { break };
         // A consumer that takes its time is not a vanished sender.
         shared.writing.store(true, Ordering::Release);
         let r = out.write_all(b.bytes());
@@ -280,7 +326,11 @@ fn write_loop(mut out: Output, shared: &Shared) -> Result<Option<(u64, [u8; 32])
         }
         tree.push(b.cv);
         let n = b.range.len() as u64;
-        shared.recycle(b.buf);
+        match relay {
+            // Kept for the next hop (its buffer comes back once that hop has it).
+            Some(r) => r.push(at, b, shared),
+            None => shared.recycle(b.buf),
+        }
         Counters::add(&shared.counters.done_bytes, n);
         shared.lock().written += n;
         shared.touch();
@@ -299,28 +349,28 @@ fn write_loop(mut out: Output, shared: &Shared) -> Result<Option<(u64, [u8; 32])
     Ok(Some((len, digest)))
 }
 
-/// What the writer ends with.
-type WriteResult = Result<Option<(u64, [u8; 32])>>;
-
 /// The control side of a stream.
 struct Session<'a> {
     shared: &'a Shared,
     control: Channel,
     control_rx: Receiver<Conn>,
     timeout: Duration,
-    /// The last (written, have) acknowledged, and when.
-    acked: Option<(u64, u64)>,
+    /// The last (written, have, window) acknowledged, and when.
+    acked: Option<(u64, u64, u64)>,
     acked_at: Instant,
+    /// A chain fan-out: the receivers after this one, which the acknowledgements wait for.
+    relay: Option<&'a StreamRelay>,
 }
 
 impl Session<'_> {
-    /// Runs until the writer is done (`Ok`) or the transfer fails.
-    fn run(&mut self, writer: &std::thread::JoinHandle<WriteResult>) -> Result<()> {
+    /// Runs until `done` (the writer finished; then the chain after this receiver) is
+    /// true (`Ok`) or the transfer fails.
+    fn run(&mut self, done: &dyn Fn() -> bool) -> Result<()> {
         loop {
             if let Some(e) = self.shared.take_fatal() {
                 return Err(e);
             }
-            if writer.is_finished() {
+            if done() {
                 return Ok(());
             }
             if let Ok(c) = self.control_rx.try_recv() {
@@ -378,14 +428,23 @@ impl Session<'_> {
             };
             (w.written, w.have, got)
         };
+        // Lost blocks are this receiver's own; progress is the chain's after it too.
+        let (written, have_all) = match self.relay {
+            Some(r) => r.clamp(written, have),
+            None => (written, have),
+        };
+        let window = match self.relay {
+            Some(r) => r.window(self.shared.window),
+            None => self.shared.window,
+        };
         // Also repeated while nothing moves: the sender's sign that we are still here.
-        if self.acked != Some((written, have)) || self.acked_at.elapsed() >= KEEPALIVE {
+        if self.acked != Some((written, have_all, window)) || self.acked_at.elapsed() >= KEEPALIVE {
             self.send(&Control::StreamAck {
                 written,
-                have,
-                window: self.shared.window,
+                have: have_all,
+                window,
             })?;
-            self.acked = Some((written, have));
+            self.acked = Some((written, have_all, window));
             self.acked_at = Instant::now();
         }
         if lost {
@@ -412,6 +471,9 @@ impl Session<'_> {
         }
         w.end = Some((len, digest));
         drop(w);
+        if let Some(r) = self.relay {
+            r.end(len, digest);
+        }
         self.shared.arrived.notify_all();
         Ok(())
     }

@@ -109,9 +109,10 @@ pub fn run(uploaded: bool) -> i32 {
             window,
             advertise,
             keep_cache,
+            everywhere,
         }) => {
             watch_stdin(input, Arc::clone(&finished));
-            let how = (window, advertise, keep_cache);
+            let how = (window, advertise, keep_cache, everywhere);
             pipe::serve_receive_stream(&out, &dest, command, how).map(|b| (0, b, 0))
         }
         Ok(Request::SendStream {

@@ -30,7 +30,8 @@ use crate::protocol::{Accept, Listing, SyncOptions};
 use crate::transport::PROTOCOL_VERSION;
 
 /// Version of this line protocol; bumped whenever `Request` or `Reply` change shape.
-pub const SERVE_VERSION: u16 = 5;
+/// 6: `Request::ReceiveStream` says `everywhere` (a stream's fan-out).
+pub const SERVE_VERSION: u16 = 6;
 /// Every message line starts with this.
 const MSG_PREFIX: &str = "haul-msg ";
 /// Greeting lines start with this.
@@ -106,6 +107,9 @@ pub enum Request {
         advertise: Option<IpAddr>,
         /// `--keep-cache`: leave a file's written pages in the page cache.
         keep_cache: bool,
+        /// Listen on every address: a further receiver of a fan-out (`copy --also`),
+        /// which the receiver before it dials directly.
+        everywhere: bool,
     },
     /// Send one stream: the file `path`, or the standard output of `command`; listen for
     /// the local receiver's connections.
@@ -311,6 +315,7 @@ mod tests {
                 window: 64 << 20,
                 advertise: None,
                 keep_cache: false,
+                everywhere: true,
             },
             Request::SendStream {
                 path: b"/backups/x.xb".to_vec(),
@@ -356,10 +361,10 @@ mod tests {
         let g = parse_greeting(&greeting(Some("ab12"))).unwrap();
         assert_eq!(g.hash.as_deref(), Some("ab12"));
         assert!(!parse_greeting("haul-serve 9 1").unwrap().compatible());
-        // Version 5: `compress` may be "auto" and every request carries keep_cache (4 added
-        // dry_run, a listing, a cap and deleted; 3 the walk's selection); an older far end
-        // cannot read them and is replaced by an upload.
-        assert_eq!(SERVE_VERSION, 5);
+        // Version 6: ReceiveStream says `everywhere` (5: `compress` may be "auto" and every
+        // request carries keep_cache; 4 added dry_run, a listing, a cap and deleted; 3 the
+        // walk's selection); an older far end cannot read them and is replaced by an upload.
+        assert_eq!(SERVE_VERSION, 6);
         for old in 2..SERVE_VERSION {
             let line = format!("haul-serve {old} {PROTOCOL_VERSION}");
             assert!(!parse_greeting(&line).unwrap().compatible());

@@ -30,7 +30,7 @@ use crate::codec::tree::{block_cv, is_tree_block, TreeHash};
 use crate::codec::Compression;
 use crate::error::{Error, Result};
 use crate::progress::{Counters, Progress};
-use crate::protocol::{Control, ProtocolError};
+use crate::protocol::{Chain, Control, ProtocolError, Replica};
 use crate::transport::{Conn, Role};
 
 use flow::{Block, Flow, Pool};
@@ -59,6 +59,8 @@ pub struct PipeOptions {
     pub limit: Option<u64>,
     /// `--keep-cache`: leave what is read from a file in the page cache.
     pub keep_cache: bool,
+    /// A chain fan-out: the receivers after the first, in order (None: one receiver).
+    pub chain: Option<Chain>,
 }
 
 /// What the sender reports once the receiver confirmed the stream.
@@ -72,6 +74,10 @@ pub struct PipeReport {
     pub counters: Arc<Counters>,
     /// When the transfer started.
     pub started: Instant,
+    /// A chain fan-out: the chain the first receiver got.
+    pub chain: Option<Chain>,
+    /// What the first receiver said became of the receivers after it.
+    pub replicas: Vec<Replica>,
 }
 
 /// How often the driver looks at the reader and the streams between control messages.
@@ -108,6 +114,7 @@ where
         streams: opts.streams as u16,
         block_size: block_size as u32,
         window: opts.window,
+        chain: opts.chain.clone().unwrap_or_default(),
     };
     let mut link = Link::open(&dial, start, opts.retries, &counters)?;
     let flow = Arc::new(Flow::new());
@@ -197,11 +204,15 @@ where
     match result {
         Ok((bytes, digest)) => {
             link.close();
+            let replicas = std::mem::take(&mut link.replicas);
+            drop(link);
             Ok(PipeReport {
                 bytes,
                 digest,
                 counters,
                 started,
+                chain: opts.chain.clone(),
+                replicas,
             })
         }
         Err(e) => {
@@ -368,6 +379,8 @@ impl Driver<'_, '_> {
                     self.counters.done_bytes.store(written, Ordering::Relaxed);
                 }
                 Polled::Msg(Control::StreamLost { have, got }) => self.resend(have, &got),
+                // A chain fan-out: what became of the receivers after the first.
+                Polled::Msg(Control::Replicas(r)) => self.link.replicas = r,
                 Polled::Msg(Control::Done(summary)) => {
                     let Some(end) = self.end else {
                         return Err(

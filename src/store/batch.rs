@@ -13,13 +13,13 @@
 //! other processes' dirty data on that file system, as `sync` after `cp` does.
 
 use std::fs::File;
-use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::fsops;
 use super::state::{Completed, FileState, Store};
 use crate::error::Result;
+use crate::protocol::SafeRelPath;
 
 /// Most files one finisher takes at once (each holds an open descriptor until named).
 pub(super) const BATCH: usize = 32;
@@ -70,7 +70,12 @@ impl Store {
         let mut synced: Vec<u64> = Vec::new();
         for (state, file) in files {
             let err = |x| self.dest_err(&state.path, x);
-            let dev = file.metadata().map_err(err)?.dev();
+            // An anonymous file is on its directory's file system.
+            let parent = state.path.split_last().map(|(p, _)| p);
+            let dev = self
+                .dir(&parent.unwrap_or_else(SafeRelPath::root))
+                .map_err(err)?
+                .dev;
             if !synced.contains(&dev) {
                 rustix::fs::syncfs(file).map_err(|x| err(x.into()))?;
                 synced.push(dev);

@@ -84,10 +84,10 @@ fn hex8(b: &[u8; 32]) -> String {
 
 /// Creates directory `name` in `parent` (mode u+rwx so we can fill it; the final mode is
 /// applied at the end). An existing directory is fine; an existing non-directory (never
-/// followed if a symlink) is replaced.
-pub fn make_dir(parent: &OwnedFd, name: &[u8]) -> io::Result<()> {
+/// followed if a symlink) is replaced. Returns whether it made a new (empty) directory.
+pub fn make_dir(parent: &OwnedFd, name: &[u8]) -> io::Result<bool> {
     match rfs::mkdirat(parent, name, Mode::from_raw_mode(0o700)) {
-        Ok(()) => Ok(()),
+        Ok(()) => Ok(true),
         Err(rustix::io::Errno::EXIST) => {
             let st = rfs::statat(parent, name, rfs::AtFlags::SYMLINK_NOFOLLOW)?;
             if rfs::FileType::from_raw_mode(st.st_mode) == rfs::FileType::Directory {
@@ -102,11 +102,11 @@ pub fn make_dir(parent: &OwnedFd, name: &[u8]) -> io::Result<()> {
                 if mode & 0o700 != 0o700 {
                     rfs::fchmod(&fd, Mode::from_raw_mode(mode | 0o700))?;
                 }
-                return Ok(());
+                return Ok(false);
             }
             rfs::unlinkat(parent, name, rfs::AtFlags::empty())?;
             rfs::mkdirat(parent, name, Mode::from_raw_mode(0o700))?;
-            Ok(())
+            Ok(true)
         }
         Err(e) => Err(e.into()),
     }
@@ -130,17 +130,18 @@ pub fn rename_file_in(dir: &OwnedFd, from: &[u8], to: &[u8], file: &File) -> io:
     rename_in(dir, from, to)
 }
 
-/// Opens a new anonymous file (`O_TMPFILE`) in directory `dir` beneath `root`: it has no
+/// Opens a new anonymous file (`O_TMPFILE`) in the open directory `dir`: it has no
 /// name until [`link_anonymous`] gives it one, so a crash leaves nothing behind, and
 /// creating it does not lock the directory (which `O_CREAT` and `rename` do, and which
-/// thousands of small files in one directory contend for).
-pub fn open_anonymous(root: &OwnedFd, dir: &SafeRelPath) -> io::Result<OwnedFd> {
-    open_beneath(
-        root,
-        dir.as_bytes(),
-        OFlags::TMPFILE | OFlags::RDWR,
+/// thousands of small files in one directory contend for). `"."` resolves nothing.
+pub fn open_anonymous(dir: &OwnedFd) -> io::Result<OwnedFd> {
+    rfs::openat(
+        dir,
+        c".",
+        OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC,
         Mode::from_raw_mode(0o600),
     )
+    .map_err(io::Error::from)
 }
 
 /// How an anonymous file is linked into a directory.

@@ -30,6 +30,7 @@
 
 mod batch;
 mod chown;
+mod dirs;
 mod fsops;
 mod journal;
 mod key;
@@ -41,6 +42,8 @@ mod resume;
 mod state;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_dirs;
 #[cfg(test)]
 mod tests_settled;
 pub mod xattr;
@@ -150,6 +153,7 @@ impl Store {
             seen: Mutex::new(HashSet::new()),
             protect: Mutex::new(Default::default()),
             dirlinks: Mutex::new(HashMap::new()),
+            dir_cache: Default::default(),
             made_links: Mutex::new(HashSet::new()),
             options: Mutex::new((SyncOptions::default(), [0u8; 32])),
             accept: Mutex::new(Accept::default()),

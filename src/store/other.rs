@@ -22,16 +22,21 @@ impl Store {
     /// Makes directory `path` (its metadata waits for `finish`) and remembers it.
     pub(super) fn make_dir(&self, path: SafeRelPath, e: Entry) -> Result<()> {
         if let Some((parent, name)) = path.split_last() {
-            let pfd = self
-                .at(&parent, fsops::open_dir)
-                .map_err(|x| self.dest_err(&path, x))?;
-            match self.kept_dirlink(&pfd, &path, name) {
+            let err = |x| self.dest_err(&path, x);
+            let pdir = self.dir(&parent).map_err(err)?;
+            match self.kept_dirlink(&pdir.fd, &path, name) {
                 Some(fd) => {
                     if let Ok(mut l) = self.dirlinks.lock() {
                         l.insert(path.clone(), std::sync::Arc::new(fd));
                     }
+                    // Paths below it resolve differently from now on.
+                    self.dir_cache.clear();
                 }
-                None => fsops::make_dir(&pfd, name).map_err(|x| self.dest_err(&path, x))?,
+                None => {
+                    if fsops::make_dir(&pdir.fd, name).map_err(err)? {
+                        self.made_dir(&path).map_err(err)?;
+                    }
+                }
             }
         }
         if let Ok(mut d) = self.dirs.lock() {

@@ -224,20 +224,20 @@ impl Store {
     fn open_work_file(&self, state: &FileState) -> Result<File> {
         let (parent, work) = state.work_name()?;
         let err = |x| self.dest_err(&state.path, x);
-        if !state.precreated && self.linker.load(Ordering::Relaxed) < 2 {
-            match self.at(&parent, fsops::open_anonymous) {
-                Ok(fd) => {
-                    state.anonymous.store(true, Ordering::Relaxed);
-                    return Ok(File::from(fd));
-                }
-                // No O_TMPFILE on this file system: named partial files from now on.
-                Err(x) if unsupported(&x) => self.linker.store(2, Ordering::Relaxed),
-                Err(x) => return Err(err(x)),
-            }
-        }
         if !state.precreated {
-            let pfd = self.at(&parent, fsops::open_dir).map_err(err)?;
-            return fsops::create_new(&pfd, &work, OFlags::WRONLY).map_err(err);
+            let dir = self.dir(&parent).map_err(err)?;
+            if self.linker.load(Ordering::Relaxed) < 2 {
+                match fsops::open_anonymous(&dir.fd) {
+                    Ok(fd) => {
+                        state.anonymous.store(true, Ordering::Relaxed);
+                        return Ok(File::from(fd));
+                    }
+                    // No O_TMPFILE on this file system: named partial files from now on.
+                    Err(x) if unsupported(&x) => self.linker.store(2, Ordering::Relaxed),
+                    Err(x) => return Err(err(x)),
+                }
+            }
+            return fsops::create_new(&dir.fd, &work, OFlags::WRONLY).map_err(err);
         }
         // Made at manifest time and opened again by name: it must still be that file (and,
         // unless it is the old version written in place, still ours alone: an inode number
@@ -329,15 +329,16 @@ impl Store {
             .path
             .split_last()
             .ok_or(ProtocolError::Malformed("file at the root path"))?;
-        let pfd = self.at(&parent, fsops::open_dir).map_err(err)?;
+        let dir = self.dir(&parent).map_err(err)?;
+        let pfd = &dir.fd;
         if state.anonymous.load(Ordering::Relaxed) {
-            self.link_into_place(&file, &pfd, name, &state.entry)
+            self.link_into_place(&file, pfd, name, &state.entry)
                 .map_err(err)?;
         } else if !state.inplace {
-            fsops::rename_file_in(&pfd, &fsops::partial_name(name), name, &file).map_err(err)?;
+            fsops::rename_file_in(pfd, &fsops::partial_name(name), name, &file).map_err(err)?;
         }
         if state.journal.is_some() {
-            fsops::remove_if_present(&pfd, &fsops::journal_name(name)).map_err(err)?;
+            fsops::remove_if_present(pfd, &fsops::journal_name(name)).map_err(err)?;
         }
         self.stats.done_files.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -515,7 +516,7 @@ mod tests {
     /// with linker state `how` (0, 1 or 2: the copy fallback).
     fn link_with(dir: &std::path::Path, how: u8, name: &[u8], data: &[u8]) -> Store {
         let store = Store::open(dir).unwrap();
-        let fd = fsops::open_anonymous(&store.root, &SafeRelPath::root()).unwrap();
+        let fd = fsops::open_anonymous(&store.root).unwrap();
         let f = File::from(fd);
         f.write_all_at(data, 0).unwrap();
         store.linker.store(how, Ordering::Relaxed);

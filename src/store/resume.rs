@@ -61,15 +61,21 @@ impl Store {
         let name = name.to_vec();
         let shown = path.clone();
         let err = |x| self.dest_err(&shown, x);
-        let pfd = self.at(&parent, fsops::open_dir).map_err(err)?;
-        let existing = rustix::fs::statat(&pfd, name.as_slice(), AtFlags::SYMLINK_NOFOLLOW)
-            .ok()
-            .filter(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile);
+        let dir = self.dir(&parent).map_err(err)?;
+        let pfd = &dir.fd;
+        // In a directory this run made there is no older version nor earlier run's partial
+        // file to look for (whatever appears there meanwhile is replaced, never used).
+        let existing = match dir.made {
+            true => None,
+            false => rustix::fs::statat(pfd, name.as_slice(), AtFlags::SYMLINK_NOFOLLOW)
+                .ok()
+                .filter(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile),
+        };
         fsops::race_point("quick-check");
         // From here on the file is used only through a descriptor checked to be the file
         // just stat'ed: a swapped name (a symlink, say) counts as no older version.
         let existing = existing.and_then(|st| {
-            fsops::open_same_file(&pfd, &name, OFlags::RDONLY, &st)
+            fsops::open_same_file(pfd, &name, OFlags::RDONLY, &st)
                 .ok()
                 .map(|f| (st, f))
         });
@@ -107,11 +113,11 @@ impl Store {
             let jname = fsops::journal_name(&name);
             let key = self.journal_key();
             let jnew =
-                |f: &File| new_journal(&pfd, &jname, key.as_ref(), path.as_bytes(), &ident, f);
+                |f: &File| new_journal(pfd, &jname, key.as_ref(), path.as_bytes(), &ident, f);
             // Resume: an earlier run's partial file and journal for this same source, file
             // and key.
             let resumed = key.as_ref().and_then(|k| {
-                self.open_resumable(&pfd, &partial, &jname, k, path.as_bytes(), &ident, size)
+                self.open_resumable(pfd, &partial, &jname, k, path.as_bytes(), &ident, size)
             });
             if let Some((f, j, have)) = resumed {
                 let have_bytes: u64 = have.iter().map(|(a, b)| b - a).sum();
@@ -128,7 +134,7 @@ impl Store {
                 // descriptor already checked; written only --inplace.
                 let old_len = st.st_size as u64;
                 let old = if opts.inplace {
-                    fsops::open_same_file(&pfd, &name, OFlags::RDWR, &st).map_err(err)?
+                    fsops::open_same_file(pfd, &name, OFlags::RDWR, &st).map_err(err)?
                 } else {
                     old
                 };
@@ -141,7 +147,7 @@ impl Store {
                         old.set_len(size).map_err(err)?;
                         file = Some(old);
                     } else {
-                        let f = self.create_work_file(&pfd, &partial, size).map_err(err)?;
+                        let f = self.create_work_file(pfd, &partial, size).map_err(err)?;
                         copy_range(&old, &f, old_len.min(size)).map_err(err)?;
                         journal = jnew(&f).map_err(err)?;
                         file = Some(f);
@@ -149,7 +155,7 @@ impl Store {
                 }
             }
             if file.is_none() {
-                let f = self.create_work_file(&pfd, &partial, size).map_err(err)?;
+                let f = self.create_work_file(pfd, &partial, size).map_err(err)?;
                 preallocate = dense;
                 if size > block {
                     journal = jnew(&f).map_err(err)?;
@@ -189,7 +195,7 @@ impl Store {
             let f = match file {
                 Some(f) => f,
                 None => self
-                    .create_work_file(&pfd, &fsops::partial_name(&name), size)
+                    .create_work_file(pfd, &fsops::partial_name(&name), size)
                     .map_err(err)?,
             };
             self.queue_finish(state, f)?;

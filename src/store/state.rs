@@ -5,7 +5,7 @@
 //!
 //! It deliberately holds no behaviour of its own: nothing here creates, writes or removes
 //! files in the destination (that is `partial`, `resume`, `other`, `mirror` and the facade
-//! in `mod.rs`), and it uses nothing else in the store but `fsops`.
+//! in `mod.rs`), and it uses nothing else in the store but `fsops` and `dirs`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
@@ -20,6 +20,7 @@ use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
 
+use super::dirs::OpenDir;
 use super::fsops;
 use crate::error::{Error, Result};
 use crate::progress::Counters;
@@ -60,6 +61,8 @@ pub struct Store {
     pub(super) protect: Mutex<crate::protocol::Filter>,
     /// -K: directories reached through a symlink kept at the destination, opened once.
     pub(super) dirlinks: Mutex<HashMap<SafeRelPath, Arc<OwnedFd>>>,
+    /// Directories opened once for the files in them (bounded; see `dirs`).
+    pub(super) dir_cache: super::dirs::DirCache,
     /// -K: symlinks this run made (never kept as a directory: the sender chose them).
     pub(super) made_links: Mutex<HashSet<SafeRelPath>>,
     pub(super) options: Mutex<(SyncOptions, [u8; 32])>,
@@ -249,6 +252,21 @@ impl Store {
             Some((fd, rest)) => f(&fd, &rest),
             None => f(&self.root, path),
         }
+    }
+
+    /// The directory `path` beneath the root, resolved once as [`Store::at`] does and
+    /// then reused (see `dirs`).
+    pub(super) fn dir(&self, path: &SafeRelPath) -> io::Result<Arc<OpenDir>> {
+        let made = path.is_root() && self.fresh;
+        self.dir_cache
+            .get(path, made, |p| self.at(p, fsops::open_dir))
+    }
+
+    /// Notes that this run has just made the (empty) directory `path`.
+    pub(super) fn made_dir(&self, path: &SafeRelPath) -> io::Result<()> {
+        self.dir_cache
+            .open(path, true, |p| self.at(p, fsops::open_dir))
+            .map(drop)
     }
 
     /// A destination error naming `path` beneath the root.

@@ -201,6 +201,18 @@ impl Conn {
         }
     }
 
+    /// TCP's latest delivery-rate sample of this connection (see [`super::sys::delivery`]);
+    /// `None` for a local pair, a tunnel, or a kernel that does not say.
+    pub fn delivery(&self) -> Option<super::sys::Delivery> {
+        let tcp = match &self.io {
+            Io::Plain(s) => s,
+            Io::Tls(s) => s.sock.tcp(),
+            Io::TlsServer(s) => s.sock.tcp(),
+            Io::Unix(_) | Io::Tunnel(_) => return None,
+        };
+        super::sys::delivery(tcp)
+    }
+
     /// The peer for messages: "198.18.0.1:40000", "[2001:db8::1]:40000" or "local".
     pub fn peer_desc(&self) -> String {
         match &self.io {

@@ -49,6 +49,7 @@ mod tunnel;
 pub use conn::Conn;
 pub use dial::{connect, connect_addr, connect_tunnel};
 pub use listen::{Accepted, AcceptorHandle, Listener};
+pub use sys::Delivery;
 pub use ticket::{Secret, Ticket, MAX_TICKET_ADDRS};
 pub use tunnel::Tunnel;
 
@@ -61,7 +62,8 @@ pub use tunnel::Tunnel;
 /// its bytes, and stream blocks are a power of two. Also `Control::Chain` and
 /// `Control::Replicas` (chain fan-out), and
 /// `Control::Arrived` (files whose bytes all arrived: the sender forgets them).
-pub const PROTOCOL_VERSION: u16 = 5;
+/// 6: `Control::StreamStart` carries a chain (pipe-mode fan-out).
+pub const PROTOCOL_VERSION: u16 = 6;
 
 /// Which kind of connection this is within one transfer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

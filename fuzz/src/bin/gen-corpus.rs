@@ -190,6 +190,21 @@ fn messages() -> Vec<(&'static str, Control)> {
             }),
         ),
         (
+            "stream-start-chain",
+            Control::StreamStart {
+                streams: 4,
+                block_size: 1 << 20,
+                window: 64 << 20,
+                chain: Chain {
+                    hops: vec![Hop {
+                        label: "192.0.2.8:7100".into(),
+                        ticket: "haul1-def".into(),
+                    }],
+                    encrypt: true,
+                },
+            },
+        ),
+        (
             "replicas",
             Control::Replicas(vec![
                 Replica {

@@ -12,6 +12,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use crate::error::{Error, Result};
 use crate::pagecache;
 use crate::progress::escape;
+use crate::stdio;
 
 /// Where the stream goes (plain data: `config` holds one).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,7 +32,9 @@ pub enum PipeTo {
 }
 
 enum Kind {
-    Stdout(File),
+    /// Standard output; `regular` when it is a regular file (`> FILE`), whose pages are
+    /// then handled as a file destination's are, and which is made durable at the end.
+    Stdout { file: File, regular: bool },
     File {
         file: File,
         tmp: PathBuf,
@@ -48,6 +51,9 @@ pub struct Output {
     kind: Kind,
     what: String,
     written: u64,
+    /// Where the stream's first byte went in the file written (0 but for `>> FILE` or a
+    /// standard output already written to).
+    base: u64,
     /// A file's written pages are dropped once written back (not `--keep-cache`): up to
     /// `dropped` they are, up to `started` their writeback was started.
     keep_cache: bool,
@@ -70,7 +76,7 @@ impl Output {
                     .as_fd()
                     .try_clone_to_owned()
                     .map_err(|e| Error::io("opening standard output", e))?;
-                (Kind::Stdout(File::from(fd)), "standard output".to_string())
+                (stdout_kind(File::from(fd)), "standard output".to_string())
             }
             PipeTo::File(dest) => {
                 let (file, tmp) = temp_beside(dest)?;
@@ -104,17 +110,34 @@ impl Output {
                     hint: "",
                 })?;
                 let stdin = child.stdin.take();
+                if let Some(s) = &stdin {
+                    stdio::widen_pipe(s);
+                }
                 (Kind::Command { child, stdin }, what)
             }
         };
-        Ok(Output {
+        let mut out = Output::from_kind(kind, keep_cache);
+        out.what = what;
+        Ok(out)
+    }
+
+    fn from_kind(kind: Kind, keep_cache: bool) -> Output {
+        let base = match &kind {
+            Kind::Stdout {
+                file,
+                regular: true,
+            } => start_offset(file),
+            _ => 0,
+        };
+        Output {
             kind,
-            what,
+            what: String::new(),
             written: 0,
+            base,
             keep_cache,
             dropped: 0,
             started: 0,
-        })
+        }
     }
 
     /// What the destination is, for messages.
@@ -127,7 +150,7 @@ impl Output {
         let mut r = Ok(());
         while !b.is_empty() {
             let n = match &mut self.kind {
-                Kind::Stdout(f) => f.write(b),
+                Kind::Stdout { file, .. } => file.write(b),
                 Kind::File { file, .. } => file.write(b),
                 Kind::Command { stdin: Some(s), .. } => s.write(b),
                 Kind::Command { stdin: None, .. } => Err(io::ErrorKind::BrokenPipe.into()),
@@ -171,16 +194,28 @@ impl Output {
     /// A file: starts writeback of what was written since the last call and drops the
     /// chunk before it, once a chunk's worth has accumulated.
     fn drop_written(&mut self) {
-        let Kind::File { file, .. } = &self.kind else {
+        let Some(file) = self.written_file() else {
             return;
         };
         if self.keep_cache || self.written - self.started < DROP_CHUNK {
             return;
         }
-        let (from, to) = (self.started, self.written);
-        pagecache::sync_range(file, from, to - from, libc::SYNC_FILE_RANGE_WRITE);
-        pagecache::drop_written(file, self.dropped, from - self.dropped);
+        let (from, to, base) = (self.started, self.written, self.base);
+        pagecache::sync_range(file, base + from, to - from, libc::SYNC_FILE_RANGE_WRITE);
+        pagecache::drop_written(file, base + self.dropped, from - self.dropped);
         (self.dropped, self.started) = (from, to);
+    }
+
+    /// The regular file the stream is written into, if it is one.
+    fn written_file(&self) -> Option<&File> {
+        match &self.kind {
+            Kind::File { file, .. } => Some(file),
+            Kind::Stdout {
+                file,
+                regular: true,
+            } => Some(file),
+            _ => None,
+        }
     }
 
     /// The stream is complete and verified: make it durable (a file: fsync, rename into
@@ -193,7 +228,18 @@ impl Output {
             hint: "",
         };
         match &mut self.kind {
-            Kind::Stdout(f) => f.flush().map_err(fail),
+            Kind::Stdout { file, regular } => {
+                file.flush().map_err(fail)?;
+                if *regular {
+                    // `> FILE`: durable before exit 0, as a file destination is.
+                    file.sync_all().map_err(fail)?;
+                    if !self.keep_cache {
+                        let from = self.base + self.dropped;
+                        pagecache::drop_written(file, from, self.written - self.dropped);
+                    }
+                }
+                Ok(())
+            }
             Kind::File { file, tmp, dest } => {
                 file.sync_all().map_err(fail)?;
                 if !self.keep_cache {
@@ -234,7 +280,7 @@ impl Drop for Output {
     /// place; a command is stopped rather than fed a truncated stream's end.
     fn drop(&mut self) {
         match &mut self.kind {
-            Kind::Stdout(_) => {}
+            Kind::Stdout { .. } => {}
             Kind::File { tmp, .. } => {
                 if !tmp.as_os_str().is_empty() {
                     let _ = std::fs::remove_file(&*tmp);
@@ -248,6 +294,25 @@ impl Drop for Output {
             }
         }
     }
+}
+
+/// Standard output as a destination: a regular file's pages are dropped once written
+/// back and it is fsynced at the end; a pipe is widened.
+fn stdout_kind(file: File) -> Kind {
+    let regular = stdio::kind(&file) == stdio::Kind::Regular;
+    stdio::widen_pipe(&file);
+    Kind::Stdout { file, regular }
+}
+
+/// Where the next write to `file` lands: its end when it was opened to append (`>>`), else
+/// its offset. 0 when unknown (then the pages dropped may be the wrong ones: advice only).
+fn start_offset(file: &File) -> u64 {
+    let append =
+        rustix::fs::fcntl_getfl(file).is_ok_and(|f| f.contains(rustix::fs::OFlags::APPEND));
+    if append {
+        return file.metadata().map_or(0, |m| m.len());
+    }
+    rustix::fs::seek(file, rustix::fs::SeekFrom::Current(0)).unwrap_or(0)
 }
 
 fn parent_of(p: &Path) -> &Path {
@@ -320,6 +385,42 @@ mod tests {
         drop(o);
         assert_eq!(std::fs::read(&dest).unwrap(), b"old");
         assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
+    }
+
+    /// `> FILE` and `>> FILE`: the stream lands after what the file held, and the pages
+    /// handled are the stream's own.
+    #[test]
+    fn standard_output_into_a_file_starts_where_the_file_stands() {
+        let d = tempfile::tempdir().unwrap();
+        for append in [false, true] {
+            let p = d.path().join(format!("out-{append}"));
+            std::fs::write(&p, b"old").unwrap();
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .append(append)
+                .open(&p)
+                .unwrap();
+            if !append {
+                use std::io::Seek;
+                f.seek(io::SeekFrom::End(0)).unwrap();
+            }
+            let mut o = Output::from_kind(stdout_kind(f), false);
+            assert_eq!(o.base, 3);
+            let chunk = vec![9u8; (DROP_CHUNK / 2) as usize];
+            for _ in 0..5 {
+                o.write_all(&chunk).unwrap();
+            }
+            assert!(o.dropped > 0, "written pages were handed back");
+            o.finish().unwrap();
+            let got = std::fs::read(&p).unwrap();
+            assert_eq!(&got[..3], b"old");
+            assert_eq!(got.len(), 3 + 5 * chunk.len());
+            assert!(got[3..].iter().all(|b| *b == 9));
+        }
+        let (r, w) = rustix::pipe::pipe().unwrap();
+        drop(r);
+        let k = stdout_kind(File::from(w));
+        assert!(matches!(k, Kind::Stdout { regular: false, .. }));
     }
 
     #[test]

@@ -12,6 +12,7 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use crate::error::{Error, Result};
 use crate::pagecache;
 use crate::progress::escape;
+use crate::stdio;
 
 /// Where the stream comes from (plain data: `config` holds one).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,10 +55,21 @@ impl Input {
                     .as_fd()
                     .try_clone_to_owned()
                     .map_err(|e| Error::io("reading standard input", e))?;
+                let f = File::from(fd);
+                stdio::widen_pipe(&f);
+                // `< FILE`: its pages are handled as a named file's are, from where it
+                // is read now.
+                let cache = (!keep_cache && stdio::kind(&f) == stdio::Kind::Regular).then(|| {
+                    let at = rustix::fs::seek(&f, rustix::fs::SeekFrom::Current(0));
+                    (pagecache::Reader::new(false), at.unwrap_or(0))
+                });
+                if let Some((c, _)) = &cache {
+                    c.open(&f);
+                }
                 let input = Input {
-                    reader: Reader::Plain(File::from(fd)),
+                    reader: Reader::Plain(f),
                     what: "standard input".into(),
-                    cache: None,
+                    cache,
                 };
                 Ok((input, none))
             }
@@ -94,6 +106,7 @@ impl Input {
                     let _ = child.wait();
                     return Err(fail(io::Error::other("no standard output")));
                 };
+                stdio::widen_pipe(&out);
                 let input = Input {
                     reader: Reader::Child(out),
                     what: what.clone(),

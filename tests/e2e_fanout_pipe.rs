@@ -1,0 +1,352 @@
+//! Pipe-mode fan-out through the real binary: one stream read once (`haul send
+//! --from-command` with several `--to`), each receiver writing it to its own sink and
+//! passing it on. Three receivers on loopback (`recv --stream FILE` twice, `recv -`) get
+//! byte-identical streams with one `stream_blake3`; three receivers in their own network
+//! namespaces, the middle one SIGKILLed mid-stream: the chain re-forms around it, the
+//! other two complete byte-identical, the sender exits 5 naming the killed host (and a
+//! middle receiver whose consumer fails is left out the same way, exit 4); `haul
+//! copy --from-command CMD h1:FILE --also h2:FILE --also h3:FILE` (and `host:` with
+//! `--to-command`) through the test sshd.
+//! No timing is asserted; every wait is bounded against hangs.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use support::netbed::Lan;
+use support::*;
+
+/// Whether this machine can run the namespace test; prints why not (or panics under CI).
+fn lan_or_skip(test: &str) -> Option<Lan> {
+    match Lan::up("hfanp", "198.19.45", 4, None) {
+        Some(lan) => Some(lan),
+        None if std::env::var_os("CI").is_some() => {
+            panic!("{test}: needs root and `ip netns` (CI runs it as root)")
+        }
+        None => {
+            println!("SKIPPED: {test}: needs root and `ip netns`");
+            eprintln!("SKIPPED: {test}: needs root and `ip netns`");
+            None
+        }
+    }
+}
+
+/// `haul ARGS`, in namespace `ns` when given.
+fn haul_in(ns: Option<&str>) -> Command {
+    match ns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, haul_bin()]);
+            c
+        }
+        None => Command::new(haul_bin()),
+    }
+}
+
+/// `haul recv --stream FILE --json` listening on `listen`; its ticket read.
+fn recv_stream(ns: Option<&str>, listen: &str, file: &Path) -> Recv {
+    let mut cmd = haul_in(ns);
+    cmd.args(["recv", "-q", "--json", "--stream"])
+        .arg(file)
+        .args(["--listen", listen]);
+    let mut proc = Running::spawn("recv", cmd);
+    let line = proc.first_line().expect("recv printed no ticket");
+    let ticket = String::from_utf8(line).unwrap().trim().to_string();
+    Recv { proc, ticket }
+}
+
+/// `haul recv - --json` (the stream on stdout, the ticket in `ticket_file`).
+fn recv_stdout(ticket_file: &Path) -> Recv {
+    let mut cmd = haul_in(None);
+    cmd.args(["recv", "-", "-q", "--json", "--listen", "127.0.0.1:0"])
+        .arg("--ticket-file")
+        .arg(ticket_file);
+    let proc = Running::spawn("recv -", cmd);
+    let until = Instant::now() + Duration::from_secs(30);
+    let ticket = loop {
+        let t = std::fs::read_to_string(ticket_file).unwrap_or_default();
+        if t.ends_with('\n') {
+            break t.trim().to_string();
+        }
+        assert!(!proc.has_exited(), "recv - exited without a ticket");
+        assert!(Instant::now() < until, "recv - wrote no ticket");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Recv { proc, ticket }
+}
+
+/// `haul send --from-command 'cat SRC' --to T... --json ARGS`.
+fn spawn_send(ns: Option<&str>, src: &Path, tickets: &[&str], args: &[&str]) -> Running {
+    let mut cmd = haul_in(ns);
+    cmd.args(["send", "--from-command"])
+        .arg(format!("cat '{}'", src.display()));
+    for t in tickets {
+        cmd.args(["--to", t]);
+    }
+    cmd.args(["--json", "-q", "--block-size", BLOCK_SIZE_ARG])
+        .args(args);
+    Running::spawn("send", cmd)
+}
+
+/// The `stream_blake3` of a `--json` line in `text`.
+fn stream_blake3(text: &str) -> String {
+    let at = text
+        .find("\"stream_blake3\":\"")
+        .unwrap_or_else(|| panic!("no stream_blake3 in {text}"));
+    text[at + 17..at + 17 + 64].to_string()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Bytes written so far into a `--stream FILE`'s temporary in `dir`.
+fn temp_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".haul-tmp"))
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn three_receivers_get_one_stream_byte_identical() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src.bin");
+    // Not a multiple of the block: the short last block crosses two hops too.
+    write_random_file(&src, 20 * MIB + 12345, 15);
+    let want = blake3::hash(&std::fs::read(&src).unwrap())
+        .to_hex()
+        .to_string();
+    let outs: Vec<PathBuf> = (1..=2)
+        .map(|i| tmp.path().join(format!("out{i}")))
+        .collect();
+
+    let recvs = vec![
+        recv_stream(None, "127.0.0.1:0", &outs[0]),
+        recv_stream(None, "127.0.0.1:0", &outs[1]),
+        recv_stdout(&tmp.path().join("ticket3")),
+    ];
+    let tickets: Vec<&str> = recvs.iter().map(|r| r.ticket.as_str()).collect();
+    let sent = spawn_send(None, &src, &tickets, &[]).wait();
+    let got: Vec<Outcome> = recvs.into_iter().map(Recv::wait).collect();
+    let all = format!(
+        "{}\n{}\n{}\n{}",
+        sent.describe(),
+        got[0].describe(),
+        got[1].describe(),
+        got[2].describe()
+    );
+    assert_eq!(sent.code(), Some(0), "{all}");
+    for g in &got {
+        assert_eq!(g.code(), Some(0), "{all}");
+    }
+    let json = text(&sent.stdout);
+    assert_eq!(json.matches("\"ok\":true").count(), 3, "{json}");
+    assert_eq!(stream_blake3(&json), want);
+    for (o, g) in outs.iter().zip(&got) {
+        assert!(
+            std::fs::read(o).unwrap() == std::fs::read(&src).unwrap(),
+            "{o:?} differs"
+        );
+        assert_eq!(stream_blake3(&text(g.stdout_after_first_line())), want);
+    }
+    // `recv -`: the stream is its stdout, the JSON its stderr.
+    assert!(
+        got[2].stdout == std::fs::read(&src).unwrap(),
+        "recv - got other bytes"
+    );
+    assert_eq!(stream_blake3(&got[2].stderr), want);
+}
+
+#[test]
+fn a_middle_receiver_whose_consumer_fails_is_left_out_and_the_others_complete() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src.bin");
+    write_random_file(&src, 24 * MIB, 18);
+    let want = std::fs::read(&src).unwrap();
+    let outs: Vec<PathBuf> = (1..=2)
+        .map(|i| tmp.path().join(format!("out{i}")))
+        .collect();
+    // The middle one's consumer stops reading after 2 MiB: its failure is its own.
+    let mut cmd = haul_in(None);
+    cmd.args(["recv", "-q", "--json", "--listen", "127.0.0.1:0"])
+        .args(["--to-command", "head -c 2097152 > /dev/null"]);
+    let mut proc = Running::spawn("recv --to-command", cmd);
+    let line = proc.first_line().expect("recv printed no ticket");
+    let middle = Recv {
+        ticket: String::from_utf8(line).unwrap().trim().to_string(),
+        proc,
+    };
+    let first = recv_stream(None, "127.0.0.1:0", &outs[0]);
+    let last = recv_stream(None, "127.0.0.1:0", &outs[1]);
+    let tickets = [&first.ticket, &middle.ticket, &last.ticket].map(|t| t.as_str());
+    let sent = spawn_send(None, &src, &tickets, &[]).wait();
+    let (first, middle, last) = (first.wait(), middle.wait(), last.wait());
+    let all = format!(
+        "{}\n{}\n{}\n{}",
+        sent.describe(),
+        first.describe(),
+        middle.describe(),
+        last.describe()
+    );
+    assert_eq!(first.code(), Some(0), "{all}");
+    assert_eq!(last.code(), Some(0), "{all}");
+    assert_eq!(middle.code(), Some(4), "its consumer failed: {all}");
+    assert_eq!(sent.code(), Some(4), "the failed replica's code: {all}");
+    let json = text(&sent.stdout);
+    assert_eq!(json.matches("\"ok\":true").count(), 2, "{json}");
+    assert!(json.contains("\"ok\":false"), "{json}");
+    assert!(sent.stderr.contains("replica 127.0.0.1:"), "{all}");
+    for o in &outs {
+        assert!(std::fs::read(o).unwrap() == want, "{o:?} differs");
+    }
+}
+
+#[test]
+fn a_killed_middle_receiver_is_reported_and_the_others_complete() {
+    let test = "a_killed_middle_receiver_is_reported_and_the_others_complete";
+    let Some(lan) = lan_or_skip(test) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src.bin");
+    write_random_file(&src, 96 * MIB, 16);
+    let want = std::fs::read(&src).unwrap();
+    let dirs: Vec<PathBuf> = (1..=3).map(|i| tmp.path().join(format!("d{i}"))).collect();
+    for d in &dirs {
+        std::fs::create_dir(d).unwrap();
+    }
+    let recvs: Vec<Recv> = (0..3)
+        .map(|i| {
+            let listen = format!("{}:0", lan.ip(i + 2));
+            recv_stream(Some(&lan.ns(i + 2)), &listen, &dirs[i].join("out"))
+        })
+        .collect();
+    let tickets: Vec<&str> = recvs.iter().map(|r| r.ticket.as_str()).collect();
+    // The cap keeps the stream flowing long enough to kill the middle receiver in it.
+    let sender = spawn_send(Some(&lan.ns(1)), &src, &tickets, &["--limit", "24M"]);
+    let until = Instant::now() + Duration::from_secs(120);
+    while temp_bytes(&dirs[1]) < 8 * MIB {
+        assert!(Instant::now() < until, "the middle receiver never got data");
+        assert!(!sender.has_exited(), "the sender ended before the kill");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut recvs = recvs.into_iter();
+    let (first, middle, last) = (
+        recvs.next().unwrap(),
+        recvs.next().unwrap(),
+        recvs.next().unwrap(),
+    );
+    let killed = middle.kill();
+    assert_eq!(killed.code(), None, "SIGKILLed");
+    let sent = sender.wait();
+    let (first, last) = (first.wait(), last.wait());
+    let all = format!(
+        "{}\n{}\n{}\n{}",
+        sent.describe(),
+        first.describe(),
+        killed.describe(),
+        last.describe()
+    );
+    assert_eq!(first.code(), Some(0), "{all}");
+    assert_eq!(last.code(), Some(0), "{all}");
+    assert_eq!(sent.code(), Some(5), "{all}");
+    let failed = lan.ip(3);
+    assert!(
+        sent.stderr.contains(&format!("replica {failed}:")) && sent.stderr.contains("failed"),
+        "the error names the failed host {failed}\n{all}"
+    );
+    let json = text(&sent.stdout);
+    assert!(
+        json.contains(&format!("{{\"host\":\"{failed}:")) && json.contains("\"ok\":false"),
+        "{json}"
+    );
+    assert_eq!(json.matches("\"ok\":true").count(), 2, "{json}");
+    let digest = blake3::hash(&want).to_hex().to_string();
+    assert_eq!(stream_blake3(&json), digest);
+    for (i, o) in [(0, &first), (2, &last)] {
+        let out = std::fs::read(dirs[i].join("out")).unwrap();
+        assert!(out == want, "receiver {} got other bytes", i + 1);
+        assert_eq!(stream_blake3(&text(o.stdout_after_first_line())), digest);
+    }
+    assert!(
+        !dirs[1].join("out").exists(),
+        "the killed receiver's stream never became its file"
+    );
+}
+
+#[test]
+fn copy_also_passes_one_stream_to_three_far_files_and_commands() {
+    let Some(sshd) =
+        support::sshd::Sshd::start("copy_also_passes_one_stream_to_three_far_files_and_commands")
+    else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src.bin");
+    write_random_file(&src, 6 * MIB + 77, 17);
+    let want = std::fs::read(&src).unwrap();
+    let digest = blake3::hash(&want).to_hex().to_string();
+    let dirs: Vec<PathBuf> = (1..=3).map(|i| tmp.path().join(format!("d{i}"))).collect();
+    for d in &dirs {
+        std::fs::create_dir(d).unwrap();
+    }
+    let copy = |dests: Vec<String>, extra: &[&str]| {
+        let mut cmd = Command::new(haul_bin());
+        cmd.args(["copy", "-e", &sshd.rsh(), "--remote-haul", haul_bin()])
+            .args(["--json", "-q", "--block-size", BLOCK_SIZE_ARG])
+            .args(["--from-command", &format!("cat '{}'", src.display())])
+            .args(extra)
+            .arg(&dests[0]);
+        for d in &dests[1..] {
+            cmd.args(["--also", d]);
+        }
+        Running::spawn("copy", cmd).wait()
+    };
+
+    // host:FILE each.
+    let files: Vec<String> = dirs
+        .iter()
+        .map(|d| format!("127.0.0.1:{}", d.join("out").display()))
+        .collect();
+    let out = copy(files.clone(), &[]);
+    if out.code() != Some(0) {
+        eprintln!("--- sshd log ---\n{}", sshd.log());
+    }
+    out.assert_code(0);
+    let json = text(&out.stdout);
+    assert_eq!(json.matches("\"ok\":true").count(), 3, "{json}");
+    assert!(
+        json.contains(&format!("\"host\":\"{}\"", files[2])),
+        "{json}"
+    );
+    assert_eq!(stream_blake3(&json), digest);
+    for d in &dirs {
+        assert!(std::fs::read(d.join("out")).unwrap() == want, "{d:?}");
+    }
+
+    // host: with --to-command: every host runs it (here each into a file of its own).
+    let hosts = vec!["127.0.0.1:".to_string(); 3];
+    let cmd = format!("cat > \"$(mktemp '{}/c.XXXXXX')\"", tmp.path().display());
+    let out = copy(hosts, &["--to-command", &cmd]);
+    out.assert_code(0);
+    assert_eq!(stream_blake3(&text(&out.stdout)), digest);
+    let written: Vec<Vec<u8>> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("c."))
+        .map(|e| std::fs::read(e.path()).unwrap())
+        .collect();
+    assert_eq!(written.len(), 3, "three far commands ran");
+    assert!(
+        written.iter().all(|w| *w == want),
+        "each command got the stream"
+    );
+}
