@@ -206,8 +206,8 @@ impl Conn {
     pub fn delivery(&self) -> Option<super::sys::Delivery> {
         let tcp = match &self.io {
             Io::Plain(s) => s,
-            Io::Tls(s) => s.sock.tcp(),
-            Io::TlsServer(s) => s.sock.tcp(),
+            Io::Tls(s) => s.tcp(),
+            Io::TlsServer(s) => s.tcp(),
             Io::Unix(_) | Io::Tunnel(_) => return None,
         };
         super::sys::delivery(tcp)
