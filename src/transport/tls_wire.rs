@@ -1,4 +1,4 @@
-//! The buffers under a [`super::tls_stream::TlsStream`]: the incoming ciphertext rustls
+//! The buffers under a TLS stream (`tls_stream`): the incoming ciphertext rustls
 //! decrypts in place, and the socket with the outgoing ciphertext and the plaintext a read
 //! could not take yet.
 //!
