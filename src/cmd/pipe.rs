@@ -166,7 +166,7 @@ pub(super) fn run_send_pipe(
 ) -> Result<()> {
     let ticket = &resolve_ticket(ticket)?;
     let mut opts = pipe_options(t, p, cfg);
-    opts.chain = super::fanout::chain(chain, t.encrypt)?;
+    opts.chain = super::fanout::chain(ticket, chain, t.encrypt)?;
     let dial = ticket_dialer(ticket, t.encrypt);
     let report = send_pipe(from, &opts, ticket.secret.block_key(), dial)?;
     let replicas = super::fanout::states(

@@ -195,8 +195,8 @@ pub enum Command {
     Completions(clap_complete::Shell),
     /// Print the manual page.
     Man,
-    /// Measure what would bound a copy.
-    Probe(Probe),
+    /// Measure what would bound a copy (a far destination is reached as `copy` would).
+    Probe(Probe, SshOptions),
     /// The far end of a remote copy (hidden).
     Serve {
         /// Only print the versions.
@@ -343,10 +343,14 @@ impl Config {
             CommandArgs::Serve { probe, uploaded } => Command::Serve { probe, uploaded },
             CommandArgs::Completions { shell } => Command::Completions(shell),
             CommandArgs::Man => Command::Man,
-            CommandArgs::Probe { paths, streams } => Command::Probe(probe::probe(
-                &paths,
-                streams.unwrap_or_else(default_streams),
-            )?),
+            CommandArgs::Probe {
+                paths,
+                streams,
+                remote,
+            } => Command::Probe(
+                probe::probe(&paths, streams.unwrap_or_else(default_streams))?,
+                ssh_options(&remote)?,
+            ),
             CommandArgs::Limit { rate, pid } => Command::Limit {
                 rate: match rate.as_str() {
                     "off" => None,

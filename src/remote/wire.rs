@@ -30,7 +30,7 @@ use crate::protocol::{Accept, Listing, SyncOptions};
 use crate::transport::PROTOCOL_VERSION;
 
 /// Version of this line protocol; bumped whenever `Request` or `Reply` change shape.
-/// 6: `Request::ReceiveStream` says `everywhere` (a stream's fan-out).
+/// 6: `Request::ReceiveStream` says `everywhere` (a stream's fan-out); `Probe`, `Probed`.
 pub const SERVE_VERSION: u16 = 6;
 /// Every message line starts with this.
 const MSG_PREFIX: &str = "haul-msg ";
@@ -133,6 +133,17 @@ pub enum Request {
         /// `--keep-cache`: leave what is read from a file in the page cache.
         keep_cache: bool,
     },
+    /// `haul probe SRC... host:DST`: measure the durable write rate and the cost per file
+    /// in `dest` (or the nearest existing directory above it; nothing stays), then listen
+    /// for `streams` data connections and count the bytes they carry until they end.
+    Probe {
+        /// The destination path (raw bytes).
+        dest: Vec<u8>,
+        /// Data connections the local side opens.
+        streams: u16,
+        /// Advertise this address in the ticket instead of our own.
+        advertise: Option<IpAddr>,
+    },
     /// Sender only: start.
     Go {
         /// The new name of the single source at the destination, if rsync's rule renames it.
@@ -158,6 +169,17 @@ pub enum Reply {
         single_file: bool,
         /// Receiver: the name the single source takes at the destination, if renamed.
         rename: Option<Vec<u8>>,
+    },
+    /// What a `Probe` measured here (before its `Done`).
+    Probed {
+        /// Durable write rate in bytes per second, if it could be measured.
+        write_rate: Option<u64>,
+        /// Microseconds each file adds (create, write 4 KiB, fdatasync, close).
+        file_micros: Option<u64>,
+        /// Bytes that arrived on the data connections.
+        received: u64,
+        /// Microseconds from the first byte to the last.
+        micros: u64,
     },
     /// Finished; `code` is the far end's exit code.
     Done {
@@ -328,6 +350,11 @@ mod tests {
                 limit: None,
                 keep_cache: true,
             },
+            Request::Probe {
+                dest: b"/var/lib/\xfe".to_vec(),
+                streams: 8,
+                advertise: Some("2001:db8::1".parse().unwrap()),
+            },
         ];
         for r in reqs {
             let line = encode(&r);
@@ -343,6 +370,13 @@ mod tests {
             deleted: 3,
         };
         assert_eq!(decode::<Reply>(&encode(&done)).unwrap(), done);
+        let probed = Reply::Probed {
+            write_rate: Some(400 << 20),
+            file_micros: None,
+            received: 1 << 33,
+            micros: 3_000_123,
+        };
+        assert_eq!(decode::<Reply>(&encode(&probed)).unwrap(), probed);
     }
 
     #[test]
@@ -361,9 +395,11 @@ mod tests {
         let g = parse_greeting(&greeting(Some("ab12"))).unwrap();
         assert_eq!(g.hash.as_deref(), Some("ab12"));
         assert!(!parse_greeting("haul-serve 9 1").unwrap().compatible());
-        // Version 6: ReceiveStream says `everywhere` (5: `compress` may be "auto" and every
-        // request carries keep_cache; 4 added dry_run, a listing, a cap and deleted; 3 the
-        // walk's selection); an older far end cannot read them and is replaced by an upload.
+        // Version 6: ReceiveStream says `everywhere`, and `Probe`/`Probed` (5: `compress`
+        // may be "auto" and every request carries keep_cache; 4 added dry_run, a listing, a
+        // cap and deleted; 3 the walk's selection); an older far end cannot read them and is
+        // replaced by an upload.
+        assert_eq!(SERVE_VERSION, 6);
         assert_eq!(SERVE_VERSION, 6);
         for old in 2..SERVE_VERSION {
             let line = format!("haul-serve {old} {PROTOCOL_VERSION}");
