@@ -5,7 +5,8 @@
 //! compressed on every hop; three receivers in their own network
 //! namespaces, the middle one SIGKILLed mid-stream: the chain re-forms around it, the
 //! other two complete byte-identical, the sender exits 5 naming the killed host (and a
-//! middle receiver whose consumer fails is left out the same way, exit 4); `haul
+//! middle receiver whose consumer fails is left out the same way, exit 4; so is one
+//! whose link is cut, its connections left open, with 8 streams); `haul
 //! copy --from-command CMD h1:FILE --also h2:FILE --also h3:FILE` (and `host:` with
 //! `--to-command`) through the test sshd.
 //! No timing is asserted; every wait is bounded against hangs.
@@ -20,8 +21,9 @@ use support::netbed::Lan;
 use support::*;
 
 /// Whether this machine can run the namespace test; prints why not (or panics under CI).
-fn lan_or_skip(test: &str) -> Option<Lan> {
-    match Lan::up("hfanp", "198.19.45", 4, None) {
+/// Each test that needs one has its own (name, subnet): tests run at once.
+fn lan_or_skip(test: &str, (name, subnet): (&'static str, &'static str)) -> Option<Lan> {
+    match Lan::up(name, subnet, 4, None) {
         Some(lan) => Some(lan),
         None if std::env::var_os("CI").is_some() => {
             panic!("{test}: needs root and `ip netns` (CI runs it as root)")
@@ -265,7 +267,7 @@ fn a_middle_receiver_whose_consumer_fails_is_left_out_and_the_others_complete() 
 #[test]
 fn a_killed_middle_receiver_is_reported_and_the_others_complete() {
     let test = "a_killed_middle_receiver_is_reported_and_the_others_complete";
-    let Some(lan) = lan_or_skip(test) else {
+    let Some(lan) = lan_or_skip(test, ("hfanp", "198.19.45")) else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -333,6 +335,81 @@ fn a_killed_middle_receiver_is_reported_and_the_others_complete() {
         !dirs[1].join("out").exists(),
         "the killed receiver's stream never became its file"
     );
+}
+
+/// A network partition rather than a dead process: the middle receiver's link goes down,
+/// so its connections to the last receiver stay open but silent. With 8 streams they hold
+/// 8 of the last receiver's 12 data connection slots when the first receiver re-forms the
+/// chain and dials it; the silent ones must give up their slots to the new connections.
+#[test]
+fn a_partitioned_middle_receiver_is_reported_and_the_others_complete_with_8_streams() {
+    let test = "a_partitioned_middle_receiver_is_reported_and_the_others_complete_with_8_streams";
+    let Some(lan) = lan_or_skip(test, ("hfanq", "198.19.47")) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src.bin");
+    write_random_file(&src, 96 * MIB, 17);
+    let want = std::fs::read(&src).unwrap();
+    let dirs: Vec<PathBuf> = (1..=3).map(|i| tmp.path().join(format!("d{i}"))).collect();
+    for d in &dirs {
+        std::fs::create_dir(d).unwrap();
+    }
+    let recvs: Vec<Recv> = (0..3)
+        .map(|i| {
+            let listen = format!("{}:0", lan.ip(i + 2));
+            recv_stream(Some(&lan.ns(i + 2)), &listen, &dirs[i].join("out"))
+        })
+        .collect();
+    let tickets: Vec<&str> = recvs.iter().map(|r| r.ticket.as_str()).collect();
+    let args = ["--limit", "24M", "--streams", "8"];
+    let sender = spawn_send(Some(&lan.ns(1)), &src, &tickets, &args);
+    let until = Instant::now() + Duration::from_secs(120);
+    while temp_bytes(&dirs[2]) < 8 * MIB {
+        assert!(Instant::now() < until, "the last receiver never got data");
+        assert!(
+            !sender.has_exited(),
+            "the sender ended before the partition"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Host 3's switch port down: nothing reaches it, nothing of it closes.
+    let down = Command::new("ip")
+        .args(["-n", "hfanq-sw"])
+        .args(["link", "set", "p3", "down"])
+        .status()
+        .unwrap();
+    assert!(down.success(), "ip link set p3 down");
+    let mut recvs = recvs.into_iter();
+    let (first, middle, last) = (
+        recvs.next().unwrap(),
+        recvs.next().unwrap(),
+        recvs.next().unwrap(),
+    );
+    let sent = sender.wait();
+    let (first, last) = (first.wait(), last.wait());
+    let middle = middle.kill();
+    let all = format!(
+        "{}\n{}\n{}\n{}",
+        sent.describe(),
+        first.describe(),
+        middle.describe(),
+        last.describe()
+    );
+    assert_eq!(first.code(), Some(0), "{all}");
+    assert_eq!(last.code(), Some(0), "{all}");
+    assert_eq!(sent.code(), Some(5), "{all}");
+    let failed = lan.ip(3);
+    assert!(
+        sent.stderr.contains(&format!("replica {failed}:")) && sent.stderr.contains("failed"),
+        "the error names the failed host {failed}\n{all}"
+    );
+    let json = text(&sent.stdout);
+    assert_eq!(json.matches("\"ok\":true").count(), 2, "{json}");
+    for i in [0, 2] {
+        let out = std::fs::read(dirs[i].join("out")).unwrap();
+        assert!(out == want, "receiver {} got other bytes\n{all}", i + 1);
+    }
 }
 
 #[test]

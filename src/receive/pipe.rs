@@ -14,6 +14,7 @@ mod reader;
 mod relay;
 mod relay_data;
 mod sink;
+mod slots;
 mod window;
 
 use std::io;
@@ -34,6 +35,7 @@ use crate::transport::{Conn, Role};
 use reader::spawn_reader;
 use relay::StreamRelay;
 pub use sink::{Output, PipeTo};
+use slots::Slots;
 use window::{Shared, Window, TICK};
 
 /// How often the control loop wakes to send acknowledgements.
@@ -109,8 +111,9 @@ pub fn receive_pipe(
         abort: AtomicBool::new(false),
         fatal: Mutex::new(None),
         forged: Forgeries::starting_at(forged),
-        active: AtomicUsize::new(0),
+        slots: Slots::new(usize::from(streams) + DATA_CONN_SLACK),
         max_active: usize::from(streams) + DATA_CONN_SLACK,
+        epoch: Instant::now(),
         data_conns: AtomicUsize::new(0),
         control_conns: AtomicUsize::new(1),
         last_activity: Mutex::new(Instant::now()),

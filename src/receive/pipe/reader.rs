@@ -7,6 +7,7 @@ use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use super::slots::Slot;
 use super::window::{Held, Packed, Shared, TICK};
 use crate::codec::Decoder;
 use crate::error::{Error, Result};
@@ -16,26 +17,25 @@ use crate::session::frame_reader;
 use crate::transport::Conn;
 
 pub(super) fn spawn_reader(shared: &Arc<Shared>, conn: Conn) {
-    if shared.active.fetch_add(1, Ordering::AcqRel) >= shared.max_active {
-        shared.active.fetch_sub(1, Ordering::AcqRel);
+    let Some(slot) = shared.slots.take(shared.now_ms()) else {
         return;
-    }
+    };
     let n = shared.data_conns.fetch_add(1, Ordering::Relaxed);
     shared.touch();
-    let s = Arc::clone(shared);
+    let (s, mine) = (Arc::clone(shared), Arc::clone(&slot));
     let r = std::thread::Builder::new()
         .name(format!("haul-pipe-recv-{n}"))
         .spawn(move || {
-            match read_loop(conn, &s) {
+            match read_loop(conn, &s, &mine) {
                 Ok(true) => {}
                 Ok(false) => s.lost.store(true, Ordering::Release),
                 Err(e) => s.fail(e),
             }
             s.touch();
-            s.active.fetch_sub(1, Ordering::AcqRel);
+            s.slots.free(&mine);
         });
     if r.is_err() {
-        shared.active.fetch_sub(1, Ordering::AcqRel);
+        shared.slots.free(&slot);
         shared.fail(Error::io(
             "starting a stream thread",
             io::Error::other("spawn failed"),
@@ -45,8 +45,9 @@ pub(super) fn spawn_reader(shared: &Arc<Shared>, conn: Conn) {
 
 /// One data connection: verified blocks into the window until its End frame (`true`) or
 /// until it breaks (`false`: what it carried may be lost). Frames that fail verification
-/// cost the connection (up to the transfer's bound); authentic nonsense is an error.
-fn read_loop(mut conn: Conn, shared: &Shared) -> Result<bool> {
+/// cost the connection (up to the transfer's bound); authentic nonsense is an error. A
+/// connection whose slot a newer one took (`slots`) ends as a broken one.
+fn read_loop(mut conn: Conn, shared: &Shared, slot: &Slot) -> Result<bool> {
     if conn.set_read_timeout(Some(TICK)).is_err() {
         return Ok(false);
     }
@@ -64,6 +65,10 @@ fn read_loop(mut conn: Conn, shared: &Shared) -> Result<bool> {
                 if shared.abort.load(Ordering::Acquire) {
                     return Ok(true);
                 }
+                if slot.evicted() {
+                    conn.abort();
+                    return Ok(false);
+                }
                 continue;
             }
             Err(ReadError::Io(e)) if e.kind() == io::ErrorKind::InvalidData => {
@@ -77,6 +82,7 @@ fn read_loop(mut conn: Conn, shared: &Shared) -> Result<bool> {
             }
             Err(ReadError::Protocol(p)) => return Err(p.into()),
         };
+        slot.heard(shared.now_ms());
         match frame.kind {
             FrameKind::End => return Ok(true),
             FrameKind::Control => {

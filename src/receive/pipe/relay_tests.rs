@@ -10,6 +10,7 @@ use super::*;
 use crate::codec::tree::block_cv;
 use crate::progress::Counters;
 use crate::receive::integrity::Forgeries;
+use crate::receive::pipe::slots::Slots;
 use crate::receive::pipe::window::Window;
 use crate::transport::Secret;
 
@@ -29,8 +30,9 @@ fn shared() -> Arc<Shared> {
         abort: AtomicBool::new(false),
         fatal: Mutex::new(None),
         forged: Forgeries::starting_at(0),
-        active: AtomicUsize::new(0),
+        slots: Slots::new(4),
         max_active: 4,
+        epoch: Instant::now(),
         data_conns: AtomicUsize::new(0),
         control_conns: AtomicUsize::new(0),
         last_activity: Mutex::new(Instant::now()),

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use super::slots::Slots;
 use crate::codec::tree::BlockCv;
 use crate::error::{Error, Result};
 use crate::progress::Counters;
@@ -72,8 +73,11 @@ pub(super) struct Shared {
     pub(super) abort: AtomicBool,
     pub(super) fatal: Mutex<Option<Error>>,
     pub(super) forged: Forgeries,
-    pub(super) active: AtomicUsize,
+    /// Data connection slots (at most `max_active` readers that count).
+    pub(super) slots: Slots,
     pub(super) max_active: usize,
+    /// The clock the slots run on.
+    pub(super) epoch: Instant,
     pub(super) data_conns: AtomicUsize,
     pub(super) control_conns: AtomicUsize,
     pub(super) last_activity: Mutex<Instant>,
@@ -89,6 +93,11 @@ impl Shared {
         if let Ok(mut t) = self.last_activity.lock() {
             *t = Instant::now();
         }
+    }
+
+    /// Milliseconds since the receiver started: the slots' clock.
+    pub(super) fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
     }
 
     pub(super) fn idle_for(&self) -> Duration {
