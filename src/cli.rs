@@ -138,12 +138,14 @@ pub enum CommandArgs {
     /// (source read, durable write at DST, each codec on a sample of the data) and print
     /// the bottleneck, the settings to use and the predicted time.
     Probe {
-        /// SRC... DST, as for copy (local paths).
+        /// SRC... DST, as for copy (sources on this host; DST local or host:path).
         #[arg(required = true, num_args = 2.., value_name = "SRC... DST")]
         paths: Vec<PathBuf>,
         /// Data streams the copy would use (default: twice the cores, 2 to 8).
         #[arg(long, value_name = "N")]
         streams: Option<usize>,
+        #[command(flatten)]
+        remote: RemoteArgs,
     },
     /// Split sources into N byte-balanced shard files for a scheduler (`haul copy --shard
     /// FILE DST` moves one); `haul plan --check DIR DST` confirms they all arrived.
@@ -290,7 +292,8 @@ pub struct RemoteArgs {
     #[arg(long, value_name = "IP", hide = true)]
     pub remote_advertise: Option<std::net::IpAddr>,
     /// A further destination ([user@]host:path) of a push, fed by the one before it (a
-    /// chain fan-out: the sources are read and sent once); repeatable.
+    /// chain fan-out: the sources are read and sent once; a stream's too: host:FILE, or
+    /// host: with --to-command); repeatable.
     #[arg(long, value_name = "HOST:DST")]
     pub also: Vec<PathBuf>,
 }

@@ -130,7 +130,7 @@ fn run_command(cfg: &Config) -> Result<()> {
         }
         Command::Plan(job) => shards::run(job, cfg),
         Command::Limit { rate, pid } => run_limit(*rate, *pid),
-        Command::Probe(p) => probe::run_probe(p, cfg),
+        Command::Probe(p, ssh) => probe::run_probe(p, ssh, cfg),
         Command::Completions(shell) => docs::completions(*shell, &mut std::io::stdout().lock()),
         Command::Man => docs::man(&mut std::io::stdout().lock()),
         Command::Serve { probe: true, .. } => {
@@ -318,7 +318,7 @@ fn run_send(
 ) -> Result<()> {
     let ticket = &resolve_ticket(ticket)?;
     let mut opts = send_options(t, cfg, true);
-    opts.chain = fanout::chain(chain, t.encrypt)?;
+    opts.chain = fanout::chain(ticket, chain, t.encrypt)?;
     let sources: Vec<Source> = paths.iter().map(|p| Source::from_arg(p)).collect();
     let dial = ticket_dialer(ticket, t.encrypt);
     let report = send(&sources, &opts, ticket.secret.block_key(), dial)?;
@@ -349,7 +349,7 @@ fn finish_send(
         report.started,
         cfg,
     );
-    fanout::failed(replicas.as_deref().unwrap_or_default())?;
+    fanout::failed(replicas.as_deref().unwrap_or_default(), false)?;
     match report.partial_error() {
         Some(e) => Err(e),
         None => Ok(()),

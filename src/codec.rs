@@ -134,16 +134,22 @@ impl Encoder {
         codec
     }
 
+    /// Whether the controller runs (`Auto`), so wants [`Encoder::wrote`]'s link samples.
+    pub fn adapts(&self) -> bool {
+        self.tuner.is_some()
+    }
+
     /// With `Auto`, the level (index in `tune::LADDER`) the last unit was compressed at.
     pub fn last_level(&self) -> Option<usize> {
         self.last
     }
 
     /// Tells the controller how long the last encoded unit took to write (including
-    /// pacing); without `Auto`, or for a unit too small to teach anything, does nothing.
-    pub fn wrote(&mut self, write: Duration) {
+    /// pacing) and TCP's delivery sample after it, if the connection has one; without
+    /// `Auto`, or for a unit too small to teach anything, does nothing.
+    pub fn wrote(&mut self, write: Duration, link: Option<tune::LinkSample>) {
         if let (Some(t), Some((raw, wire, cpu))) = (self.tuner.as_mut(), self.pending) {
-            t.observe(raw, wire, cpu, write);
+            t.observe(raw, wire, cpu, write, link);
         }
         self.pending = None;
     }
@@ -508,7 +514,7 @@ mod tests {
         // Writes that take a second each: the link is all that matters.
         for _ in 0..200 {
             enc.encode(&text, &mut out);
-            enc.wrote(Duration::from_secs(1));
+            enc.wrote(Duration::from_secs(1), None);
         }
         assert!(
             matches!(enc.current(), Compression::Zstd(3 | 6)),
@@ -518,7 +524,7 @@ mod tests {
         // Writes that cost nothing: compression only costs time.
         for _ in 0..200 {
             enc.encode(&text, &mut out);
-            enc.wrote(Duration::ZERO);
+            enc.wrote(Duration::ZERO, None);
         }
         assert_eq!(enc.current(), Compression::None);
     }

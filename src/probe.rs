@@ -311,6 +311,20 @@ pub fn file_cost(dir: &Path, threads: usize) -> io::Result<f64> {
     Ok(started.elapsed().as_secs_f64() / (threads.max(1) * 32) as f64)
 }
 
+/// The destination if it is a directory, else the nearest existing directory above it
+/// (where `copy` would create it).
+pub fn existing_dir(dest: &Path) -> PathBuf {
+    let mut d = dest.to_path_buf();
+    loop {
+        if d.is_dir() {
+            return d;
+        }
+        if !d.pop() || d.as_os_str().is_empty() {
+            return PathBuf::from(".");
+        }
+    }
+}
+
 fn temp_file(dir: &Path) -> io::Result<File> {
     let anon = OpenOptions::new()
         .read(true)

@@ -3,7 +3,10 @@
 //! passing it on. Three receivers on loopback (`recv --stream FILE` twice, `recv -`) get
 //! byte-identical streams with one `stream_blake3`; three receivers in their own network
 //! namespaces, the middle one SIGKILLed mid-stream: the chain re-forms around it, the
-//! other two complete byte-identical, the sender exits 5 naming the killed host.
+//! other two complete byte-identical, the sender exits 5 naming the killed host (and a
+//! middle receiver whose consumer fails is left out the same way, exit 4); `haul
+//! copy --from-command CMD h1:FILE --also h2:FILE --also h3:FILE` (and `host:` with
+//! `--to-command`) through the test sshd.
 //! No timing is asserted; every wait is bounded against hangs.
 
 mod support;
@@ -17,7 +20,7 @@ use support::*;
 
 /// Whether this machine can run the namespace test; prints why not (or panics under CI).
 fn lan_or_skip(test: &str) -> Option<Lan> {
-    match Lan::up("hfanp", "198.19.43", 4, None) {
+    match Lan::up("hfanp", "198.19.45", 4, None) {
         Some(lan) => Some(lan),
         None if std::env::var_os("CI").is_some() => {
             panic!("{test}: needs root and `ip netns` (CI runs it as root)")
@@ -163,6 +166,50 @@ fn three_receivers_get_one_stream_byte_identical() {
 }
 
 #[test]
+fn a_middle_receiver_whose_consumer_fails_is_left_out_and_the_others_complete() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src.bin");
+    write_random_file(&src, 24 * MIB, 18);
+    let want = std::fs::read(&src).unwrap();
+    let outs: Vec<PathBuf> = (1..=2)
+        .map(|i| tmp.path().join(format!("out{i}")))
+        .collect();
+    // The middle one's consumer stops reading after 2 MiB: its failure is its own.
+    let mut cmd = haul_in(None);
+    cmd.args(["recv", "-q", "--json", "--listen", "127.0.0.1:0"])
+        .args(["--to-command", "head -c 2097152 > /dev/null"]);
+    let mut proc = Running::spawn("recv --to-command", cmd);
+    let line = proc.first_line().expect("recv printed no ticket");
+    let middle = Recv {
+        ticket: String::from_utf8(line).unwrap().trim().to_string(),
+        proc,
+    };
+    let first = recv_stream(None, "127.0.0.1:0", &outs[0]);
+    let last = recv_stream(None, "127.0.0.1:0", &outs[1]);
+    let tickets = [&first.ticket, &middle.ticket, &last.ticket].map(|t| t.as_str());
+    let sent = spawn_send(None, &src, &tickets, &[]).wait();
+    let (first, middle, last) = (first.wait(), middle.wait(), last.wait());
+    let all = format!(
+        "{}\n{}\n{}\n{}",
+        sent.describe(),
+        first.describe(),
+        middle.describe(),
+        last.describe()
+    );
+    assert_eq!(first.code(), Some(0), "{all}");
+    assert_eq!(last.code(), Some(0), "{all}");
+    assert_eq!(middle.code(), Some(4), "its consumer failed: {all}");
+    assert_eq!(sent.code(), Some(4), "the failed replica's code: {all}");
+    let json = text(&sent.stdout);
+    assert_eq!(json.matches("\"ok\":true").count(), 2, "{json}");
+    assert!(json.contains("\"ok\":false"), "{json}");
+    assert!(sent.stderr.contains("replica 127.0.0.1:"), "{all}");
+    for o in &outs {
+        assert!(std::fs::read(o).unwrap() == want, "{o:?} differs");
+    }
+}
+
+#[test]
 fn a_killed_middle_receiver_is_reported_and_the_others_complete() {
     let test = "a_killed_middle_receiver_is_reported_and_the_others_complete";
     let Some(lan) = lan_or_skip(test) else {
@@ -232,5 +279,74 @@ fn a_killed_middle_receiver_is_reported_and_the_others_complete() {
     assert!(
         !dirs[1].join("out").exists(),
         "the killed receiver's stream never became its file"
+    );
+}
+
+#[test]
+fn copy_also_passes_one_stream_to_three_far_files_and_commands() {
+    let Some(sshd) =
+        support::sshd::Sshd::start("copy_also_passes_one_stream_to_three_far_files_and_commands")
+    else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src.bin");
+    write_random_file(&src, 6 * MIB + 77, 17);
+    let want = std::fs::read(&src).unwrap();
+    let digest = blake3::hash(&want).to_hex().to_string();
+    let dirs: Vec<PathBuf> = (1..=3).map(|i| tmp.path().join(format!("d{i}"))).collect();
+    for d in &dirs {
+        std::fs::create_dir(d).unwrap();
+    }
+    let copy = |dests: Vec<String>, extra: &[&str]| {
+        let mut cmd = Command::new(haul_bin());
+        cmd.args(["copy", "-e", &sshd.rsh(), "--remote-haul", haul_bin()])
+            .args(["--json", "-q", "--block-size", BLOCK_SIZE_ARG])
+            .args(["--from-command", &format!("cat '{}'", src.display())])
+            .args(extra)
+            .arg(&dests[0]);
+        for d in &dests[1..] {
+            cmd.args(["--also", d]);
+        }
+        Running::spawn("copy", cmd).wait()
+    };
+
+    // host:FILE each.
+    let files: Vec<String> = dirs
+        .iter()
+        .map(|d| format!("127.0.0.1:{}", d.join("out").display()))
+        .collect();
+    let out = copy(files.clone(), &[]);
+    if out.code() != Some(0) {
+        eprintln!("--- sshd log ---\n{}", sshd.log());
+    }
+    out.assert_code(0);
+    let json = text(&out.stdout);
+    assert_eq!(json.matches("\"ok\":true").count(), 3, "{json}");
+    assert!(
+        json.contains(&format!("\"host\":\"{}\"", files[2])),
+        "{json}"
+    );
+    assert_eq!(stream_blake3(&json), digest);
+    for d in &dirs {
+        assert!(std::fs::read(d.join("out")).unwrap() == want, "{d:?}");
+    }
+
+    // host: with --to-command: every host runs it (here each into a file of its own).
+    let hosts = vec!["127.0.0.1:".to_string(); 3];
+    let cmd = format!("cat > \"$(mktemp '{}/c.XXXXXX')\"", tmp.path().display());
+    let out = copy(hosts, &["--to-command", &cmd]);
+    out.assert_code(0);
+    assert_eq!(stream_blake3(&text(&out.stdout)), digest);
+    let written: Vec<Vec<u8>> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("c."))
+        .map(|e| std::fs::read(e.path()).unwrap())
+        .collect();
+    assert_eq!(written.len(), 3, "three far commands ran");
+    assert!(
+        written.iter().all(|w| *w == want),
+        "each command got the stream"
     );
 }

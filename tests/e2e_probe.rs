@@ -120,9 +120,65 @@ fn probe_refuses_what_it_cannot_measure() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // The sources are read here: a far one is a usage error.
     let out = Command::new(haul_bin())
-        .args(["probe", "/tmp", "db2:/x"])
+        .args(["probe", "db2:/x", "/tmp"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// `haul probe SRC host:DST` through a real sshd: the far end measures the durable write
+/// rate where the copy would write, the streams carry data to it, and the JSON has a
+/// network rate; nothing is left at the far destination.
+#[test]
+fn probe_measures_a_far_destination_over_ssh() {
+    let Some(sshd) = support::sshd::Sshd::start("probe_measures_a_far_destination_over_ssh") else {
+        return;
+    };
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    write_random_file(&src.join("random"), 16 * MIB, 7);
+    let dst = tmp.path().join("far");
+    std::fs::create_dir(&dst).unwrap();
+    std::fs::write(dst.join("kept"), b"was here").unwrap();
+    let before = names(&dst);
+    let far = format!("127.0.0.1:{}", dst.join("new").display());
+    let started = Instant::now();
+    let out = Command::new(haul_bin())
+        .args(["probe", "--json", "--streams", "2", "-e"])
+        .arg(sshd.rsh())
+        .arg("--remote-haul")
+        .arg(haul_bin())
+        .arg(&src)
+        .arg(&far)
+        .output()
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(120), "a hang");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{text}{}\nsshd log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        sshd.log()
+    );
+    eprintln!("probe: {text}");
+    for key in [
+        "write_rate",
+        "network_rate",
+        "predicted_rate",
+        "file_seconds",
+    ] {
+        assert!(field(&text, key) > 0.0, "{key} in {text}");
+    }
+    assert_eq!(field(&text, "streams"), 2.0);
+    // Across a network every codec may be chosen; the choice is one of them.
+    let codec = json_field(&text, "compress").unwrap();
+    assert!(
+        ["none", "lz4", "zstd:1", "zstd:3"].contains(&codec.as_str()),
+        "{text}"
+    );
+    assert_eq!(names(&dst), before, "the probe changed the far destination");
+    assert!(!dst.join("new").exists());
 }

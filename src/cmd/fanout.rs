@@ -16,8 +16,9 @@ pub(super) fn label(ticket: &Ticket) -> String {
     }
 }
 
-/// The chain after the first receiver (None for a single receiver).
-pub(super) fn chain(rest: &[TicketFrom], encrypt: bool) -> Result<Option<Chain>> {
+/// The chain after the `first` receiver (None for a single receiver). A receiver named
+/// twice is refused: it would be dialed by the hop before it as a second sender.
+pub(super) fn chain(first: &Ticket, rest: &[TicketFrom], encrypt: bool) -> Result<Option<Chain>> {
     if rest.is_empty() {
         return Ok(None);
     }
@@ -30,6 +31,16 @@ pub(super) fn chain(rest: &[TicketFrom], encrypt: bool) -> Result<Option<Chain>>
             })
         })
         .collect::<Result<Vec<_>>>()?;
+    let mut seen = vec![first.encode()];
+    for h in &hops {
+        if seen.contains(&h.ticket) {
+            return Err(Error::Usage(format!(
+                "the receiver at {} is named twice in the fan-out; give each receiver once",
+                escape(&h.label)
+            )));
+        }
+        seen.push(h.ticket.clone());
+    }
     Ok(Some(Chain { hops, encrypt }))
 }
 
@@ -63,13 +74,18 @@ pub(super) fn states(
     Some(out)
 }
 
-/// Prints one error line per failed replica; the exit status is the first one's.
-pub(super) fn failed(states: &[ReplicaState]) -> Result<()> {
+/// Prints one error line per failed replica; the exit status is the first one's. A
+/// `stream` cannot be resumed: a re-run sends all of it again.
+pub(super) fn failed(states: &[ReplicaState], stream: bool) -> Result<()> {
     let mut code = None;
+    let rerun = match stream {
+        false => "re-run the same command to complete it",
+        true => "a stream cannot be resumed: send it to that host again",
+    };
     for s in states {
         if let Some((message, c)) = &s.error {
             eprintln!(
-                "haul: error: replica {} failed: {}; the other replicas are complete (re-run the same command to complete it)",
+                "haul: error: replica {} failed: {}; the other replicas are complete ({rerun})",
                 escape(&s.host),
                 escape(message)
             );
@@ -79,5 +95,31 @@ pub(super) fn failed(states: &[ReplicaState]) -> Result<()> {
     match code {
         Some(code) => Err(Error::Reported { code }),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::Secret;
+
+    fn ticket(port: u16, secret: u8) -> Ticket {
+        Ticket {
+            addrs: vec![std::net::SocketAddr::from(([127, 0, 0, 1], port))],
+            fingerprint: [0; 32],
+            secret: Secret::from_bytes([secret; 32]),
+        }
+    }
+
+    #[test]
+    fn a_receiver_named_twice_is_refused() {
+        let given = |t: &Ticket| TicketFrom::Given(Box::new(t.clone()));
+        let (a, b, c) = (ticket(1, 1), ticket(2, 2), ticket(3, 3));
+        let ok = chain(&a, &[given(&b), given(&c)], true).unwrap().unwrap();
+        assert_eq!(ok.hops.len(), 2);
+        assert_eq!(ok.hops[0].label, "127.0.0.1:2");
+        assert!(chain(&a, &[given(&b), given(&a)], true).is_err());
+        assert!(chain(&a, &[given(&b), given(&b)], true).is_err());
+        assert!(chain(&a, &[], true).unwrap().is_none());
     }
 }

@@ -166,7 +166,7 @@ pub(super) fn run_send_pipe(
 ) -> Result<()> {
     let ticket = &resolve_ticket(ticket)?;
     let mut opts = pipe_options(t, p, cfg);
-    opts.chain = super::fanout::chain(chain, t.encrypt)?;
+    opts.chain = super::fanout::chain(ticket, chain, t.encrypt)?;
     let dial = ticket_dialer(ticket, t.encrypt);
     let report = send_pipe(from, &opts, ticket.secret.block_key(), dial)?;
     let replicas = super::fanout::states(
@@ -175,7 +175,7 @@ pub(super) fn run_send_pipe(
         &report.replicas,
     );
     finish_send_pipe(&report, replicas.clone(), false, cfg);
-    super::fanout::failed(replicas.as_deref().unwrap_or_default())
+    super::fanout::failed(replicas.as_deref().unwrap_or_default(), true)
 }
 
 pub(super) fn run_copy_pipe(
@@ -190,7 +190,16 @@ pub(super) fn run_copy_pipe(
         remote => {
             let opts = pipe_options(t, p, cfg);
             match crate::remote::pipe::run(remote, &opts, t.encrypt, ssh, cfg.quiet)? {
-                PipeOutcome::Sent(r) => finish_send_pipe(&r, None, false, cfg),
+                PipeOutcome::Sent(r) => {
+                    // A fan-out (`--also`): every destination's state, named host:path.
+                    let first = match remote {
+                        PipeCopy::Push { dest, .. } => crate::remote::fanout::label(dest),
+                        _ => String::new(),
+                    };
+                    let states = super::fanout::states(&first, r.chain.as_ref(), &r.replicas);
+                    finish_send_pipe(&r, states.clone(), false, cfg);
+                    return super::fanout::failed(states.as_deref().unwrap_or_default(), true);
+                }
                 PipeOutcome::Received(r) => {
                     let on_stdout = matches!(
                         remote,

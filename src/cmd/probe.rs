@@ -1,10 +1,9 @@
 //! `haul probe SRC... DST`: runs the measurements of `probe` and prints what bounds the
 //! copy, the settings to use and the predicted time (or one JSON object with `--json`).
 
-use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::config::{Config, Probe};
+use crate::config::{Config, Location, Probe, SshOptions};
 use crate::error::{Error, Result};
 use crate::probe::{self, CodecRate, Sources, SAMPLE_BLOCK};
 use crate::progress::{escape, human, json_string};
@@ -12,8 +11,11 @@ use crate::progress::{escape, human, json_string};
 /// What was measured and picked.
 struct Outcome {
     src: Sources,
-    dest: PathBuf,
+    /// The destination directory measured, escaped for printing (`host:path` when far).
+    dest: String,
     write: Option<f64>,
+    /// Bytes per second over the streams to a far destination.
+    network: Option<f64>,
     /// Seconds each file adds at the destination (create, fsync, close).
     per_file: Option<f64>,
     codecs: Vec<CodecRate>,
@@ -23,31 +25,51 @@ struct Outcome {
 }
 
 /// Measures and prints.
-pub(super) fn run_probe(p: &Probe, cfg: &Config) -> Result<()> {
+pub(super) fn run_probe(p: &Probe, ssh: &SshOptions, cfg: &Config) -> Result<()> {
     let started = Instant::now();
     let src = probe::sample_sources(&p.sources, p.streams).map_err(|e| Error::Source {
         path: p.sources.first().cloned().unwrap_or_default(),
         source: e,
     })?;
-    let dir = existing_dir(&p.dest);
-    let write = probe::write_rate(&dir, &src.blocks).map_err(|e| Error::Destination {
-        path: dir.clone(),
-        source: e,
-        hint: "",
-    })?;
-    // The store finishes files on 8 threads.
-    let per_file = probe::file_cost(&dir, 8).ok();
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let codecs = probe::codec_rates(&src.blocks, cores.min(p.streams));
-    let same = std::fs::metadata(&dir).is_ok_and(|m| {
-        use std::os::unix::fs::MetadataExt;
-        src.devices.contains(&m.dev())
-    });
-    let choice = probe::choose(src.read_rate, Some(write), None, same, &codecs);
+    let (dest, write, per_file, network, same) = match &p.dest {
+        Location::Local(d) => {
+            let dir = probe::existing_dir(d);
+            let write = probe::write_rate(&dir, &src.blocks).map_err(|e| Error::Destination {
+                path: dir.clone(),
+                source: e,
+                hint: "",
+            })?;
+            // The store finishes files on 8 threads.
+            let per_file = probe::file_cost(&dir, 8).ok();
+            let same = std::fs::metadata(&dir).is_ok_and(|m| {
+                use std::os::unix::fs::MetadataExt;
+                src.devices.contains(&m.dev())
+            });
+            let shown = escape(&dir.display().to_string());
+            (shown, Some(write), per_file, None, same)
+        }
+        Location::Remote(r) => {
+            // Incompressible bytes: the link's raw rate (each codec's ratio is applied
+            // to it by `choose`).
+            let mut block = vec![0u8; SAMPLE_BLOCK as usize];
+            blake3::Hasher::new().finalize_xof().fill(&mut block);
+            let m = crate::remote::probe::measure(r, p.streams, &block, ssh, cfg.quiet)?;
+            let shown = format!(
+                "{}:{}",
+                escape(&r.host),
+                escape(&String::from_utf8_lossy(&r.path))
+            );
+            (shown, m.write_rate, m.per_file, Some(m.network_rate), false)
+        }
+    };
+    let choice = probe::choose(src.read_rate, write, network, same, &codecs);
     let o = Outcome {
         src,
-        dest: dir,
-        write: Some(write),
+        dest,
+        write,
+        network,
         per_file,
         codecs,
         choice,
@@ -60,20 +82,6 @@ pub(super) fn run_probe(p: &Probe, cfg: &Config) -> Result<()> {
         print!("{}", text(&o));
     }
     Ok(())
-}
-
-/// The destination if it is a directory, else the nearest existing directory above it
-/// (where `copy` would create it).
-fn existing_dir(dest: &Path) -> PathBuf {
-    let mut d = dest.to_path_buf();
-    loop {
-        if d.is_dir() {
-            return d;
-        }
-        if !d.pop() || d.as_os_str().is_empty() {
-            return PathBuf::from(".");
-        }
-    }
 }
 
 fn rate(r: Option<f64>) -> String {
@@ -112,11 +120,19 @@ fn text(o: &Outcome) -> String {
         s.cached * 100.0,
     );
     t += &format!(
-        "destination {}: durable write {}, {:.2} ms per file\nnetwork: none (a copy on this host)\n",
-        escape(&o.dest.display().to_string()),
+        "destination {}: durable write {}, {:.2} ms per file\n",
+        o.dest,
         rate(o.write),
         o.per_file.unwrap_or(0.0) * 1000.0
     );
+    t += &match o.network {
+        Some(n) => format!(
+            "network: {} over {} streams (TLS)\n",
+            rate(Some(n)),
+            o.streams
+        ),
+        None => "network: none (a copy on this host)\n".into(),
+    };
     for c in &o.codecs {
         t += &format!(
             "codec {:<7} {:>13} ratio {:.2}\n",
@@ -166,7 +182,7 @@ fn json(o: &Outcome) -> String {
         concat!(
             "{{\"files\":{},\"bytes\":{},\"walk_complete\":{},\"read_rate\":{},",
             "\"read_direct\":{},\"read_cached\":{:.3},\"write_rate\":{},\"file_seconds\":{},",
-            "\"network_rate\":null,",
+            "\"network_rate\":{},",
             "\"bottleneck\":{},\"compress\":{},\"streams\":{},\"predicted_rate\":{},",
             "\"predicted_seconds\":{},\"seconds\":{:.3},\"codecs\":[{}]}}"
         ),
@@ -178,6 +194,7 @@ fn json(o: &Outcome) -> String {
         s.cached,
         num(o.write),
         o.per_file.map_or("null".into(), |s| format!("{s:.6}")),
+        num(o.network),
         bottleneck,
         codec,
         o.streams,

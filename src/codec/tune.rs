@@ -30,6 +30,20 @@
 //! a switch, or a current ratio that moved by a fifth since the last probe (the data
 //! changed), resets it.
 //!
+//! What the link costs. `wire` alone misleads where the link is the limit: a write into
+//! a socket buffer with room returns at once and the next one waits, so on a slow link
+//! shared with busy cores a unit's write time per byte swings tenfold, and the more a
+//! stream compresses the less its writes wait (the link drained meanwhile), which makes
+//! compressing look less worth it the more it is done (measured: streams stepped down to
+//! lz4, whose larger output then filled the link). So each unit also brings TCP's own
+//! delivery-rate sample of the stream's connection ([`LinkSample`], `TCP_INFO`), which
+//! says whether the stream was short of data while it was taken (`app_limited`: the link
+//! had room) or not (the network or the receiver was the limit, and `1 / rate` is what
+//! each wire byte costs whatever the level). `bound`, the running share of samples that
+//! were not app-limited, blends the two: the cost of a wire byte is `wire` plus `bound`
+//! times what the delivery rate says beyond it. Without samples (a tunnel, a local
+//! pair) `wire` is used alone.
+//!
 //! Not here: the stream's own reading (the same for every level), and the receiver's
 //! decompression except as it shows in `wire` when it slows the receiver down.
 
@@ -77,6 +91,15 @@ const PRIOR_CPU: [f64; 5] = [0.0, 2.0e-9, 3.0e-9, 6.0e-9, 15.0e-9];
 const PRIOR_RATIO: [f64; 5] = [1.0, 0.5, 0.4, 0.37, 0.35];
 /// Prior write cost: 500 MB/s per stream.
 const PRIOR_WIRE: f64 = 2.0e-9;
+
+/// TCP's delivery-rate sample of a stream's connection after a unit's write.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinkSample {
+    /// Wire bytes per second the peer acknowledged, over about a round trip.
+    pub rate: f64,
+    /// The stream had nothing more to send while it was taken: the link had room.
+    pub app_limited: bool,
+}
 
 /// What a probe measured on one slice: the neighbour's and the current level's output
 /// length and compression time.
@@ -135,6 +158,11 @@ pub struct Tuner {
     ratio: [Mean; 5],
     /// Write seconds per wire byte.
     wire: Mean,
+    /// Seconds per wire byte at TCP's delivery rate, from samples that were not
+    /// app-limited.
+    link: Mean,
+    /// The running share of delivery samples that were not app-limited (0 to 1).
+    bound: f64,
     /// Wire bytes written so far (up to `WARMUP_WIRE`).
     written: u64,
     current: usize,
@@ -157,6 +185,8 @@ impl Tuner {
             cpu: PRIOR_CPU.map(Mean::new),
             ratio: PRIOR_RATIO.map(Mean::new),
             wire: Mean::new(PRIOR_WIRE),
+            link: Mean::new(0.0),
+            bound: 0.0,
             written: 0,
             current: START,
             since: 0,
@@ -194,8 +224,16 @@ impl Tuner {
     }
 
     /// Learns from one unit sent at the current level: `raw` bytes became `wire` bytes on
-    /// the wire, compressing took `cpu` and writing took `write`.
-    pub fn observe(&mut self, raw: usize, wire: usize, cpu: Duration, write: Duration) {
+    /// the wire, compressing took `cpu` and writing took `write`; `link` is TCP's
+    /// delivery sample after the write, when the connection has one.
+    pub fn observe(
+        &mut self,
+        raw: usize,
+        wire: usize,
+        cpu: Duration,
+        write: Duration,
+        link: Option<LinkSample>,
+    ) {
         if raw < MIN_SAMPLE {
             return;
         }
@@ -213,6 +251,13 @@ impl Tuner {
         self.written = (self.written + wire as u64).min(WARMUP_WIRE);
         if wire > 0 {
             self.wire.add(write.as_secs_f64(), wire as f64, KEEP);
+        }
+        if let Some(l) = link {
+            let limited = !l.app_limited && l.rate > 0.0;
+            self.bound = self.bound * KEEP + if limited { 1.0 - KEEP } else { 0.0 };
+            if limited && wire > 0 {
+                self.link.add(wire as f64 / l.rate, wire as f64, KEEP);
+            }
         }
         self.reconsider(false);
     }
@@ -234,11 +279,17 @@ impl Tuner {
         self.reconsider(true);
     }
 
+    /// Seconds a wire byte costs the stream (see the module's *what the link costs*).
+    fn wire_cost(&self) -> f64 {
+        let wire = self.wire.get();
+        wire + self.bound * (self.link.get() - wire).max(0.0)
+    }
+
     /// Predicted seconds per raw byte at `level`.
     pub fn cost(&self, level: usize) -> f64 {
         let (a, b) = (
             self.cpu[level].get(),
-            self.ratio[level].get() * self.wire.get(),
+            self.ratio[level].get() * self.wire_cost(),
         );
         a.max(b) + a.min(b) * self.overlap
     }
@@ -304,9 +355,88 @@ mod tests {
                 wire,
                 Duration::from_secs_f64(cost(l, raw)),
                 Duration::from_secs_f64(write),
+                None,
             );
         }
         total
+    }
+
+    /// Like [`run`], but as a real socket behaves: the link drains the socket buffer while
+    /// the stream compresses, so a unit takes `max(compress, link)` and its write waits
+    /// only for the rest, give or take `jitter` (a share of the link time, alternating
+    /// sign: writes into a buffer with room return early, the next ones wait). With
+    /// `samples`, each unit brings TCP's delivery sample.
+    fn run_overlapped(
+        t: &mut Tuner,
+        ratio: [f64; 5],
+        link: f64,
+        units: usize,
+        jitter: f64,
+        samples: bool,
+    ) -> f64 {
+        let raw = 4usize << 20;
+        let cost = |l: usize, n: usize| if l == 0 { 0.0 } else { n as f64 / RATE[l] };
+        let mut total = 0.0;
+        for i in 0..units {
+            let l = t.current();
+            if let Some(p) = t.probe_due() {
+                let n = PROBE_SLICE;
+                total += cost(p, n) + cost(l, n);
+                t.observe_probe(Probe {
+                    level: p,
+                    raw: n,
+                    out: (n as f64 * ratio[p]) as usize,
+                    cpu: Duration::from_secs_f64(cost(p, n)),
+                    current_out: (n as f64 * ratio[l]) as usize,
+                });
+            }
+            let wire = (raw as f64 * ratio[l]) as usize;
+            let (c, send) = (cost(l, raw), wire as f64 / link);
+            let sign = if i % 2 == 0 { 1.0 } else { -1.0 };
+            let write = ((send - c) + sign * jitter * send).max(0.0);
+            total += c.max(send);
+            let sample = LinkSample {
+                rate: link,
+                app_limited: c > send,
+            };
+            t.observe(
+                raw,
+                wire,
+                Duration::from_secs_f64(c),
+                Duration::from_secs_f64(write),
+                samples.then_some(sample),
+            );
+        }
+        total
+    }
+
+    /// The best fixed level's time for the job of [`run_overlapped`].
+    fn best_overlapped(ratio: [f64; 5], link: f64, units: usize) -> f64 {
+        let raw = (4u64 << 20) as f64;
+        (0..5)
+            .map(|l| {
+                let c = if l == 0 { 0.0 } else { raw / RATE[l] };
+                c.max(raw * ratio[l] / link) * units as f64
+            })
+            .fold(f64::INFINITY, f64::min)
+    }
+
+    /// A slow link whose writes wait only for what compression did not cover, and swing
+    /// between units: with TCP's delivery samples the controller stays on the level the
+    /// link wants; on a fast link the samples say app-limited and cheap levels win.
+    #[test]
+    fn delivery_samples_keep_a_slow_link_compressed() {
+        let link = 3.0e6; // a quarter of 100 Mbit/s
+        let mut t = Tuner::new(4);
+        let took = run_overlapped(&mut t, PG, link, 300, 0.9, true);
+        let best = best_overlapped(PG, link, 300);
+        assert!(t.current() >= 3, "level {}", t.current());
+        assert!(took <= 1.05 * best, "{took} against {best}");
+        // On a fast link the same samples say the link has room: cheap levels.
+        let mut t = Tuner::new(4);
+        let took = run_overlapped(&mut t, PG, 2.0e9, 1000, 0.9, true);
+        assert!(t.current() <= 1, "level {}", t.current());
+        assert!(took <= 1.05 * best_overlapped(PG, 2.0e9, 1000));
     }
 
     const RATE: [f64; 5] = [f64::INFINITY, 1.0e9, 4.0e8, 2.0e8, 8.0e7];
@@ -383,6 +513,7 @@ mod tests {
                 wire,
                 Duration::from_secs_f64((4 << 20) as f64 / RATE[l]),
                 Duration::ZERO,
+                None,
             );
             if t.written < WARMUP_WIRE {
                 assert!(
@@ -399,7 +530,13 @@ mod tests {
     fn small_units_teach_nothing() {
         let mut t = Tuner::new(1);
         let before = t.clone();
-        t.observe(100, 50, Duration::from_secs(1), Duration::from_secs(1));
+        t.observe(
+            100,
+            50,
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+            None,
+        );
         assert_eq!(t.cost(2), before.cost(2));
     }
 }

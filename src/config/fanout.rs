@@ -82,6 +82,22 @@ pub(super) fn also(also: &[PathBuf]) -> Result<Vec<RemotePath>> {
         .collect()
 }
 
+/// A stream's further destinations are of the first one's kind: each a file (`host:FILE`),
+/// or each `host:` with the `--to-command` that every host runs.
+pub(super) fn stream_also(dest: &RemotePath, also: &[RemotePath]) -> Result<()> {
+    match also
+        .iter()
+        .find(|a| a.path.is_empty() != dest.path.is_empty())
+    {
+        None => Ok(()),
+        Some(a) => Err(Error::Usage(format!(
+            "--also {}: with a stream, every destination is host:FILE, or every one host: with \
+             --to-command",
+            crate::progress::escape(&format!("{}:{}", a.host, String::from_utf8_lossy(&a.path)))
+        ))),
+    }
+}
+
 /// `--also` extends a push (local sources to host:DST) only.
 pub(super) fn also_only_in_a_push(plan: &RemoteCopy, also: &[PathBuf]) -> Result<()> {
     match plan {

@@ -195,8 +195,8 @@ pub enum Command {
     Completions(clap_complete::Shell),
     /// Print the manual page.
     Man,
-    /// Measure what would bound a copy.
-    Probe(Probe),
+    /// Measure what would bound a copy (a far destination is reached as `copy` would).
+    Probe(Probe, SshOptions),
     /// The far end of a remote copy (hidden).
     Serve {
         /// Only print the versions.
@@ -313,8 +313,14 @@ impl Config {
                 accept,
                 remote,
             } => match pipe::copy_pipe(&paths, from_command, to_command)? {
-                Some(plan) => {
-                    fanout::no_stream_chain(&remote.also)?;
+                Some(mut plan) => {
+                    match &mut plan {
+                        PipeCopy::Push { also, dest, .. } => {
+                            *also = fanout::also(&remote.also)?;
+                            fanout::stream_also(dest, also)?;
+                        }
+                        _ => fanout::no_stream_chain(&remote.also)?,
+                    }
                     let local = matches!(plan, PipeCopy::Local { .. });
                     let t = if local {
                         transfer_config(&transfer, false, Compression::None)?
@@ -337,10 +343,14 @@ impl Config {
             CommandArgs::Serve { probe, uploaded } => Command::Serve { probe, uploaded },
             CommandArgs::Completions { shell } => Command::Completions(shell),
             CommandArgs::Man => Command::Man,
-            CommandArgs::Probe { paths, streams } => Command::Probe(probe::probe(
-                &paths,
-                streams.unwrap_or_else(default_streams),
-            )?),
+            CommandArgs::Probe {
+                paths,
+                streams,
+                remote,
+            } => Command::Probe(
+                probe::probe(&paths, streams.unwrap_or_else(default_streams))?,
+                ssh_options(&remote)?,
+            ),
             CommandArgs::Limit { rate, pid } => Command::Limit {
                 rate: match rate.as_str() {
                     "off" => None,

@@ -41,6 +41,8 @@ pub enum PipeCopy {
         dest: RemotePath,
         /// The command there.
         to_command: Option<String>,
+        /// A chain fan-out (`--also`): further far files or commands, in chain order.
+        also: Vec<RemotePath>,
     },
     /// A far file or command's output to a local stream.
     Pull {
@@ -189,6 +191,7 @@ pub fn copy_pipe(
                 from,
                 dest,
                 to_command,
+                also: Vec::new(),
             }))
         }
         // From a far file or command to here.
@@ -244,7 +247,7 @@ mod tests {
         assert!(copy_pipe(&p(&["/a", "/b"]), None, None).unwrap().is_none());
         let c = copy_pipe(&p(&["-", "db2:/x.xb"]), None, None).unwrap();
         assert!(
-            matches!(c, Some(PipeCopy::Push { from: PipeFrom::Stdin, ref dest, to_command: None }) if dest.path == b"/x.xb")
+            matches!(c, Some(PipeCopy::Push { from: PipeFrom::Stdin, ref dest, to_command: None, .. }) if dest.path == b"/x.xb")
         );
         let c = copy_pipe(&p(&["-", "db2:"]), None, Some("mbstream -x".into())).unwrap();
         assert!(matches!(

@@ -59,3 +59,46 @@ fn copy_refuses_mixed_or_bad_remote_forms() {
         assert_eq!(e.exit_code(), crate::error::exit::USAGE, "{args:?}: {e}");
     }
 }
+
+#[test]
+fn a_stream_fans_out_to_several_tickets_or_far_ends_of_one_kind() {
+    let c = cfg(&["send", "-", "--ticket-file", "a", "--ticket-file", "b"]).unwrap();
+    assert!(matches!(c.command, Command::SendPipe { ref chain, .. } if chain.len() == 1));
+    // Standard input carries the stream, so no ticket may come from it.
+    let t = crate::transport::Ticket {
+        addrs: vec!["127.0.0.1:1".parse().unwrap()],
+        fingerprint: [0; 32],
+        secret: crate::transport::Secret::from_bytes([1; 32]),
+    }
+    .encode();
+    assert!(cfg(&["send", "-", "--to", &t, "--to", &t]).is_ok());
+    let e = cfg(&["send", "-", "--to", &t, "--to", "-"]).unwrap_err();
+    assert!(
+        e.to_string().contains("standard input carries the stream"),
+        "{e}"
+    );
+    let c = cfg(&[
+        "copy", "-", "db1:/x", "--also", "db2:/y", "--also", "db3:/z",
+    ])
+    .unwrap();
+    let Command::CopyPipe {
+        plan: PipeCopy::Push { also, .. },
+        ..
+    } = c.command
+    else {
+        panic!()
+    };
+    assert_eq!(also.len(), 2);
+    let c = [
+        "copy",
+        "-",
+        "db1:",
+        "--to-command",
+        "tar x",
+        "--also",
+        "db2:",
+    ];
+    assert!(cfg(&c).is_ok());
+    assert!(cfg(&["copy", "-", "db1:/x", "--also", "db2:"]).is_err());
+    assert!(cfg(&["copy", "db1:/x", "-", "--also", "db2:/y"]).is_err());
+}

@@ -199,8 +199,14 @@ pub fn receive_pipe(
     bar.finish();
     if let Some(r) = relay.as_deref() {
         match &result {
-            Ok(_) => r.stop(),
-            Err(e) => r.abort(e),
+            // What failed upstream fails the chain after this receiver too.
+            Err(e @ (Error::Remote { .. } | Error::Transport(_) | Error::Protocol(_))) => {
+                r.abort(e)
+            }
+            // This receiver's own failure (its consumer, its disk) is its alone: the
+            // connections to the next hop just close, and the receiver before this one,
+            // told so, re-forms the chain around it.
+            _ => r.stop(),
         }
     }
     let reconnects = (shared.data_conns.load(Ordering::Relaxed) as u64)

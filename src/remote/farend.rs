@@ -257,6 +257,9 @@ impl FarEnd {
                 single_file,
                 rename,
             }),
+            Reply::Probed { .. } => Err(self.error(format!(
+                "a probe's result where it should be ready (while {doing})"
+            ))),
             Reply::Done {
                 code,
                 message,

@@ -27,6 +27,7 @@
 pub mod fanout;
 pub mod farend;
 pub mod pipe;
+pub mod probe;
 pub mod route;
 pub mod rsh;
 pub mod serve;

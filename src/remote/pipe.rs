@@ -8,7 +8,7 @@ use super::route::Route;
 use super::rsh::Rsh;
 use super::wire::Request;
 use super::{done_wait, prefer_far, unexpected};
-use crate::config::{PipeCopy, SshOptions, DEFAULT_TIMEOUT};
+use crate::config::{PipeCopy, RemotePath, SshOptions, DEFAULT_TIMEOUT};
 use crate::error::{exit, Error, Result};
 use crate::receive::pipe::{receive_pipe, Output, PipeRecvOptions, PipeRecvReport};
 use crate::send::pipe::{send_pipe, PipeOptions, PipeReport};
@@ -30,29 +30,45 @@ pub fn run(
     ssh: &SshOptions,
     quiet: bool,
 ) -> Result<PipeOutcome> {
-    let rsh = Rsh::new(ssh.rsh.clone(), true);
+    // Several sessions to one host would race for one shared connection.
+    let share = !matches!(plan, PipeCopy::Push { also, .. } if !also.is_empty());
+    let rsh = Rsh::new(ssh.rsh.clone(), share);
     match plan {
         PipeCopy::Push {
             from,
             dest,
             to_command,
+            also,
         } => {
-            let mut far = FarEnd::start(&rsh, dest, ssh, quiet)?;
-            far.send(&Request::ReceiveStream {
-                dest: dest.path.clone(),
+            let receive = |at: &RemotePath, everywhere| Request::ReceiveStream {
+                dest: at.path.clone(),
                 command: to_command.clone(),
                 window: opts.window,
                 advertise: ssh.advertise,
                 keep_cache: opts.keep_cache,
-            })?;
+                everywhere,
+            };
+            // A fan-out (`--also`): the further receivers first, their tickets the chain.
+            let (mut further, chain) =
+                super::fanout::start(&rsh, also, ssh, quiet, encrypt, |at| receive(at, true))?;
+            let mut far = FarEnd::start(&rsh, dest, ssh, quiet)?;
+            far.send(&receive(dest, false))?;
             let ready = far.ready("setting up the receiver")?;
             let Some(ticket) = ready.ticket else {
                 return Err(unexpected(&far, "no ticket"));
             };
             let ticket = Ticket::parse(&ticket)?;
             let route = Route::new(&rsh, dest, ticket, ready.port, encrypt, ssh.via_ssh);
+            let opts = &PipeOptions {
+                chain,
+                ..opts.clone()
+            };
             let sent = send_pipe(from, opts, route.key(), |role| route.dial(role));
             let done = far.finish(Some(done_wait(&sent)));
+            // What became of the further ones is in the sender's report (`Replicas`).
+            for f in &mut further {
+                f.finish(Some(super::FAILED_WAIT));
+            }
             sent.map(PipeOutcome::Sent)
                 .map_err(|e| prefer_far(e, &far, done.as_ref()))
         }

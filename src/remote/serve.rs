@@ -34,6 +34,7 @@ use crate::transport::{Role, Ticket};
 /// first wait for a direct connection to time out, then set up ssh tunnels).
 mod endpoint;
 mod pipe;
+mod probe;
 
 use endpoint::{listen, path_of, AcceptPool, Out};
 
@@ -109,9 +110,10 @@ pub fn run(uploaded: bool) -> i32 {
             window,
             advertise,
             keep_cache,
+            everywhere,
         }) => {
             watch_stdin(input, Arc::clone(&finished));
-            let how = (window, advertise, keep_cache);
+            let how = (window, advertise, keep_cache, everywhere);
             pipe::serve_receive_stream(&out, &dest, command, how).map(|b| (0, b, 0))
         }
         Ok(Request::SendStream {
@@ -138,6 +140,14 @@ pub fn run(uploaded: bool) -> i32 {
                 keep_cache,
             };
             pipe::serve_send_stream(&out, req).map(|b| (0, b, 0))
+        }
+        Ok(Request::Probe {
+            dest,
+            streams,
+            advertise,
+        }) => {
+            watch_stdin(input, Arc::clone(&finished));
+            probe::serve_probe(&out, &dest, streams, advertise).map(|()| (0, 0, 0))
         }
         Ok(Request::Go { .. }) => Err(Error::Usage("Go before Send".into())),
         // The local side went away before saying anything: nobody to tell.

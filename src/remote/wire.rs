@@ -30,7 +30,8 @@ use crate::protocol::{Accept, Listing, SyncOptions};
 use crate::transport::PROTOCOL_VERSION;
 
 /// Version of this line protocol; bumped whenever `Request` or `Reply` change shape.
-pub const SERVE_VERSION: u16 = 5;
+/// 6: `Request::ReceiveStream` says `everywhere` (a stream's fan-out); `Probe`, `Probed`.
+pub const SERVE_VERSION: u16 = 6;
 /// Every message line starts with this.
 const MSG_PREFIX: &str = "haul-msg ";
 /// Greeting lines start with this.
@@ -106,6 +107,9 @@ pub enum Request {
         advertise: Option<IpAddr>,
         /// `--keep-cache`: leave a file's written pages in the page cache.
         keep_cache: bool,
+        /// Listen on every address: a further receiver of a fan-out (`copy --also`),
+        /// which the receiver before it dials directly.
+        everywhere: bool,
     },
     /// Send one stream: the file `path`, or the standard output of `command`; listen for
     /// the local receiver's connections.
@@ -128,6 +132,17 @@ pub enum Request {
         limit: Option<u64>,
         /// `--keep-cache`: leave what is read from a file in the page cache.
         keep_cache: bool,
+    },
+    /// `haul probe SRC... host:DST`: measure the durable write rate and the cost per file
+    /// in `dest` (or the nearest existing directory above it; nothing stays), then listen
+    /// for `streams` data connections and count the bytes they carry until they end.
+    Probe {
+        /// The destination path (raw bytes).
+        dest: Vec<u8>,
+        /// Data connections the local side opens.
+        streams: u16,
+        /// Advertise this address in the ticket instead of our own.
+        advertise: Option<IpAddr>,
     },
     /// Sender only: start.
     Go {
@@ -154,6 +169,17 @@ pub enum Reply {
         single_file: bool,
         /// Receiver: the name the single source takes at the destination, if renamed.
         rename: Option<Vec<u8>>,
+    },
+    /// What a `Probe` measured here (before its `Done`).
+    Probed {
+        /// Durable write rate in bytes per second, if it could be measured.
+        write_rate: Option<u64>,
+        /// Microseconds each file adds (create, write 4 KiB, fdatasync, close).
+        file_micros: Option<u64>,
+        /// Bytes that arrived on the data connections.
+        received: u64,
+        /// Microseconds from the first byte to the last.
+        micros: u64,
     },
     /// Finished; `code` is the far end's exit code.
     Done {
@@ -311,6 +337,7 @@ mod tests {
                 window: 64 << 20,
                 advertise: None,
                 keep_cache: false,
+                everywhere: true,
             },
             Request::SendStream {
                 path: b"/backups/x.xb".to_vec(),
@@ -322,6 +349,11 @@ mod tests {
                 advertise: None,
                 limit: None,
                 keep_cache: true,
+            },
+            Request::Probe {
+                dest: b"/var/lib/\xfe".to_vec(),
+                streams: 8,
+                advertise: Some("2001:db8::1".parse().unwrap()),
             },
         ];
         for r in reqs {
@@ -338,6 +370,13 @@ mod tests {
             deleted: 3,
         };
         assert_eq!(decode::<Reply>(&encode(&done)).unwrap(), done);
+        let probed = Reply::Probed {
+            write_rate: Some(400 << 20),
+            file_micros: None,
+            received: 1 << 33,
+            micros: 3_000_123,
+        };
+        assert_eq!(decode::<Reply>(&encode(&probed)).unwrap(), probed);
     }
 
     #[test]
@@ -356,10 +395,12 @@ mod tests {
         let g = parse_greeting(&greeting(Some("ab12"))).unwrap();
         assert_eq!(g.hash.as_deref(), Some("ab12"));
         assert!(!parse_greeting("haul-serve 9 1").unwrap().compatible());
-        // Version 5: `compress` may be "auto" and every request carries keep_cache (4 added
-        // dry_run, a listing, a cap and deleted; 3 the walk's selection); an older far end
-        // cannot read them and is replaced by an upload.
-        assert_eq!(SERVE_VERSION, 5);
+        // Version 6: ReceiveStream says `everywhere`, and `Probe`/`Probed` (5: `compress`
+        // may be "auto" and every request carries keep_cache; 4 added dry_run, a listing, a
+        // cap and deleted; 3 the walk's selection); an older far end cannot read them and is
+        // replaced by an upload.
+        assert_eq!(SERVE_VERSION, 6);
+        assert_eq!(SERVE_VERSION, 6);
         for old in 2..SERVE_VERSION {
             let line = format!("haul-serve {old} {PROTOCOL_VERSION}");
             assert!(!parse_greeting(&line).unwrap().compatible());

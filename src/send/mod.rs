@@ -25,6 +25,7 @@ mod link;
 pub mod pace;
 pub mod pipe;
 mod report;
+mod sample;
 mod worker;
 
 pub use dial::ticket_dialer;

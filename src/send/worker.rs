@@ -151,7 +151,10 @@ fn send_unit(
     set_hash(hdr, &hash);
     let started = std::time::Instant::now();
     link.write(conn, FrameKind::Data, &[hdr, body], counters)?;
-    enc.wrote(started.elapsed());
+    let sample = conn
+        .as_ref()
+        .and_then(|(c, _)| super::sample::link_sample(enc, c));
+    enc.wrote(started.elapsed(), sample);
     if let Some(l) = enc.last_level() {
         Counters::add(&counters.codec_units[l], 1);
     }

@@ -1,9 +1,10 @@
 //! [`Conn`]: one connected, authenticated byte stream, plain TCP, TLS, a local socketpair or
 //! a tunnel through a helper process (ssh).
 //!
-//! A `Conn` only moves bytes: framing lives in `protocol`. Writes go straight through (rustls
-//! encrypts into its own buffer and writes with `writev`), so callers should hand over large
-//! buffers, and `write_vectored` reaches the socket as one `writev` on plain streams.
+//! A `Conn` only moves bytes: framing lives in `protocol`. Writes go straight through (TLS
+//! encrypts up to 64 KiB per call into its buffer and writes it with one system call; see
+//! `tls_stream`), so callers should hand over large buffers, and `write_vectored` reaches the
+//! socket as one `writev` on plain streams (one encrypted write of all the slices on TLS).
 //!
 //! Not here: connecting, authenticating, splitting a TLS stream or a tunnel between threads
 //! (a TLS stream is one state machine; use separate connections for concurrent directions).
@@ -15,10 +16,11 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-use rustls::{ClientConnection, ServerConnection, StreamOwned};
+use rustls::client::UnbufferedClientConnection;
+use rustls::server::UnbufferedServerConnection;
 
 use super::lane::{LaneReceiver, LaneSender};
-use super::tls::TlsSocket;
+use super::tls_stream::TlsStream;
 use super::tunnel::Tunnel;
 
 /// A connected, authenticated byte stream, and the link key its handshake established.
@@ -42,9 +44,9 @@ pub(super) enum Io {
     /// Unencrypted TCP (`--no-encrypt`), authenticated by the secret handshake.
     Plain(TcpStream),
     /// TLS 1.3, the dialing side.
-    Tls(Box<StreamOwned<ClientConnection, TlsSocket>>),
+    Tls(Box<TlsStream<UnbufferedClientConnection>>),
     /// TLS 1.3, the listening side.
-    TlsServer(Box<StreamOwned<ServerConnection, TlsSocket>>),
+    TlsServer(Box<TlsStream<UnbufferedServerConnection>>),
     /// One end of an in-process socketpair (local copy): no TLS, no authentication.
     Unix(UnixStream),
     /// Carried by a helper process (ssh), authenticated end to end; see `tunnel`.
@@ -146,16 +148,8 @@ impl Conn {
     pub fn shutdown_write(&mut self) -> io::Result<()> {
         match &mut self.io {
             Io::Plain(s) => s.shutdown(Shutdown::Write),
-            Io::Tls(s) => {
-                s.conn.send_close_notify();
-                s.flush()?;
-                s.sock.tcp().shutdown(Shutdown::Write)
-            }
-            Io::TlsServer(s) => {
-                s.conn.send_close_notify();
-                s.flush()?;
-                s.sock.tcp().shutdown(Shutdown::Write)
-            }
+            Io::Tls(s) => s.shutdown_write(),
+            Io::TlsServer(s) => s.shutdown_write(),
             Io::Unix(s) => s.shutdown(Shutdown::Write),
             Io::Tunnel(t) => t.sock.shutdown(Shutdown::Write),
         }
@@ -167,8 +161,8 @@ impl Conn {
     pub fn abort(&mut self) {
         let _ = match &mut self.io {
             Io::Plain(s) => s.shutdown(Shutdown::Both),
-            Io::Tls(s) => s.sock.tcp().shutdown(Shutdown::Both),
-            Io::TlsServer(s) => s.sock.tcp().shutdown(Shutdown::Both),
+            Io::Tls(s) => s.tcp().shutdown(Shutdown::Both),
+            Io::TlsServer(s) => s.tcp().shutdown(Shutdown::Both),
             Io::Unix(s) => s.shutdown(Shutdown::Both),
             Io::Tunnel(t) => t.sock.shutdown(Shutdown::Both),
         };
@@ -179,8 +173,8 @@ impl Conn {
     pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         match &self.io {
             Io::Plain(s) => s.set_read_timeout(t),
-            Io::Tls(s) => s.sock.tcp().set_read_timeout(t),
-            Io::TlsServer(s) => s.sock.tcp().set_read_timeout(t),
+            Io::Tls(s) => s.tcp().set_read_timeout(t),
+            Io::TlsServer(s) => s.tcp().set_read_timeout(t),
             Io::Unix(s) => s.set_read_timeout(t),
             Io::Tunnel(x) => x.sock.set_read_timeout(t),
         }
@@ -190,8 +184,8 @@ impl Conn {
     pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         match &self.io {
             Io::Plain(s) => s.set_write_timeout(t),
-            Io::Tls(s) => s.sock.tcp().set_write_timeout(t),
-            Io::TlsServer(s) => s.sock.tcp().set_write_timeout(t),
+            Io::Tls(s) => s.tcp().set_write_timeout(t),
+            Io::TlsServer(s) => s.tcp().set_write_timeout(t),
             Io::Unix(s) => s.set_write_timeout(t),
             Io::Tunnel(x) => x.sock.set_write_timeout(t),
         }
@@ -201,10 +195,22 @@ impl Conn {
     pub fn peer_addr(&self) -> Option<SocketAddr> {
         match &self.io {
             Io::Plain(s) => s.peer_addr().ok(),
-            Io::Tls(s) => s.sock.tcp().peer_addr().ok(),
-            Io::TlsServer(s) => s.sock.tcp().peer_addr().ok(),
+            Io::Tls(s) => s.tcp().peer_addr().ok(),
+            Io::TlsServer(s) => s.tcp().peer_addr().ok(),
             Io::Unix(_) | Io::Tunnel(_) => None,
         }
+    }
+
+    /// TCP's latest delivery-rate sample of this connection (see [`super::sys::delivery`]);
+    /// `None` for a local pair, a tunnel, or a kernel that does not say.
+    pub fn delivery(&self) -> Option<super::sys::Delivery> {
+        let tcp = match &self.io {
+            Io::Plain(s) => s,
+            Io::Tls(s) => s.tcp(),
+            Io::TlsServer(s) => s.tcp(),
+            Io::Unix(_) | Io::Tunnel(_) => return None,
+        };
+        super::sys::delivery(tcp)
     }
 
     /// The peer for messages: "198.18.0.1:40000", "[2001:db8::1]:40000" or "local".
@@ -239,8 +245,7 @@ impl Read for Conn {
 
 impl Write for Conn {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        // rustls would wait for incoming data on an empty write (nothing to send, so its
-        // I/O loop reads); an empty write must return at once.
+        // An empty write returns at once, whatever carries the bytes.
         if buf.is_empty() {
             return Ok(0);
         }

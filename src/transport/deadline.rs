@@ -1,13 +1,13 @@
 //! Deadline-bounded TCP I/O for the handshakes, and what their I/O errors mean.
 //!
 //! [`arm_deadline`] turns one overall deadline into per-call socket timeouts; [`DeadlineTcp`]
-//! applies it to a plain socket and `tls::TlsSocket` to the socket under TLS. A deadline
+//! applies it to a plain socket and `tls_stream` to the socket under TLS. A deadline
 //! that fires surfaces as `WouldBlock` or `TimedOut`, which [`dialer_io`] and
 //! [`listener_io`] turn into the dialer's [`TransportError`] or the listener's log reason;
 //! [`handshake_error`] also recognises the rustls errors a TLS stream wraps in `io::Error`.
 //!
-//! Both `auth` (the secret handshake) and `tls` (the socket adapter) build on this module,
-//! and it uses neither of them. Not here: TLS configuration, the handshake messages.
+//! Both `auth` (the secret handshake) and `tls_stream` (with its buffers, `tls_wire`) build on
+//! this module, and it uses neither of them. Not here: TLS configuration, the handshake messages.
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;

@@ -12,13 +12,14 @@ use std::os::unix::net::UnixStream;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use rustls::{ClientConnection, StreamOwned};
+use rustls::client::UnbufferedClientConnection;
 
 use super::auth;
 use super::conn::Io;
 use super::deadline::{handshake_error, DeadlineTcp};
 use super::ticket::{random32, Ticket};
-use super::tls::{self, TlsSocket};
+use super::tls;
+use super::tls_stream::TlsStream;
 use super::tunnel;
 use super::{Conn, Role, TransportError};
 
@@ -115,22 +116,19 @@ fn establish(
         return Ok(Conn::new(Io::Plain(sock), link, true));
     }
     let config = tls::client_config(ticket.fingerprint)?;
-    let mut conn = ClientConnection::new(config, tls::server_name()?)
+    let conn = UnbufferedClientConnection::new(config, tls::server_name()?)
         .map_err(|e| TransportError::Tls(format!("TLS setup failed: {e}")))?;
-    conn.set_buffer_limit(Some(tls::TLS_BUFFER_LIMIT));
-    let mut stream = StreamOwned::new(conn, TlsSocket::new(sock, Some(deadline)));
-    while stream.conn.is_handshaking() {
-        let (read, written) = stream
-            .conn
-            .complete_io(&mut stream.sock)
-            .map_err(handshake_error)?;
-        if read == 0 && written == 0 {
+    let mut stream = TlsStream::new(conn, sock, Some(deadline));
+    match stream.handshake() {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
             return Err(TransportError::Handshake(
                 "the peer closed the connection during the TLS handshake".into(),
-            ));
+            ))
         }
+        Err(e) => return Err(handshake_error(e)),
     }
     let link = auth::dial(&mut stream, key, role, nonce_c)?;
-    stream.sock.clear_deadline().map_err(TransportError::Io)?;
+    stream.established().map_err(TransportError::Io)?;
     Ok(Conn::new(Io::Tls(Box::new(stream)), link, true))
 }

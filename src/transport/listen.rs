@@ -19,7 +19,8 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
-use rustls::{ServerConfig, ServerConnection, StreamOwned};
+use rustls::server::UnbufferedServerConnection;
+use rustls::ServerConfig;
 
 use super::admit::{Admission, RejectLog, Source, LOG_WINDOW, MAX_PENDING};
 use super::auth;
@@ -27,7 +28,8 @@ use super::conn::Io;
 use super::deadline::{arm_deadline, listener_io, DeadlineTcp};
 use super::handshake::MAGIC;
 use super::ticket::{random32, Secret, Ticket, MAX_TICKET_ADDRS};
-use super::tls::{self, TlsSocket};
+use super::tls;
+use super::tls_stream::TlsStream;
 use super::{sys, Conn, Role, TransportError};
 
 /// How long a new connection may take to finish TLS and the secret handshake.
@@ -468,20 +470,19 @@ fn accept_one(
             encrypted: false,
         });
     }
-    let mut conn = ServerConnection::new(shared.config.clone())
+    let conn = UnbufferedServerConnection::new(shared.config.clone())
         .map_err(|e| format!("TLS setup failed: {e}"))?;
-    conn.set_buffer_limit(Some(tls::TLS_BUFFER_LIMIT));
-    let mut stream = StreamOwned::new(conn, TlsSocket::new(sock, Some(deadline)));
-    while stream.conn.is_handshaking() {
-        match stream.conn.complete_io(&mut stream.sock) {
-            Ok((0, 0)) => return Err("closed during the TLS handshake".into()),
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::InvalidData => return Err(tls_reason(&e)),
-            Err(e) => return Err(listener_io("in the TLS handshake", e)),
+    let mut stream = TlsStream::new(conn, sock, Some(deadline));
+    match stream.handshake() {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+            return Err("closed during the TLS handshake".into())
         }
+        Err(e) if e.kind() == io::ErrorKind::InvalidData => return Err(tls_reason(&e)),
+        Err(e) => return Err(listener_io("in the TLS handshake", e)),
     }
     let (role, link) = auth::listen(&mut stream, shared.key, nonce_s)?;
-    stream.sock.clear_deadline().map_err(setup)?;
+    stream.established().map_err(setup)?;
     Ok(Accepted {
         conn: Conn::new(Io::TlsServer(Box::new(stream)), link, false),
         role,

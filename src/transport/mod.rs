@@ -12,8 +12,9 @@
 //! scanners, stale tickets and silent sockets are refused one by one without disturbing the
 //! transfer: handshakes are capped per source address, a newcomer evicts the oldest silent
 //! one, and refusals are logged a few lines per 10 s, then counted. Data streams run at
-//! GB/s: bytes pass straight through rustls with large buffers, TCP_NODELAY on, socket
-//! buffers left to kernel autotuning.
+//! GB/s: a TLS read takes up to 256 KiB of ciphertext per system call, which rustls
+//! decrypts in place (`tls_stream`); TCP_NODELAY on, socket buffers left to kernel
+//! autotuning.
 //!
 //! **Non-goals.** Framing, retries and resume live above this module; so does the policy of
 //! whether plain connections are acceptable ([`Accepted::encrypted`] says which it was). No
@@ -22,7 +23,8 @@
 //! Layout: `handshake` (sans-IO state machines), `auth` (drives them over a stream),
 //! `admit` (which handshakes may run at once; the refusal log), `deadline`
 //! (deadline-bounded handshake I/O and what its errors mean), `ticket`, `tls` (configs,
-//! pinning, socket adapter), `conn`, `listen`, `dial`, `tunnel` (connections carried by a
+//! pinning), `tls_stream` (the TLS data path on rustls's unbuffered API) and `tls_wire`
+//! (its buffers), `conn`, `listen`, `dial`, `tunnel` (connections carried by a
 //! helper process such as `ssh -W`), `lane` (a local copy's in-process data stream), `sys`
 //! (the only `unsafe`: getifaddrs and poll).
 
@@ -40,13 +42,15 @@ mod listen;
 mod sys;
 mod ticket;
 mod tls;
+mod tls_stream;
+mod tls_wire;
 mod tunnel;
 
 pub use conn::Conn;
 pub use dial::{connect, connect_addr, connect_tunnel};
 pub use listen::{Accepted, AcceptorHandle, Listener};
+pub use sys::Delivery;
 pub use ticket::{Secret, Ticket, MAX_TICKET_ADDRS};
-pub use tls::TlsSocket;
 pub use tunnel::Tunnel;
 
 /// The version in every connection's hello; peers with another version are refused with

@@ -93,6 +93,64 @@ pub(super) fn wait_acceptable(listeners: &[TcpListener], timeout: Duration) -> i
     Ok(r > 0)
 }
 
+/// The head of Linux's `struct tcp_info` (linux/tcp.h) up to the chrono counters of 4.10.
+/// libc's `tcp_info` stops before `tcpi_delivery_rate`, hence this copy; the layout is
+/// the kernel's ABI (fields are only ever appended), and a kernel that returns fewer
+/// bytes than `delivery_rate` needs is treated as not knowing it.
+#[repr(C)]
+#[derive(Default)]
+struct TcpInfoHead {
+    /// state, ca_state, retransmits, probes, backoff, options, snd/rcv_wscale.
+    head: [u8; 7],
+    /// Bit 0: `tcpi_delivery_rate_app_limited`.
+    flags: u8,
+    /// rto … total_retrans.
+    u32s: [u32; 24],
+    pacing_rate: u64,
+    max_pacing_rate: u64,
+    bytes_acked: u64,
+    bytes_received: u64,
+    segs: [u32; 6],
+    delivery_rate: u64,
+}
+
+/// TCP's latest estimate of a connection's delivery rate (bytes per second acknowledged
+/// by the peer, over about a round trip), and whether the sender was short of data to
+/// send while it was taken (the link then had room to spare).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Delivery {
+    /// Bytes per second.
+    pub rate: u64,
+    /// The sample was limited by the application, not by the network or the peer.
+    pub app_limited: bool,
+}
+
+/// `getsockopt(TCP_INFO)`'s delivery rate on `sock`; `None` when the kernel does not
+/// report it (before Linux 4.9) or the call fails.
+pub(super) fn delivery(sock: &std::net::TcpStream) -> Option<Delivery> {
+    let mut info = TcpInfoHead::default();
+    let mut len = std::mem::size_of::<TcpInfoHead>() as libc::socklen_t;
+    // SAFETY: `info` is a plain-old-data struct of `len` bytes that the kernel fills with
+    // at most `len` bytes of `struct tcp_info` (whose layout it mirrors); `len` is updated
+    // to the number written. No safe wrapper (std, rustix, nix) exposes these fields.
+    let r = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut TcpInfoHead).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 || (len as usize) < std::mem::size_of::<TcpInfoHead>() {
+        return None;
+    }
+    Some(Delivery {
+        rate: info.delivery_rate,
+        app_limited: info.flags & 1 != 0,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,5 +170,32 @@ mod tests {
         assert!(!wait_acceptable(&l, Duration::from_millis(10)).unwrap());
         let _c = std::net::TcpStream::connect(l[1].local_addr().unwrap()).unwrap();
         assert!(wait_acceptable(&l, Duration::from_secs(5)).unwrap());
+    }
+
+    #[test]
+    fn tcp_info_head_matches_the_kernel_layout() {
+        assert_eq!(std::mem::offset_of!(TcpInfoHead, u32s), 8);
+        assert_eq!(std::mem::offset_of!(TcpInfoHead, pacing_rate), 104);
+        assert_eq!(std::mem::offset_of!(TcpInfoHead, delivery_rate), 160);
+    }
+
+    #[test]
+    fn a_connection_that_sent_data_has_a_delivery_rate() {
+        use std::io::{Read, Write};
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut a = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut b, _) = l.accept().unwrap();
+        let t = std::thread::spawn(move || {
+            let mut buf = vec![0u8; 1 << 20];
+            while b.read(&mut buf).unwrap() > 0 {}
+        });
+        let chunk = vec![1u8; 1 << 20];
+        for _ in 0..16 {
+            a.write_all(&chunk).unwrap();
+        }
+        let d = delivery(&a).expect("Linux 4.9 or later reports a delivery rate");
+        assert!(d.rate > 0, "{d:?}");
+        drop(a);
+        t.join().unwrap();
     }
 }

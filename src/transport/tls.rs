@@ -1,5 +1,5 @@
 //! TLS 1.3 setup: the listener's throwaway certificate, both configs, certificate pinning by
-//! fingerprint, and the socket adapter rustls reads and writes through.
+//! fingerprint. The data path over them is `tls_stream`.
 //!
 //! Trust comes only from the ticket: the dialer accepts exactly the certificate whose BLAKE3
 //! (over its DER) is the ticket's fingerprint, and still checks that the server signed the
@@ -12,10 +12,7 @@
 //!
 //! Not here: the secret-based authentication (see `handshake`), dialing and accepting.
 
-use std::io::{self, IoSlice, Read, Write};
-use std::net::TcpStream;
 use std::sync::Arc;
-use std::time::Instant;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
@@ -24,20 +21,10 @@ use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, ServerConfig, SignatureScheme,
 };
 
-use super::deadline::arm_deadline;
 use super::TransportError;
 
 /// The server name the dialer asks for; nobody checks it (the fingerprint is the identity).
 pub(super) const SERVER_NAME: &str = "haul.invalid";
-
-/// How much ciphertext rustls may queue before it writes to the socket (rustls's default,
-/// stated because it was measured: 256 KiB was no faster on loopback and 1 MiB was ~25%
-/// slower, the buffer no longer fitting in cache).
-pub(super) const TLS_BUFFER_LIMIT: usize = 64 * 1024;
-
-/// Read buffer of [`TlsSocket`]: rustls asks for at most ~4 KiB per read, one system call
-/// each without it. 64 KiB measured best; 256 KiB was slower (cache again).
-const READ_BUFFER: usize = 64 * 1024;
 
 /// The listener's certificate and TLS configuration.
 pub(super) struct ServerIdentity {
@@ -157,78 +144,11 @@ impl ServerCertVerifier for PinnedCert {
     }
 }
 
-/// The TCP socket under a TLS stream: buffers reads, and enforces an optional overall
-/// deadline (used only during the handshake) on every read and write.
-pub struct TlsSocket {
-    sock: TcpStream,
-    buf: Box<[u8]>,
-    start: usize,
-    end: usize,
-    deadline: Option<Instant>,
-}
-
-impl TlsSocket {
-    /// Wraps a connected socket; `deadline` bounds every read and write until cleared.
-    pub(super) fn new(sock: TcpStream, deadline: Option<Instant>) -> TlsSocket {
-        TlsSocket {
-            sock,
-            buf: vec![0u8; READ_BUFFER].into_boxed_slice(),
-            start: 0,
-            end: 0,
-            deadline,
-        }
-    }
-
-    /// The socket underneath (for timeouts, shutdown and addresses).
-    pub fn tcp(&self) -> &TcpStream {
-        &self.sock
-    }
-
-    /// Ends the handshake deadline and clears the socket timeouts it set.
-    pub(super) fn clear_deadline(&mut self) -> io::Result<()> {
-        self.deadline = None;
-        self.sock.set_read_timeout(None)?;
-        self.sock.set_write_timeout(None)
-    }
-}
-
-impl Read for TlsSocket {
-    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        if self.start == self.end {
-            arm_deadline(&self.sock, self.deadline, true)?;
-            if out.len() >= self.buf.len() {
-                return self.sock.read(out);
-            }
-            self.end = self.sock.read(&mut self.buf)?;
-            self.start = 0;
-        }
-        let n = out.len().min(self.end - self.start);
-        out[..n].copy_from_slice(&self.buf[self.start..self.start + n]);
-        self.start += n;
-        Ok(n)
-    }
-}
-
-impl Write for TlsSocket {
-    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-        arm_deadline(&self.sock, self.deadline, false)?;
-        self.sock.write(data)
-    }
-
-    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        arm_deadline(&self.sock, self.deadline, false)?;
-        self.sock.write_vectored(bufs)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.sock.flush()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::transport::deadline::handshake_error;
+    use std::io;
 
     #[test]
     fn identity_fingerprint_is_blake3_of_der() {

@@ -35,8 +35,9 @@ const POLL: Duration = Duration::from_millis(20);
 /// How often the relay says it is still there when it has nothing else to say.
 const KEEPALIVE: Duration = Duration::from_millis(500);
 /// How long the next hop may say nothing (it acknowledges every second) before it counts
-/// as gone.
-const SILENCE: Duration = Duration::from_secs(30);
+/// as gone: well within the receiver's default `--timeout` (30 s), so the hop after it
+/// is still waiting when the chain re-forms.
+const SILENCE: Duration = Duration::from_secs(10);
 /// How long `abort` waits for the control loop to tell the next hop.
 const ABORT_WAIT: Duration = Duration::from_secs(2);
 
@@ -341,6 +342,11 @@ impl StreamRelay {
 
     /// The current next hop failed with `e`: reports it and leaves it out of the chain.
     fn drop_hop(&self, e: &Error) {
+        if self.stop.load(Ordering::Acquire) {
+            // This receiver failed and left the chain: what its next hop does now (it
+            // takes the connection of the receiver before this one) is not a failure.
+            return;
+        }
         let mut st = self.lock();
         let Some(hop) = st.hops.pop_front() else {
             return;
@@ -504,3 +510,7 @@ impl Default for HopState {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "relay_tests.rs"]
+mod tests;

@@ -40,10 +40,10 @@ pub(super) fn serve_receive_stream(
     out_lines: &Out,
     dest: &[u8],
     command: Option<String>,
-    (window, advertise, keep_cache): (u64, Option<IpAddr>, bool),
+    (window, advertise, keep_cache, everywhere): (u64, Option<IpAddr>, bool, bool),
 ) -> Result<u64> {
     let out = Output::open(&far_to(dest, command), keep_cache)?;
-    let (listener, ticket, port) = listen(advertise, false)?;
+    let (listener, ticket, port) = listen(advertise, everywhere)?;
     let key = ticket.secret.block_key();
     out_lines.line(&wire::encode(&Reply::Ready {
         ticket: Some(ticket.encode()),

@@ -211,7 +211,8 @@ impl<'a> Stream<'a> {
             len,
             &mut self.head,
         )?;
-        self.enc.wrote(started.elapsed());
+        let sample = crate::send::sample::link_sample(&self.enc, &conn.0);
+        self.enc.wrote(started.elapsed(), sample);
         if let Some(l) = self.enc.last_level() {
             Counters::add(&self.counters.codec_units[l], 1);
         }

@@ -1,0 +1,446 @@
+//! [`TlsStream`]: a TLS 1.3 connection over a TCP socket, driven through rustls's unbuffered
+//! API with ciphertext buffers this module owns.
+//!
+//! **Why not rustls's `StreamOwned`.** Its reads come 4 KiB at a time through rustls's own
+//! buffer, which it shrinks and regrows (zero-filling it) whenever it empties, and every byte
+//! is copied once more from our socket buffer into it. Here the socket is read straight into
+//! one large buffer (up to [`INCOMING_SIZE`] per system call, many records at once), rustls
+//! decrypts each record in place there, and plaintext is copied out into the caller's buffer.
+//! rustls 0.23 still copies each decrypted record into a vector of its own before handing it
+//! over (`ReadTraffic::next_record`), and each encrypted record out of a vector of its own into
+//! our ciphertext buffer: those two copies are rustls's and remain.
+//!
+//! **Calling order.** `new`, then [`TlsStream::handshake`] (under the deadline given to `new`,
+//! which bounds every socket read and write until [`TlsStream::established`]), then any mix of
+//! `read` and `write`. Plaintext a caller's buffer cannot take waits here for the next read;
+//! ciphertext the socket did not take waits for the next write or flush.
+//!
+//! **Ends.** A read returns 0 only after the peer's close_notify; a TCP end without it fails
+//! with `UnexpectedEof` (a cut, not an end). [`TlsStream::shutdown_write`] sends ours. A TLS
+//! error (a forged or garbled record, an alert) fails the call with `InvalidData` wrapping
+//! the `rustls::Error`, after a best-effort attempt to send the alert rustls queued.
+//!
+//! Key updates are rustls's: `WriteTraffic::encrypt` updates our keys before their limit, and
+//! a peer's update is handled while its records are read.
+//!
+//! Not here: configuration and certificate pinning (`tls`), the secret handshake (`auth`).
+
+use std::io::{self, IoSlice, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::ops::DerefMut;
+use std::time::Instant;
+
+use rustls::client::{ClientConnectionData, UnbufferedClientConnection};
+use rustls::server::{ServerConnectionData, UnbufferedServerConnection};
+use rustls::unbuffered::{ConnectionState, UnbufferedConnectionCommon, UnbufferedStatus};
+
+use super::deadline::arm_deadline;
+use super::tls_wire::{encoded, encrypted, Incoming, Wire};
+
+/// Ciphertext buffer once the connection is authenticated: many records per `read(2)`.
+pub(super) const INCOMING_SIZE: usize = 256 * 1024;
+/// Ciphertext buffer of a connection still in its handshakes: unauthenticated peers get this
+/// much at first (a TLS record is at most ~16.7 KiB)…
+const HANDSHAKE_INCOMING: usize = 32 * 1024;
+/// …and at most this much (rustls joins handshake messages of up to 64 KiB in the buffer).
+const HANDSHAKE_INCOMING_LIMIT: usize = 96 * 1024;
+/// Plaintext encrypted per write call (four full records), then written in one system call.
+pub(super) const WRITE_CHUNK: usize = 64 * 1024;
+/// Room for the records' headers and tags around `WRITE_CHUNK` bytes of plaintext.
+const OUTGOING_SIZE: usize = WRITE_CHUNK + 1024;
+
+/// A rustls connection that runs the unbuffered state machine: client or server.
+pub(super) trait Machine:
+    DerefMut<Target = UnbufferedConnectionCommon<Self::Side>> + Send
+{
+    /// rustls's per-side data type.
+    type Side;
+    /// `process_tls_records` (an inherent method of each side's type in rustls).
+    fn process<'c, 'i>(
+        &'c mut self,
+        incoming: &'i mut [u8],
+    ) -> UnbufferedStatus<'c, 'i, Self::Side>;
+}
+
+impl Machine for UnbufferedClientConnection {
+    type Side = ClientConnectionData;
+    fn process<'c, 'i>(
+        &'c mut self,
+        incoming: &'i mut [u8],
+    ) -> UnbufferedStatus<'c, 'i, Self::Side> {
+        self.process_tls_records(incoming)
+    }
+}
+
+impl Machine for UnbufferedServerConnection {
+    type Side = ServerConnectionData;
+    fn process<'c, 'i>(
+        &'c mut self,
+        incoming: &'i mut [u8],
+    ) -> UnbufferedStatus<'c, 'i, Self::Side> {
+        self.process_tls_records(incoming)
+    }
+}
+
+/// A TLS connection over a TCP socket; `Read + Write + Send`.
+pub(super) struct TlsStream<M> {
+    conn: M,
+    inc: Incoming,
+    wire: Wire,
+    /// The TLS error that ended this connection: every later call fails with it, without
+    /// handing rustls the failed input again.
+    broken: Option<rustls::Error>,
+}
+
+/// What a run of the state machine ended with.
+enum Outcome {
+    /// The goal is reached.
+    Done,
+    /// rustls needs more ciphertext from the socket.
+    Blocked,
+    /// The peer sent close_notify (nothing more will be read).
+    PeerClosed,
+}
+
+/// What a run of the state machine is for.
+#[derive(Clone, Copy)]
+enum Goal<'a> {
+    /// Finish the TLS handshake.
+    Handshake,
+    /// Plaintext for the caller.
+    Read,
+    /// Encrypt these bytes into the outgoing buffer.
+    Encrypt(&'a [u8]),
+    /// Queue our close_notify.
+    CloseNotify,
+    /// Queue a key update (rustls does this by itself before the keys' limit).
+    #[cfg(test)]
+    RefreshKeys,
+}
+
+impl<M: Machine> TlsStream<M> {
+    /// A stream over a connected socket, before the handshake; `deadline` bounds every
+    /// socket read and write until [`TlsStream::established`].
+    pub(super) fn new(conn: M, sock: TcpStream, deadline: Option<Instant>) -> TlsStream<M> {
+        TlsStream {
+            conn,
+            inc: Incoming {
+                buf: vec![0; HANDSHAKE_INCOMING],
+                start: 0,
+                end: 0,
+                limit: HANDSHAKE_INCOMING_LIMIT,
+            },
+            wire: Wire {
+                sock,
+                deadline,
+                out: vec![0; 4096],
+                used: 0,
+                sent: 0,
+                left: Vec::new(),
+                left_pos: 0,
+                peer_closed: false,
+                we_closed: false,
+            },
+            broken: None,
+        }
+    }
+
+    /// Runs the TLS handshake to its end. A TLS failure is `InvalidData` wrapping the
+    /// `rustls::Error`; a peer that closes is `UnexpectedEof`.
+    pub(super) fn handshake(&mut self) -> io::Result<()> {
+        loop {
+            match self.advance(Goal::Handshake, &mut [], &mut 0)? {
+                Outcome::Done => return Ok(()),
+                Outcome::Blocked => self.fill()?,
+                Outcome::PeerClosed => return Err(eof("closed during the TLS handshake")),
+            }
+        }
+    }
+
+    /// The handshakes are over and the peer is authenticated: ends the deadline (clearing
+    /// the socket timeouts it set) and gives reads their full-size buffer.
+    pub(super) fn established(&mut self) -> io::Result<()> {
+        self.wire.deadline = None;
+        self.wire.sock.set_read_timeout(None)?;
+        self.wire.sock.set_write_timeout(None)?;
+        self.inc.limit = INCOMING_SIZE;
+        self.inc.grow_to(INCOMING_SIZE);
+        self.wire
+            .out
+            .resize(OUTGOING_SIZE.max(self.wire.out.len()), 0);
+        Ok(())
+    }
+
+    /// The socket underneath (for timeouts, shutdown and addresses).
+    pub(super) fn tcp(&self) -> &TcpStream {
+        &self.wire.sock
+    }
+
+    /// The rustls connection (for tests that look inside).
+    #[cfg(test)]
+    pub(super) fn machine(&self) -> &M {
+        &self.conn
+    }
+
+    /// Sends close_notify after everything written so far, then shuts down the socket's
+    /// write side.
+    pub(super) fn shutdown_write(&mut self) -> io::Result<()> {
+        self.wire.flush_out()?;
+        if !self.wire.we_closed {
+            self.advance_blocked_is_error(Goal::CloseNotify)?;
+            self.wire.we_closed = true;
+            self.wire.flush_out()?;
+        }
+        self.wire.sock.shutdown(Shutdown::Write)
+    }
+
+    /// Makes the next write start with a key update (what rustls does near the keys' limit).
+    #[cfg(test)]
+    pub(super) fn refresh_keys(&mut self) -> io::Result<()> {
+        self.advance_blocked_is_error(Goal::RefreshKeys)
+    }
+
+    /// Runs the state machine for a goal that needs nothing from the socket.
+    fn advance_blocked_is_error(&mut self, goal: Goal<'_>) -> io::Result<()> {
+        match self.advance(goal, &mut [], &mut 0)? {
+            Outcome::Done => Ok(()),
+            Outcome::Blocked | Outcome::PeerClosed => Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "the TLS connection cannot send (handshake not finished)",
+            )),
+        }
+    }
+
+    /// Runs rustls over the buffered ciphertext until `goal` is reached or it needs more
+    /// from the socket. Plaintext it decrypts goes to `dst[*filled..]`, what does not fit
+    /// to `wire.left`.
+    fn advance(
+        &mut self,
+        goal: Goal<'_>,
+        dst: &mut [u8],
+        filled: &mut usize,
+    ) -> io::Result<Outcome> {
+        loop {
+            if let Some(e) = &self.broken {
+                return Err(tls_error(e.clone()));
+            }
+            let UnbufferedStatus { mut discard, state } = self.conn.process(self.inc.unread());
+            let state = match state {
+                Ok(s) => s,
+                Err(e) => {
+                    self.inc.consume(discard);
+                    self.broken = Some(e.clone());
+                    self.send_alert();
+                    return Err(tls_error(e));
+                }
+            };
+            // Every arm's result waits until the discard is applied: rustls must never see
+            // the same bytes twice, even when this call fails.
+            let step: io::Result<Option<Outcome>> = match state {
+                ConnectionState::ReadTraffic(mut records) => {
+                    let mut failed = None;
+                    while let Some(record) = records.next_record() {
+                        match record {
+                            Ok(r) => {
+                                discard += r.discard;
+                                self.wire.deliver(r.payload, dst, filled);
+                            }
+                            Err(e) => {
+                                failed = Some(e);
+                                break;
+                            }
+                        }
+                    }
+                    let full = matches!(goal, Goal::Read) && *filled == dst.len();
+                    match failed {
+                        Some(e) => {
+                            self.broken = Some(e.clone());
+                            Err(tls_error(e))
+                        }
+                        None => Ok(full.then_some(Outcome::Done)),
+                    }
+                }
+                ConnectionState::EncodeTlsData(mut data) => self
+                    .wire
+                    .put(|out| encoded(data.encode(out)))
+                    .map(|()| None),
+                ConnectionState::TransmitTlsData(data) => self.wire.flush_out().map(|()| {
+                    data.done();
+                    None
+                }),
+                ConnectionState::BlockedHandshake => Ok(Some(Outcome::Blocked)),
+                ConnectionState::PeerClosed => {
+                    self.wire.peer_closed = true;
+                    match goal {
+                        Goal::Read | Goal::Handshake => Ok(Some(Outcome::PeerClosed)),
+                        // Writing stays possible after the peer's close_notify; the state is
+                        // edge-triggered, so the next run goes on to `WriteTraffic`.
+                        _ => Ok(None),
+                    }
+                }
+                // Both sides sent close_notify: nothing more can be read or written.
+                ConnectionState::Closed => {
+                    self.wire.peer_closed = true;
+                    match goal {
+                        Goal::Read | Goal::Handshake => Ok(Some(Outcome::PeerClosed)),
+                        _ => Err(io::Error::new(
+                            io::ErrorKind::BrokenPipe,
+                            "the TLS connection is closed",
+                        )),
+                    }
+                }
+                ConnectionState::WriteTraffic(mut w) => match goal {
+                    Goal::Read if *filled > 0 => Ok(Some(Outcome::Done)),
+                    Goal::Read => Ok(Some(Outcome::Blocked)),
+                    // Checked below, once `w` no longer borrows the connection.
+                    Goal::Handshake => Ok(Some(Outcome::Done)),
+                    Goal::Encrypt(data) => self
+                        .wire
+                        .put(|out| encrypted(w.encrypt(data, out)))
+                        .map(|()| Some(Outcome::Done)),
+                    Goal::CloseNotify => self
+                        .wire
+                        .put(|out| encrypted(w.queue_close_notify(out)))
+                        .map(|()| Some(Outcome::Done)),
+                    #[cfg(test)]
+                    Goal::RefreshKeys => w
+                        .refresh_traffic_keys()
+                        .map_err(tls_error)
+                        .map(|()| Some(Outcome::Done)),
+                },
+                _ => Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "unexpected TLS state (early data?)",
+                )),
+            };
+            self.inc.consume(discard);
+            match step? {
+                // The server may send before the client's Finished arrives: not done yet.
+                Some(Outcome::Done)
+                    if matches!(goal, Goal::Handshake) && self.conn.is_handshaking() =>
+                {
+                    return Ok(Outcome::Blocked)
+                }
+                Some(outcome) => return Ok(outcome),
+                None => {}
+            }
+        }
+    }
+
+    /// Reads more ciphertext from the socket. A TCP end fails with `UnexpectedEof`: a clean
+    /// end (close_notify) is seen by the state machine before this is called.
+    fn fill(&mut self) -> io::Result<()> {
+        let room = self.inc.make_room()?;
+        arm_deadline(&self.wire.sock, self.wire.deadline, true)?;
+        let n = loop {
+            match (&self.wire.sock).read(room) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                r => break r?,
+            }
+        };
+        if n == 0 {
+            return Err(eof(
+                "peer closed connection without sending TLS close_notify",
+            ));
+        }
+        self.inc.end += n;
+        Ok(())
+    }
+
+    /// After a TLS error: sends the alert rustls queued for the peer, if it can. Only what
+    /// rustls has queued is taken (it hands that out before it looks at input again): the
+    /// input that failed must not be processed twice.
+    fn send_alert(&mut self) {
+        while self.conn.wants_write() {
+            let UnbufferedStatus { discard, state } = self.conn.process(self.inc.unread());
+            let taken = match state {
+                Ok(ConnectionState::EncodeTlsData(mut data)) => {
+                    self.wire.put(|out| encoded(data.encode(out))).is_ok()
+                }
+                _ => false,
+            };
+            self.inc.consume(discard);
+            if !taken {
+                break;
+            }
+        }
+        let _ = self.wire.flush_out();
+    }
+
+    /// Encrypts up to [`WRITE_CHUNK`] bytes of `bufs` and sends them; the count taken.
+    fn write_bufs(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        // Ciphertext a failed write left behind goes first; its error is this call's.
+        self.wire.flush_out()?;
+        let mut taken = 0;
+        for b in bufs {
+            let part = &b[..b.len().min(WRITE_CHUNK - taken)];
+            if !part.is_empty() {
+                self.advance_blocked_is_error(Goal::Encrypt(part))?;
+                taken += part.len();
+            }
+            if taken == WRITE_CHUNK {
+                break;
+            }
+        }
+        // The bytes are ours now (as with any buffered writer): a socket error shows on the
+        // next write or flush, which retries what is left.
+        let _ = self.wire.flush_out();
+        Ok(taken)
+    }
+}
+
+impl<M: Machine> Read for TlsStream<M> {
+    fn read(&mut self, dst: &mut [u8]) -> io::Result<usize> {
+        if dst.is_empty() {
+            return Ok(0);
+        }
+        if self.wire.left_pos < self.wire.left.len() {
+            return Ok(self.wire.take_left(dst));
+        }
+        if self.wire.peer_closed {
+            return Ok(0);
+        }
+        let mut filled = 0;
+        loop {
+            let outcome = match self.advance(Goal::Read, dst, &mut filled) {
+                Ok(o) => o,
+                // Bytes decrypted before the failure go out first; the failure stays (a
+                // broken stream, or output still pending) and is the next call's.
+                Err(_) if filled > 0 => return Ok(filled),
+                Err(e) => return Err(e),
+            };
+            match outcome {
+                Outcome::Done | Outcome::PeerClosed => return Ok(filled),
+                Outcome::Blocked if filled > 0 => return Ok(filled),
+                Outcome::Blocked => self.fill()?,
+            }
+        }
+    }
+}
+
+impl<M: Machine> Write for TlsStream<M> {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.write_bufs(&[IoSlice::new(data)])
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        self.write_bufs(bufs)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.wire.flush_out()
+    }
+}
+
+/// A TLS error as the I/O error `deadline::handshake_error` and the listener recognise.
+fn tls_error(e: rustls::Error) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
+}
+
+fn eof(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::UnexpectedEof, what.to_string())
+}
+
+#[cfg(test)]
+#[path = "tls_stream_tests.rs"]
+mod tests;
