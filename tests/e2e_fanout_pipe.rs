@@ -1,7 +1,8 @@
 //! Pipe-mode fan-out through the real binary: one stream read once (`haul send
 //! --from-command` with several `--to`), each receiver writing it to its own sink and
 //! passing it on. Three receivers on loopback (`recv --stream FILE` twice, `recv -`) get
-//! byte-identical streams with one `stream_blake3`; three receivers in their own network
+//! byte-identical streams with one `stream_blake3`, and a compressed stream stays
+//! compressed on every hop; three receivers in their own network
 //! namespaces, the middle one SIGKILLed mid-stream: the chain re-forms around it, the
 //! other two complete byte-identical, the sender exits 5 naming the killed host (and a
 //! middle receiver whose consumer fails is left out the same way, exit 4); `haul
@@ -163,6 +164,58 @@ fn three_receivers_get_one_stream_byte_identical() {
         "recv - got other bytes"
     );
     assert_eq!(stream_blake3(&got[2].stderr), want);
+}
+
+/// `"bytes_wire":N` of a `--json` line in `text`.
+fn bytes_wire(text: &str) -> u64 {
+    let at = text
+        .find("\"bytes_wire\":")
+        .unwrap_or_else(|| panic!("no bytes_wire in {text}"));
+    let digits: String = text[at + 13..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().unwrap()
+}
+
+#[test]
+fn a_compressed_stream_stays_compressed_on_every_hop() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src.txt");
+    // Compressible, and not a multiple of the block.
+    let line = b"0001 2026-11-24 replica relay wal segment checkpoint lsn=0/16B3F28\n";
+    let mut data = Vec::new();
+    while data.len() < 24 * MIB as usize + 777 {
+        data.extend_from_slice(line);
+    }
+    std::fs::write(&src, &data).unwrap();
+    let outs: Vec<PathBuf> = (1..=3)
+        .map(|i| tmp.path().join(format!("out{i}")))
+        .collect();
+    let recvs: Vec<Recv> = outs
+        .iter()
+        .map(|o| recv_stream(None, "127.0.0.1:0", o))
+        .collect();
+    let tickets: Vec<&str> = recvs.iter().map(|r| r.ticket.as_str()).collect();
+    let sent = spawn_send(None, &src, &tickets, &["--compress", "zstd"]).wait();
+    let got: Vec<Outcome> = recvs.into_iter().map(Recv::wait).collect();
+    let all = got
+        .iter()
+        .fold(sent.describe(), |a, g| a + "\n" + &g.describe());
+    assert_eq!(sent.code(), Some(0), "{all}");
+    let len = data.len() as u64;
+    for (i, (o, g)) in outs.iter().zip(&got).enumerate() {
+        assert_eq!(g.code(), Some(0), "{all}");
+        assert!(std::fs::read(o).unwrap() == data, "{o:?} differs");
+        // What crossed the link into this hop: the sender's compressed blocks, not the
+        // stream (a relay that forwarded raw blocks would carry all `len` bytes).
+        let wire = bytes_wire(&text(g.stdout_after_first_line()));
+        assert!(
+            wire < len / 4,
+            "hop {}: {wire} wire bytes for {len}\n{all}",
+            i + 1
+        );
+    }
 }
 
 #[test]

@@ -100,6 +100,7 @@ pub fn receive_pipe(
         key,
         block: u64::from(block),
         window,
+        keep_packed: !chain.hops.is_empty(),
         win: Mutex::new(Window::default()),
         spare: Mutex::new(Vec::new()),
         arrived: Condvar::new(),
@@ -329,7 +330,7 @@ fn write_loop(
         match relay {
             // Kept for the next hop (its buffer comes back once that hop has it).
             Some(r) => r.push(at, b, shared),
-            None => shared.recycle(b.buf),
+            None => shared.recycle_held(b),
         }
         Counters::add(&shared.counters.done_bytes, n);
         shared.lock().written += n;

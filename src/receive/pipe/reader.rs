@@ -1,12 +1,13 @@
 //! A pipe receiver's data connections: one thread each, reading frames, verifying each
 //! stream block (a raw one where it lies, a compressed one decompressed into a recycled
-//! buffer) and putting it into the reorder window.
+//! buffer, a relay keeping its compressed body too) and putting it into the reorder
+//! window.
 
 use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::window::{Held, Shared, TICK};
+use super::window::{Held, Packed, Shared, TICK};
 use crate::codec::Decoder;
 use crate::error::{Error, Result};
 use crate::progress::Counters;
@@ -134,12 +135,14 @@ fn read_loop(mut conn: Conn, shared: &Shared) -> Result<bool> {
                 buf,
                 range: payload.end - body..payload.end,
                 cv,
+                packed: None,
             }
         } else {
             let mut buf = shared.buffer();
             match decoder.decode_stream_into(&h, offset, &mut buf) {
                 Ok(cv) => Held {
                     range: 0..buf.len(),
+                    packed: packed(shared, &h, buf.len()),
                     buf,
                     cv,
                 },
@@ -154,4 +157,20 @@ fn read_loop(mut conn: Conn, shared: &Shared) -> Result<bool> {
         shared.insert(offset, held)?;
         shared.touch();
     }
+}
+
+/// A relay's copy of compressed block `h`'s body (decoded to `raw` bytes and verified), so
+/// the next hop gets what the sender chose; none where the body is no smaller than the
+/// block, which bounds the copies by the window (a sender sends such a block raw anyway).
+fn packed(shared: &Shared, h: &DataHeader<'_>, raw: usize) -> Option<Packed> {
+    if !shared.keep_packed || h.body.len() >= raw {
+        return None;
+    }
+    let mut body = shared.buffer();
+    body.clear();
+    body.extend_from_slice(h.body);
+    Some(Packed {
+        codec: h.codec,
+        body,
+    })
 }

@@ -57,6 +57,9 @@ impl Fwd {
 
 impl Drop for Fwd {
     fn drop(&mut self) {
+        if let Some(p) = self.held.packed.take() {
+            self.shared.recycle(p.body);
+        }
         self.shared.recycle(std::mem::take(&mut self.held.buf));
     }
 }

@@ -1,8 +1,9 @@
 //! A stream relay's data streams: each takes kept blocks the control loop released and
 //! writes them to the next hop as a sender's stream does, one block per unit of file 0,
 //! its unit hash made with the next hop's key over the block's chaining value (verified
-//! here already, so nothing is hashed again). Blocks go raw: the relay holds them
-//! decompressed, and compressing again would cost a relay what it saves the link.
+//! here already, so nothing is hashed again). A block goes on as it arrived: compressed
+//! (the body the sender chose, kept beside the decompressed block) or raw, so every hop
+//! carries the bytes of the first and no relay compresses again.
 //!
 //! A connection that breaks is dialed again (a few times, then the hop counts as
 //! unreachable and the control loop re-forms the chain); the block goes back to the queue,
@@ -15,7 +16,8 @@ use std::time::Duration;
 use crossbeam_channel::RecvTimeoutError;
 
 use super::relay::{Fwd, StreamRelay, Target};
-use crate::codec::tree::{stream_unit_hash, BlockCv};
+use super::window::Held;
+use crate::codec::tree::stream_unit_hash;
 use crate::protocol::{
     encode_data_header, hashed_parts, set_hash, Codec, FrameKind, Sealer, Segment,
 };
@@ -91,13 +93,7 @@ impl StreamRelay {
                 }
             }
             if let Some(l) = link.as_mut() {
-                let h = &b.held;
-                unit(
-                    frame,
-                    &mut l.sealer,
-                    &target.key,
-                    (b.offset, h.bytes(), &h.cv),
-                );
+                unit(frame, &mut l.sealer, &target.key, b.offset, &b.held);
                 if l.conn
                     .write_all(frame)
                     .and_then(|()| l.conn.flush())
@@ -112,14 +108,15 @@ impl StreamRelay {
     }
 }
 
-/// Builds the block at `offset` (its bytes and chaining value) as one sealed data frame
-/// for a hop whose block key is `key`.
-fn unit(
-    frame: &mut Vec<u8>,
-    sealer: &mut Sealer,
-    key: &[u8; 32],
-    (offset, bytes, cv): (u64, &[u8], &BlockCv),
-) {
+/// Builds the block at `offset` as one sealed data frame for a hop whose block key is
+/// `key`: its compressed body where it has one, else its bytes; the unit hash covers the
+/// header and the block's chaining value, so neither body is hashed again.
+fn unit(frame: &mut Vec<u8>, sealer: &mut Sealer, key: &[u8; 32], offset: u64, held: &Held) {
+    let bytes = held.bytes();
+    let (codec, body) = match &held.packed {
+        Some(p) => (p.codec, &p.body[..]),
+        None => (Codec::Raw, bytes),
+    };
     let mut hdr = Vec::with_capacity(96);
     let seg = Segment {
         file: 0,
@@ -127,17 +124,18 @@ fn unit(
         len: bytes.len() as u32,
         keep: false,
     };
-    encode_data_header(&mut hdr, Codec::Raw, bytes.len() as u32, &[seg]);
-    let hash = stream_unit_hash(key, hashed_parts(&hdr), cv);
+    encode_data_header(&mut hdr, codec, bytes.len() as u32, &[seg]);
+    let hash = stream_unit_hash(key, hashed_parts(&hdr), &held.cv);
     set_hash(&mut hdr, &hash);
     frame.clear();
-    frame.extend_from_slice(&sealer.header(FrameKind::Data, hdr.len() + bytes.len()));
+    frame.extend_from_slice(&sealer.header(FrameKind::Data, hdr.len() + body.len()));
     frame.extend_from_slice(&hdr);
-    frame.extend_from_slice(bytes);
+    frame.extend_from_slice(body);
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::window::Packed;
     use super::*;
     use crate::codec::tree::block_cv;
     use crate::codec::Decoder;
@@ -149,8 +147,14 @@ mod tests {
         let bytes = vec![7u8; 64 << 10];
         let offset = 128 << 10;
         let cv = block_cv(offset, &bytes);
+        let held = Held {
+            range: 0..bytes.len(),
+            buf: bytes,
+            cv,
+            packed: None,
+        };
         let (mut frame, mut sealer) = (Vec::new(), Sealer::new([9; 32], false));
-        unit(&mut frame, &mut sealer, &k2, (offset, &bytes, &cv));
+        unit(&mut frame, &mut sealer, &k2, offset, &held);
         let mut reader = FrameReader::new(Opener::new([9; 32], true));
         let f = reader
             .read_frame(&mut &frame[..])
@@ -164,5 +168,40 @@ mod tests {
             Decoder::new(k2).verify_stream_raw(&h, 0).is_err(),
             "bound to its offset"
         );
+    }
+
+    #[test]
+    fn a_compressed_block_goes_on_compressed_and_decodes_to_the_same_block() {
+        let (k2, offset) = ([2u8; 32], 192 << 10);
+        let bytes: Vec<u8> = (0..64u32 << 10).map(|i| (i / 300) as u8).collect();
+        let body = lz4_flex::block::compress(&bytes);
+        assert!(body.len() < bytes.len() / 4);
+        let cv = block_cv(offset, &bytes);
+        let held = Held {
+            range: 0..bytes.len(),
+            buf: bytes.clone(),
+            cv,
+            packed: Some(Packed {
+                codec: Codec::Lz4,
+                body: body.clone(),
+            }),
+        };
+        let (mut frame, mut sealer) = (Vec::new(), Sealer::new([9; 32], false));
+        unit(&mut frame, &mut sealer, &k2, offset, &held);
+        assert!(
+            frame.len() < body.len() + 200,
+            "the compressed body, not the block"
+        );
+        let mut reader = FrameReader::new(Opener::new([9; 32], true));
+        let f = reader.read_frame(&mut &frame[..]).unwrap().unwrap();
+        let h = DataHeader::parse(f.payload).unwrap();
+        assert_eq!((h.codec, h.body), (Codec::Lz4, &body[..]));
+        let mut out = Vec::new();
+        let got = Decoder::new(k2).decode_stream_into(&h, offset, &mut out);
+        assert_eq!(got.unwrap(), cv);
+        assert_eq!(out, bytes);
+        assert!(Decoder::new([1; 32])
+            .decode_stream_into(&h, offset, &mut out)
+            .is_err());
     }
 }

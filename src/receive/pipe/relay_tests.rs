@@ -20,6 +20,7 @@ fn shared() -> Arc<Shared> {
         key: [0; 32],
         block: B,
         window: 16 * B,
+        keep_packed: true,
         win: Mutex::new(Window::default()),
         spare: Mutex::new(Vec::new()),
         arrived: Condvar::new(),
@@ -93,6 +94,7 @@ fn push(r: &StreamRelay, s: &Arc<Shared>, blocks: std::ops::Range<u64>) {
             range: 0..buf.len(),
             buf,
             cv,
+            packed: None,
         };
         r.push(i * B, held, s);
     }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crate::codec::tree::BlockCv;
 use crate::error::{Error, Result};
 use crate::progress::Counters;
-use crate::protocol::ProtocolError;
+use crate::protocol::{Codec, ProtocolError};
 use crate::receive::integrity::Forgeries;
 
 /// How often blocked reads wake to check whether the transfer is over.
@@ -37,6 +37,15 @@ pub(super) struct Held {
     pub(super) buf: Vec<u8>,
     pub(super) range: Range<usize>,
     pub(super) cv: BlockCv,
+    /// A relay's copy of the compressed body the block arrived in (smaller than the
+    /// block), so it goes on to the next hop as the sender compressed it.
+    pub(super) packed: Option<Packed>,
+}
+
+/// A block's body as the sender compressed it: verified through the block it decodes to.
+pub(super) struct Packed {
+    pub(super) codec: Codec,
+    pub(super) body: Vec<u8>,
 }
 
 impl Held {
@@ -50,6 +59,8 @@ pub(super) struct Shared {
     pub(super) key: [u8; 32],
     pub(super) block: u64,
     pub(super) window: u64,
+    /// A relay keeps each compressed body with its block (see [`Held::packed`]).
+    pub(super) keep_packed: bool,
     pub(super) win: Mutex<Window>,
     /// Block buffers the writer is done with, for the readers to fill again.
     pub(super) spare: Mutex<Vec<Vec<u8>>>,
@@ -114,11 +125,24 @@ impl Shared {
     /// Keeps `v` for [`Shared::buffer`], up to what a full window needs.
     pub(super) fn recycle(&self, v: Vec<u8>) {
         if let Ok(mut s) = self.spare.lock() {
-            // A full window, and the buffer each data reader is filling.
-            if (s.len() as u64) < self.window / self.block + 1 + self.max_active as u64 {
+            // A full window, and the buffer each data reader is filling; twice that
+            // where each block may also keep its compressed body.
+            let mut cap = self.window / self.block + 1 + self.max_active as u64;
+            if self.keep_packed {
+                cap *= 2;
+            }
+            if (s.len() as u64) < cap {
                 s.push(v);
             }
         }
+    }
+
+    /// Gives back every buffer of a block the receiver is done with.
+    pub(super) fn recycle_held(&self, held: Held) {
+        if let Some(p) = held.packed {
+            self.recycle(p.body);
+        }
+        self.recycle(held.buf);
     }
 
     /// Takes one verified block; duplicates are dropped, a block outside the window or
@@ -128,7 +152,7 @@ impl Shared {
         let mut w = self.lock();
         if offset < w.written || w.blocks.contains_key(&offset) {
             drop(w);
-            self.recycle(held.buf);
+            self.recycle_held(held);
             return Ok(());
         }
         if offset + len > w.written + self.window {
