@@ -28,6 +28,10 @@ use crate::transport::{self, Conn, Role};
 const TICK: Duration = Duration::from_millis(100);
 /// Attempts to re-dial the same hop after a data connection broke.
 const REDIALS: u32 = 3;
+/// How long a write may block: a hop cut off by a partition never drains its socket, and
+/// a writer stuck in it would serve no later hop (the control loop gives such a hop up
+/// after 10 s of silence too).
+const WRITE_STALL: Duration = Duration::from_secs(10);
 
 /// A writer's connection, to hop `generation`.
 struct Link {
@@ -82,6 +86,9 @@ impl StreamRelay {
                 }
                 match transport::connect(&target.ticket, Role::Data, self.encrypt) {
                     Ok(conn) => {
+                        if conn.set_write_timeout(Some(WRITE_STALL)).is_err() {
+                            continue;
+                        }
                         let sealer = sealer(&conn);
                         *link = Some(Link {
                             generation: target.generation,
