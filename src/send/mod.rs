@@ -43,7 +43,7 @@ const BATCH_ENTRIES: usize = 2000;
 const BATCH_BYTES: usize = 1 << 20;
 /// Files queued and not yet sent before the manifest waits: what bounds the sender's work
 /// queue and the receiver's table of files in progress, whatever the size of the tree.
-const QUEUE_FILES: usize = 32_768;
+const QUEUE_FILES: usize = 8_192;
 
 /// Sends `sources`. `dial` opens one authenticated connection of the given role.
 pub fn send<D>(sources: &[Source], opts: &SendOptions, key: [u8; 32], dial: D) -> Result<SendReport>
