@@ -327,6 +327,23 @@ impl Tuner {
 mod tests {
     use super::*;
 
+    /// A probe when one is due, as the encoder does it; returns its compression time.
+    fn probe_if_due(t: &mut Tuner, cost: &dyn Fn(usize, usize) -> f64, ratio: [f64; 5]) -> f64 {
+        let l = t.current();
+        let Some(p) = t.probe_due() else {
+            return 0.0;
+        };
+        let n = PROBE_SLICE;
+        t.observe_probe(Probe {
+            level: p,
+            raw: n,
+            out: (n as f64 * ratio[p]) as usize,
+            cpu: Duration::from_secs_f64(cost(p, n)),
+            current_out: (n as f64 * ratio[l]) as usize,
+        });
+        cost(p, n) + cost(l, n)
+    }
+
     /// A simulated stream: each level compresses at `cpu_rate[L]` raw bytes/s to
     /// `ratio[L]`, and the link carries `link` wire bytes/s. Runs `units` units of 4 MiB
     /// and returns the time they took, probes included.
@@ -336,17 +353,7 @@ mod tests {
         let mut total = 0.0;
         for _ in 0..units {
             let l = t.current();
-            if let Some(p) = t.probe_due() {
-                let n = PROBE_SLICE;
-                total += cost(p, n) + cost(l, n);
-                t.observe_probe(Probe {
-                    level: p,
-                    raw: n,
-                    out: (n as f64 * ratio[p]) as usize,
-                    cpu: Duration::from_secs_f64(cost(p, n)),
-                    current_out: (n as f64 * ratio[l]) as usize,
-                });
-            }
+            total += probe_if_due(t, &cost, ratio);
             let wire = (raw as f64 * ratio[l]) as usize;
             let write = wire as f64 / link;
             total += cost(l, raw) + write;
@@ -364,32 +371,15 @@ mod tests {
     /// Like [`run`], but as a real socket behaves: the link drains the socket buffer while
     /// the stream compresses, so a unit takes `max(compress, link)` and its write waits
     /// only for the rest, give or take `jitter` (a share of the link time, alternating
-    /// sign: writes into a buffer with room return early, the next ones wait). With
-    /// `samples`, each unit brings TCP's delivery sample.
-    fn run_overlapped(
-        t: &mut Tuner,
-        ratio: [f64; 5],
-        link: f64,
-        units: usize,
-        jitter: f64,
-        samples: bool,
-    ) -> f64 {
+    /// sign: writes into a buffer with room return early, the next ones wait). Each unit
+    /// brings TCP's delivery sample.
+    fn run_overlapped(t: &mut Tuner, ratio: [f64; 5], link: f64, units: usize, jitter: f64) -> f64 {
         let raw = 4usize << 20;
         let cost = |l: usize, n: usize| if l == 0 { 0.0 } else { n as f64 / RATE[l] };
         let mut total = 0.0;
         for i in 0..units {
             let l = t.current();
-            if let Some(p) = t.probe_due() {
-                let n = PROBE_SLICE;
-                total += cost(p, n) + cost(l, n);
-                t.observe_probe(Probe {
-                    level: p,
-                    raw: n,
-                    out: (n as f64 * ratio[p]) as usize,
-                    cpu: Duration::from_secs_f64(cost(p, n)),
-                    current_out: (n as f64 * ratio[l]) as usize,
-                });
-            }
+            total += probe_if_due(t, &cost, ratio);
             let wire = (raw as f64 * ratio[l]) as usize;
             let (c, send) = (cost(l, raw), wire as f64 / link);
             let sign = if i % 2 == 0 { 1.0 } else { -1.0 };
@@ -404,7 +394,7 @@ mod tests {
                 wire,
                 Duration::from_secs_f64(c),
                 Duration::from_secs_f64(write),
-                samples.then_some(sample),
+                Some(sample),
             );
         }
         total
@@ -428,13 +418,13 @@ mod tests {
     fn delivery_samples_keep_a_slow_link_compressed() {
         let link = 3.0e6; // a quarter of 100 Mbit/s
         let mut t = Tuner::new(4);
-        let took = run_overlapped(&mut t, PG, link, 300, 0.9, true);
+        let took = run_overlapped(&mut t, PG, link, 300, 0.9);
         let best = best_overlapped(PG, link, 300);
         assert!(t.current() >= 3, "level {}", t.current());
         assert!(took <= 1.05 * best, "{took} against {best}");
         // On a fast link the same samples say the link has room: cheap levels.
         let mut t = Tuner::new(4);
-        let took = run_overlapped(&mut t, PG, 2.0e9, 1000, 0.9, true);
+        let took = run_overlapped(&mut t, PG, 2.0e9, 1000, 0.9);
         assert!(t.current() <= 1, "level {}", t.current());
         assert!(took <= 1.05 * best_overlapped(PG, 2.0e9, 1000));
     }

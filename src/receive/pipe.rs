@@ -112,7 +112,6 @@ pub fn receive_pipe(
         fatal: Mutex::new(None),
         forged: Forgeries::starting_at(forged),
         slots: Slots::new(usize::from(streams) + DATA_CONN_SLACK),
-        max_active: usize::from(streams) + DATA_CONN_SLACK,
         epoch: Instant::now(),
         data_conns: AtomicUsize::new(0),
         control_conns: AtomicUsize::new(1),

@@ -31,7 +31,6 @@ fn shared() -> Arc<Shared> {
         fatal: Mutex::new(None),
         forged: Forgeries::starting_at(0),
         slots: Slots::new(4),
-        max_active: 4,
         epoch: Instant::now(),
         data_conns: AtomicUsize::new(0),
         control_conns: AtomicUsize::new(0),

@@ -51,6 +51,11 @@ impl Slots {
         }
     }
 
+    /// How many readers count at most.
+    pub(super) fn max(&self) -> usize {
+        self.max
+    }
+
     /// A slot for a connection arriving at `now`: a free one, or that of the connection
     /// silent longest if it has been silent for [`STALE`]; None when every slot is busy.
     pub(super) fn take(&self, now: u64) -> Option<Arc<Slot>> {

@@ -73,9 +73,8 @@ pub(super) struct Shared {
     pub(super) abort: AtomicBool,
     pub(super) fatal: Mutex<Option<Error>>,
     pub(super) forged: Forgeries,
-    /// Data connection slots (at most `max_active` readers that count).
+    /// Data connection slots (at most `slots.max()` readers that count).
     pub(super) slots: Slots,
-    pub(super) max_active: usize,
     /// The clock the slots run on.
     pub(super) epoch: Instant,
     pub(super) data_conns: AtomicUsize,
@@ -136,7 +135,7 @@ impl Shared {
         if let Ok(mut s) = self.spare.lock() {
             // A full window, and the buffer each data reader is filling; twice that
             // where each block may also keep its compressed body.
-            let mut cap = self.window / self.block + 1 + self.max_active as u64;
+            let mut cap = self.window / self.block + 1 + self.slots.max() as u64;
             if self.keep_packed {
                 cap *= 2;
             }
