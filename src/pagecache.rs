@@ -5,9 +5,10 @@
 //!
 //! - **Reading:** [`Reader::before`] notes which pages of a range are cached before haul
 //!   reads it, [`Reader::after`] drops (`POSIX_FADV_DONTNEED`) the runs of pages that
-//!   were not. Residency comes from `mincore(2)` on a read-only shared mapping of the
-//!   range: `mincore` never touches the pages, so a file truncated meanwhile cannot raise
-//!   SIGBUS. Source files are read with `POSIX_FADV_RANDOM` ([`Reader::open`]), so the
+//!   were not. Residency comes from `cachestat(2)` where the range is cached wholly or
+//!   not at all (one call; see `cachestat`), else from `mincore(2)` on a read-only shared
+//!   mapping of the range: `mincore` never touches the pages, so a file truncated
+//!   meanwhile cannot raise SIGBUS. Source files are read with `POSIX_FADV_RANDOM` ([`Reader::open`]), so the
 //!   kernel reads what haul asks for and no speculative readahead beyond it, which a
 //!   neighbouring range's `before` would otherwise take for pages cached before. One
 //!   readahead remains: reading a page that another reader's readahead marked starts the
@@ -30,6 +31,8 @@ use std::num::NonZeroU64;
 use std::os::fd::AsRawFd;
 
 use rustix::fs::{fadvise, Advice};
+
+mod cachestat;
 
 /// How far past a range read its readahead may reach (the kernel's window is at most the
 /// device's `read_ahead_kb`: 128 KiB by default, 8 MiB on some virtual disks).
@@ -76,9 +79,11 @@ impl Reader {
         let span = end - self.start;
         let pages = span.div_ceil(page) as usize;
         self.resident.resize(pages, 0);
-        if !mincore(file, self.start, pages as u64 * page, &mut self.resident) {
-            // Unknown: count every page as cached, so nothing is dropped.
-            self.resident.fill(1);
+        match cachestat::cached_pages(file, self.start, pages as u64 * page) {
+            Some(0) => {}
+            Some(n) if n >= pages as u64 => self.resident.fill(1),
+            // Partly cached, or unknown to cachestat: which pages, from mincore.
+            _ => self.note_pages(file, page),
         }
         // Nothing cached around: no page another reader's readahead marked, so no chain
         // to end. Keep to the range itself then, or the lookahead would drop the blocks
@@ -86,6 +91,15 @@ impl Reader {
         if self.resident.iter().all(|r| r & 1 == 0) {
             let own = (offset + len - self.start).div_ceil(page) as usize;
             self.resident.truncate(own);
+        }
+    }
+
+    /// Fills the noted range's residency page by page (`mincore`).
+    fn note_pages(&mut self, file: &File, page: u64) {
+        let len = self.resident.len() as u64 * page;
+        if !mincore(file, self.start, len, &mut self.resident) {
+            // Unknown: count every page as cached, so nothing is dropped.
+            self.resident.fill(1);
         }
     }
 
@@ -226,9 +240,13 @@ mod tests {
             // tmpfs and the like: their pages are the file, nothing can be dropped.
             return;
         }
-        // The first half is cached before haul reads (someone else's working set).
+        // The first half is cached before haul reads (someone else's working set), read
+        // without readahead: a readahead still in flight would bring in pages after they
+        // were counted here, which haul's reader then rightly leaves alone.
+        let other = File::open(&p).unwrap();
+        fadvise(&other, 0, None, Advice::Random).unwrap();
         let mut half = vec![0u8; (len / 2) as usize];
-        f.read_exact_at(&mut half, 0).unwrap();
+        other.read_exact_at(&mut half, 0).unwrap();
         let before = resident_pages(&f, len);
         let mut r = Reader::new(false);
         r.open(&f);
@@ -243,6 +261,30 @@ mod tests {
             after * 4 >= before * 3,
             "{after} pages resident, {before} before"
         );
+    }
+
+    #[test]
+    fn a_range_cached_whole_or_not_at_all_is_noted_as_mincore_sees_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let len = 64u64 << 10;
+        std::fs::write(&p, vec![5u8; len as usize]).unwrap();
+        let f = File::open(&p).unwrap();
+        f.sync_all().unwrap();
+        let pages = len.div_ceil(page_size()) as usize;
+        let mut r = Reader::new(false);
+        for drop_first in [false, true] {
+            if drop_first {
+                drop_all(&f);
+            }
+            r.before(&f, 0, len, len);
+            let mut v = vec![0u8; pages];
+            assert!(mincore(&f, 0, len, &mut v));
+            let noted: Vec<u8> = r.resident.iter().map(|b| b & 1).collect();
+            let seen: Vec<u8> = v.iter().map(|b| b & 1).collect();
+            assert_eq!(noted, seen, "dropped first: {drop_first}");
+            r.after(&f);
+        }
     }
 
     #[test]

@@ -24,6 +24,7 @@ mod dial;
 mod link;
 pub mod pace;
 pub mod pipe;
+mod readbuf;
 mod report;
 mod sample;
 mod worker;

@@ -14,6 +14,7 @@ use std::sync::Mutex;
 
 use super::dial::{DataConn, Redial};
 use super::pace::Pacer;
+use super::readbuf::ReadBuf;
 use super::report::{Failures, SendOptions};
 use crate::codec::{piece_hash, unit_hash, Encoder};
 use crate::error::Result;
@@ -37,7 +38,7 @@ enum ReadFail {
 struct Worker<'a> {
     key: [u8; 32],
     failures: &'a Mutex<Failures>,
-    raw: Vec<u8>,
+    raw: ReadBuf,
     segs: Vec<Segment>,
     open: Option<(u64, File)>,
     /// Source bytes read for the current unit.
@@ -60,7 +61,7 @@ pub(super) fn run(
     let mut w = Worker {
         key,
         failures,
-        raw: Vec::with_capacity(opts.block_size as usize),
+        raw: ReadBuf::with_capacity(opts.block_size as usize),
         segs: Vec::new(),
         open: None,
         read: 0,
@@ -115,7 +116,8 @@ fn hand_over(
             let len = w.raw.len();
             pace.take(len);
             encode_data_header(&mut hdr, Codec::Raw, len as u32, &w.segs);
-            if lane.send(&hdr, &mut w.raw).is_err() {
+            let (bytes, len) = w.raw.swap(lane.spare());
+            if lane.send(&hdr, bytes, len).is_err() {
                 queue.done();
                 return Err(lost(io::Error::other("the local receiver stopped")));
             }
@@ -139,7 +141,7 @@ fn send_unit(
     hdr: &mut Vec<u8>,
     counters: &Counters,
 ) -> Result<()> {
-    let raw = &w.raw;
+    let raw = w.raw.bytes();
     let codec = if raw.is_empty() {
         Codec::Raw
     } else {
@@ -167,9 +169,8 @@ fn send_unit(
 }
 
 impl Worker<'_> {
-    /// Reads one unit of work into the buffer (and its segments). A block is read over
-    /// whatever the buffer held (its bytes are all overwritten), so a reused buffer of the
-    /// same length is not zeroed first.
+    /// Reads one unit of work into the buffer (and its segments), over whatever bytes the
+    /// buffer held (see `readbuf`: nothing is zeroed per read).
     fn read_unit(&mut self, work: Work) {
         self.segs.clear();
         self.read = 0;
@@ -233,11 +234,9 @@ impl Worker<'_> {
         let Some((_, f)) = self.open.as_ref() else {
             return;
         };
-        self.raw.resize(len as usize, 0);
+        let buf = self.raw.fill(len as usize);
         self.cache.before(f, offset, u64::from(len), job.size);
-        let r = f
-            .read_exact_at(&mut self.raw, offset)
-            .and_then(|()| stamp_of(f));
+        let r = f.read_exact_at(buf, offset).and_then(|()| stamp_of(f));
         self.cache.after(f);
         self.read += u64::from(len);
         if offset + u64::from(len) == job.size {
@@ -274,7 +273,7 @@ impl Worker<'_> {
             let piece = first + read / chunk;
             let same = hashes
                 .get(piece)
-                .is_some_and(|h| *h == piece_hash(&self.key, &self.raw[read..end]));
+                .is_some_and(|h| *h == piece_hash(&self.key, &self.raw.bytes()[read..end]));
             let len = (end - read) as u32;
             let at = offset + read as u64;
             match self.segs.last_mut() {
@@ -287,7 +286,7 @@ impl Worker<'_> {
                 }),
             }
             if !same {
-                self.raw.copy_within(read..end, write);
+                self.raw.bytes_mut().copy_within(read..end, write);
                 write += end - read;
             }
             read = end;
@@ -299,11 +298,10 @@ impl Worker<'_> {
     fn read_pack(&mut self, files: &[std::sync::Arc<FileJob>]) {
         for job in files {
             let start = self.raw.len();
-            self.raw.resize(start + job.size as usize, 0);
             let r = read_whole(
                 &job.path,
                 &job.stamp,
-                &mut self.raw[start..],
+                self.raw.append(job.size as usize),
                 &mut self.cache,
             );
             self.read += job.size;

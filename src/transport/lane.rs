@@ -9,7 +9,9 @@
 //! made here, never decoded from bytes). A lane is carried by a [`super::Conn`] made with
 //! [`super::Conn::lane_pair`], so the engine's dialing and dispatching stay as they are.
 //!
-//! Memory: at most `DEPTH` units wait in a lane, plus the one each side holds.
+//! Memory: at most `DEPTH` units wait in a lane, plus the one each side holds. Buffers go
+//! round whole: a unit's bytes are the first `len` of its buffer, the rest is left from an
+//! earlier unit, so a buffer handed back is read over without being zeroed again.
 
 use std::time::Duration;
 
@@ -22,7 +24,9 @@ const DEPTH: usize = 2;
 #[derive(Debug)]
 pub struct Unit {
     head: Vec<u8>,
-    bytes: Vec<u8>,
+    /// The unit's bytes are `buf[..len]`.
+    buf: Vec<u8>,
+    len: usize,
 }
 
 impl Unit {
@@ -33,7 +37,7 @@ impl Unit {
 
     /// The raw bytes.
     pub fn bytes(&self) -> &[u8] {
-        &self.bytes
+        &self.buf[..self.len]
     }
 }
 
@@ -79,14 +83,21 @@ pub(super) fn pair() -> (LaneSender, LaneReceiver) {
 }
 
 impl LaneSender {
-    /// Hands over a copy of `head` and `bytes` (taken, replaced by a buffer the receiver
-    /// gave back, holding old bytes, or a new empty one); blocks while the lane is full.
-    /// `Err` when the receiving end is gone.
-    pub fn send(&self, head: &[u8], bytes: &mut Vec<u8>) -> Result<(), LaneClosed> {
-        let spare = self.empty.try_recv().unwrap_or_default();
+    /// A buffer to read the next unit into: one the receiver gave back (holding an
+    /// earlier unit's bytes, to be read over), or a new empty one.
+    pub fn spare(&self) -> Vec<u8> {
+        self.empty.try_recv().unwrap_or_default()
+    }
+
+    /// Hands over a copy of `head` and the unit `buf[..len]` (`len` is capped at the
+    /// buffer's length); blocks while the lane is full. `Err` when the receiving end is
+    /// gone.
+    pub fn send(&self, head: &[u8], buf: Vec<u8>, len: usize) -> Result<(), LaneClosed> {
+        let len = len.min(buf.len());
         let unit = Unit {
             head: head.to_vec(),
-            bytes: std::mem::replace(bytes, spare),
+            buf,
+            len,
         };
         self.units.send(unit).map_err(|_| LaneClosed)
     }
@@ -102,10 +113,10 @@ impl LaneReceiver {
         }
     }
 
-    /// Gives a written unit's buffer back to the sender for reuse, its bytes left as they
-    /// are (the next read overwrites them; clearing would make it zero them first).
+    /// Gives a written unit's buffer back to the sender for reuse, whole and its bytes
+    /// left as they are (the next read overwrites them).
     pub fn recycle(&self, unit: Unit) {
-        let _ = self.empty.try_send(unit.bytes);
+        let _ = self.empty.try_send(unit.buf);
     }
 }
 
@@ -118,35 +129,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn units_arrive_in_order_and_buffers_come_back() {
+    fn units_arrive_in_order_and_buffers_come_back_whole() {
         let (tx, rx) = pair();
-        let mut buf = b"first".to_vec();
-        tx.send(b"h1", &mut buf).unwrap();
-        assert!(buf.is_empty());
-        buf.extend_from_slice(b"second");
-        tx.send(b"h2", &mut buf).unwrap();
+        tx.send(b"h1", b"first!".to_vec(), 5).unwrap();
+        let spare = tx.spare();
+        assert!(spare.is_empty());
+        tx.send(b"h2", b"second".to_vec(), 6).unwrap();
         let Received::Unit(a) = rx.recv(Duration::from_secs(5)) else {
             panic!("no first unit");
         };
         assert_eq!(a.bytes(), b"first");
         assert_eq!(a.head(), b"h1");
-        let cap = a.bytes.capacity();
+        let cap = a.buf.capacity();
         rx.recycle(a);
         let Received::Unit(b) = rx.recv(Duration::from_secs(5)) else {
             panic!("no second unit");
         };
         assert_eq!(b.bytes(), b"second");
-        // The next send reuses the first unit's buffer, as it was.
-        let mut next = b"third".to_vec();
-        tx.send(b"h3", &mut next).unwrap();
+        // The next read reuses the first unit's buffer, whole, as it was.
+        let next = tx.spare();
         assert_eq!(next.capacity(), cap);
-        assert_eq!(next, b"first");
+        assert_eq!(next, b"first!");
+    }
+
+    #[test]
+    fn a_length_past_the_buffer_is_capped() {
+        let (tx, rx) = pair();
+        tx.send(b"h", b"abc".to_vec(), 10).unwrap();
+        let Received::Unit(u) = rx.recv(Duration::from_secs(5)) else {
+            panic!("no unit");
+        };
+        assert_eq!(u.bytes(), b"abc");
     }
 
     #[test]
     fn closed_when_the_sender_is_gone_after_the_last_unit() {
         let (tx, rx) = pair();
-        tx.send(b"h", &mut b"x".to_vec()).unwrap();
+        tx.send(b"h", b"x".to_vec(), 1).unwrap();
         drop(tx);
         assert!(matches!(rx.recv(Duration::from_secs(5)), Received::Unit(_)));
         assert!(matches!(rx.recv(Duration::from_secs(5)), Received::Closed));
@@ -157,6 +176,6 @@ mod tests {
         let (tx, rx) = pair();
         assert!(matches!(rx.recv(Duration::from_millis(10)), Received::Idle));
         drop(rx);
-        assert!(tx.send(b"h", &mut vec![1]).is_err());
+        assert!(tx.send(b"h", vec![1], 1).is_err());
     }
 }
