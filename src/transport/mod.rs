@@ -63,7 +63,9 @@ pub use tunnel::Tunnel;
 /// `Control::Replicas` (chain fan-out), and
 /// `Control::Arrived` (files whose bytes all arrived: the sender forgets them).
 /// 6: `Control::StreamStart` carries a chain (pipe-mode fan-out).
-pub const PROTOCOL_VERSION: u16 = 6;
+/// 7: a relay sends `Control::Replicas` as soon as a hop after it fails, not only before
+/// `Done` (a version-6 relay took it mid-transfer for a broken hop).
+pub const PROTOCOL_VERSION: u16 = 7;
 
 /// Which kind of connection this is within one transfer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
