@@ -502,6 +502,29 @@ mod tests {
     }
 
     #[test]
+    fn probe_messages_have_a_fixed_encoding() {
+        // The fuzz seeds `probe`, `probe-ready` and `probed` are these bytes.
+        assert_eq!(
+            Control::decode(&[17, 4]).unwrap(),
+            Control::Probe { streams: 4 }
+        );
+        assert_eq!(
+            Control::decode(&[18, 1, 0x80, 0x80, 0x80, 0xc8, 0x01, 1, 0xdc, 0x0b]).unwrap(),
+            Control::ProbeReady {
+                write_rate: Some(400 << 20),
+                file_micros: Some(1500),
+            }
+        );
+        assert_eq!(
+            Control::decode(&[19, 0x80, 0x80, 0x80, 0x80, 0x0c, 0xf0, 0x86, 0xb4, 0x01]).unwrap(),
+            Control::Probed {
+                received: 3 << 30,
+                micros: 2_950_000,
+            }
+        );
+    }
+
+    #[test]
     fn huge_claimed_length_does_not_allocate() {
         // Variant 1 (Entries) followed by a varint claiming 2^63 elements.
         let bytes = [1u8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f];
