@@ -91,6 +91,9 @@ const PRIOR_CPU: [f64; 5] = [0.0, 2.0e-9, 3.0e-9, 6.0e-9, 15.0e-9];
 const PRIOR_RATIO: [f64; 5] = [1.0, 0.5, 0.4, 0.37, 0.35];
 /// Prior write cost: 500 MB/s per stream.
 const PRIOR_WIRE: f64 = 2.0e-9;
+/// The most one unit's write time per wire byte counts for, as a multiple of the
+/// running mean (see `Tuner::observe`).
+const WIRE_STEP: f64 = 4.0;
 
 /// TCP's delivery-rate sample of a stream's connection after a unit's write.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -250,7 +253,14 @@ impl Tuner {
         }
         self.written = (self.written + wire as u64).min(WARMUP_WIRE);
         if wire > 0 {
-            self.wire.add(write.as_secs_f64(), wire as f64, KEEP);
+            // One unit's write may say at most WIRE_STEP times the running mean: a write
+            // preempted for 34 ms carried 95 KB, which read as 360 ns per wire byte on a
+            // link that costs one (a trace at 1 Gbit/s), and the mean then sent streams
+            // to zstd:3 for ten units. A link that really slows down still moves the
+            // mean by up to a third per unit.
+            let cap = WIRE_STEP * self.wire.get().max(PRIOR_WIRE) * wire as f64;
+            self.wire
+                .add(write.as_secs_f64().min(cap), wire as f64, KEEP);
         }
         if let Some(l) = link {
             let limited = !l.app_limited && l.rate > 0.0;
@@ -525,6 +535,48 @@ mod tests {
         assert_eq!(t.current(), 0);
         run(&mut t, RATE, PG, 1.0e8, 2 * MAX_INTERVAL as usize);
         assert!(t.current() > 0);
+    }
+
+    /// The pg set on a fast link with two busy cores (ratios and per-stream rates from
+    /// the quiet 1 Gbit/s runs: lz4 sends 0.126 of the bytes, zstd:1 0.055), where every
+    /// 10th write is preempted for 300 times its length: lz4 is the fastest level, and
+    /// the streams must stay there (before the cap the preempted writes made the link
+    /// look 15 times slower and sent them to zstd:1 and up).
+    #[test]
+    fn a_preempted_write_is_not_a_slow_link() {
+        const RATIO: [f64; 5] = [1.0, 0.126, 0.055, 0.052, 0.050];
+        const CPU: [f64; 5] = [f64::INFINITY, 2.0e9, 1.0e9, 4.0e8, 1.5e8];
+        let mut t = Tuner::new(4);
+        let raw = 4usize << 20;
+        let mut cheap = 0;
+        for i in 0..400 {
+            let l = t.current();
+            if l <= 1 {
+                cheap += 1;
+            }
+            let slice = PROBE_SLICE;
+            if let Some(p) = t.probe_due() {
+                let cost = |l: usize| if l == 0 { 0.0 } else { slice as f64 / CPU[l] };
+                t.observe_probe(Probe {
+                    level: p,
+                    raw: slice,
+                    out: (slice as f64 * RATIO[p]) as usize,
+                    cpu: Duration::from_secs_f64(cost(p)),
+                    current_out: (slice as f64 * RATIO[l]) as usize,
+                });
+            }
+            let wire = (raw as f64 * RATIO[l]) as usize;
+            let per = if i % 10 == 9 { 300.0e-9 } else { 1.0e-9 };
+            let cpu = if l == 0 { 0.0 } else { raw as f64 / CPU[l] };
+            t.observe(
+                raw,
+                wire,
+                Duration::from_secs_f64(cpu),
+                Duration::from_secs_f64(wire as f64 * per),
+                None,
+            );
+        }
+        assert!(cheap >= 300, "only {cheap} of 400 units at lz4 or none");
     }
 
     #[test]
