@@ -28,7 +28,7 @@ pub(super) fn start(
     quiet: bool,
     encrypt: bool,
     receive: impl Fn(&RemotePath) -> Request,
-) -> Result<(Vec<FarEnd>, Option<Chain>, Vec<Option<Vec<u8>>>)> {
+) -> Result<(Vec<FarEnd>, Option<Chain>, Vec<Rename>)> {
     if also.is_empty() {
         return Ok((Vec::new(), None, Vec::new()));
     }
@@ -55,15 +55,14 @@ pub(super) fn start(
     Ok((fars, Some(chain), renames))
 }
 
+/// The name a destination would store a single file under, when not the source's.
+pub(super) type Rename = Option<Vec<u8>>;
+
 /// A single file fans out under one name: `first` is what the first destination would
 /// store it as (`None`: the source's name, DST being a directory), `renames` the same for
 /// each of `also`.
-pub(super) fn same_name(
-    first: &Option<Vec<u8>>,
-    also: &[RemotePath],
-    renames: &[Option<Vec<u8>>],
-) -> Result<()> {
-    let shown = |r: &Option<Vec<u8>>| match r {
+pub(super) fn same_name(first: &Rename, also: &[RemotePath], renames: &[Rename]) -> Result<()> {
+    let shown = |r: &Rename| match r {
         Some(name) => format!("names the file {}", String::from_utf8_lossy(name)),
         None => "is a directory".to_string(),
     };
