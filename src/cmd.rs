@@ -22,7 +22,8 @@ use crate::plan::layout::copy_layout;
 use crate::plan::walk::{self, Source};
 use crate::progress::{dry_run_line, summary_line, summary_tail, Counters, Stats};
 use crate::protocol::{Accept, Listing, Summary, SyncOptions};
-use crate::receive::{incoming, receive, ReceiveOptions, ReceiveReport};
+use crate::receive::probe::{incoming_answering_probes, ProbeDesk};
+use crate::receive::{receive, ReceiveOptions, ReceiveReport};
 use crate::remote::Outcome;
 use crate::send::{send, ticket_dialer, SendOptions, SendReport};
 use crate::store::Store;
@@ -274,7 +275,12 @@ fn run_recv(
     }
     let key = ticket.secret.block_key();
     let (_handle, accepted) = listener.spawn_acceptor();
-    let rx = incoming(accepted)?;
+    let desk = ProbeDesk {
+        dir: store.root_dup().map_err(|e| Error::destination(dir, e))?,
+        path: dir.to_path_buf(),
+        quiet,
+    };
+    let rx = incoming_answering_probes(accepted, desk)?;
     let opts = ReceiveOptions {
         progress: !quiet,
         timeout: timeout.unwrap_or(DEFAULT_TIMEOUT),
@@ -382,7 +388,7 @@ fn run_copy(
     for role in std::iter::once(Role::Control).chain(std::iter::repeat_n(Role::Data, t.streams)) {
         let pair = match role {
             Role::Control => Conn::pair(),
-            Role::Data => Conn::lane_pair(),
+            _ => Conn::lane_pair(),
         };
         let (a, b) = pair.map_err(|e| Error::io("creating a local stream", e))?;
         ends.push((role, a));

@@ -24,6 +24,7 @@ mod integrity;
 mod lane;
 mod listing;
 pub mod pipe;
+pub mod probe;
 mod relay;
 mod report;
 mod shared;
@@ -53,13 +54,17 @@ const MAX_ROUNDS: u32 = 50;
 const DATA_CONN_SLACK: usize = 4;
 
 /// The connections a listener accepts, as `receive` takes them: each with its role, in
-/// the order they arrive.
+/// the order they arrive. Probes are closed at once: only a waiting `haul recv DIR`
+/// answers them ([`probe::incoming_answering_probes`]).
 pub fn incoming(accepted: Receiver<Accepted>) -> Result<Receiver<(Conn, Role)>> {
     let (tx, rx) = crossbeam_channel::unbounded();
     std::thread::Builder::new()
         .name("haul-incoming".into())
         .spawn(move || {
             for a in accepted {
+                if matches!(a.role, Role::Probe | Role::ProbeData) {
+                    continue;
+                }
                 if tx.send((a.conn, a.role)).is_err() {
                     break;
                 }
@@ -176,6 +181,8 @@ fn spawn_dispatcher(
             while !shared.abort.load(Ordering::Relaxed) {
                 match incoming.recv_timeout(TICK) {
                     Ok((c, Role::Data)) => spawn_data_worker(&shared, c),
+                    // Probes never reach a transfer (`incoming` keeps them out).
+                    Ok((_, Role::Probe | Role::ProbeData)) => {}
                     Ok((c, Role::Control)) => {
                         shared.control_conns.fetch_add(1, Ordering::Relaxed);
                         if control_tx.send(c).is_err() {

@@ -24,6 +24,7 @@ mod dial;
 mod link;
 pub mod pace;
 pub mod pipe;
+pub mod probe;
 mod report;
 mod sample;
 mod target;
