@@ -226,3 +226,57 @@ fn copy_also_pushes_one_read_to_three_far_destinations() {
         assert_no_part_files(d);
     }
 }
+
+/// One file fans out under one name: every DST naming the same file name works (each
+/// host stores it as that name); a DST that is a directory beside ones that name the
+/// file is refused before anything is sent.
+#[test]
+fn copy_also_renames_one_file_alike_everywhere() {
+    let Some(sshd) = support::sshd::Sshd::start("copy_also_renames_one_file_alike_everywhere")
+    else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("disk.img");
+    write_random_file(&src, 3 * MIB + 5, 12);
+    let dsts: Vec<PathBuf> = (1..=3)
+        .map(|i| {
+            let d = tmp.path().join(format!("dst{i}"));
+            std::fs::create_dir(&d).unwrap();
+            d
+        })
+        .collect();
+    let copy = |first: String, also: &[String]| {
+        let mut cmd = Command::new(haul_bin());
+        cmd.args(["copy", "-e", &sshd.rsh(), "--remote-haul", haul_bin()])
+            .args(["--block-size", BLOCK_SIZE_ARG])
+            .arg(&src)
+            .arg(first);
+        for a in also {
+            cmd.args(["--also", a]);
+        }
+        Running::spawn("copy", cmd).wait()
+    };
+    let at = |d: &Path, name: &str| format!("127.0.0.1:{}", d.join(name).display());
+    let out = copy(
+        at(&dsts[0], "new.img"),
+        &[at(&dsts[1], "new.img"), at(&dsts[2], "new.img")],
+    );
+    if out.code() != Some(0) {
+        eprintln!("--- sshd log ---\n{}", sshd.log());
+    }
+    out.assert_code(0);
+    let want = std::fs::read(&src).unwrap();
+    for d in &dsts {
+        assert_eq!(std::fs::read(d.join("new.img")).unwrap(), want);
+        assert!(!d.join("disk.img").exists());
+        assert_no_part_files(d);
+    }
+    // The second destination a directory, the first naming the file: refused.
+    let out = copy(at(&dsts[0], "other.img"), &[at(&dsts[1], "")]);
+    out.assert_code(2);
+    let err = out.stderr.clone();
+    assert!(err.contains("one name"), "{err}");
+    assert!(!dsts[0].join("other.img").exists());
+    assert!(!dsts[1].join("disk.img").exists());
+}
