@@ -89,13 +89,16 @@ impl Redial<'_> {
         let mut hashed = None;
         let mut attempt = 0;
         let mut why = None;
+        let mut seen = conn.as_ref().map(|c| c.generation);
         loop {
             let now = self.target.generation();
-            if conn.as_ref().is_some_and(|c| c.generation != now) {
-                // Its receiver was left behind: the next unit goes to the current one.
+            if seen.is_some_and(|g| g != now) {
+                // Its receiver was left behind: the unit goes to the current one, and
+                // what went wrong with the one before is no news.
                 *conn = None;
-                attempt = 0;
+                (attempt, why) = (0, None);
             }
+            seen = Some(now);
             let Some(c) = conn.as_mut() else {
                 self.reopen(conn, now, &mut attempt, &mut why, counters)?;
                 continue;

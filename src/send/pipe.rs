@@ -177,11 +177,12 @@ where
                 .map_err(|e| Error::io("starting a stream thread", e))?;
             workers.push(h);
         }
-        drop((work_rx, again_rx));
+        drop(again_rx);
         let mut driver = Driver {
             link: &mut link,
             flow: &flow,
             again: again_tx,
+            work: work_rx,
             own_window: opts.window,
             counters: &counters,
             end: None,
@@ -299,6 +300,7 @@ fn read_loop(
                 data,
                 cv,
                 pool: Arc::clone(&pool),
+                again: std::sync::atomic::AtomicBool::new(false),
             });
             {
                 let mut g = flow.lock();
@@ -329,6 +331,9 @@ struct Driver<'a, 'l> {
     link: &'a mut Link<'l>,
     flow: &'a Flow,
     again: Sender<Arc<Block>>,
+    /// The blocks read and not yet taken by a stream (the driver drains it when every
+    /// kept block goes out again).
+    work: Receiver<Arc<Block>>,
     own_window: u64,
     counters: &'a Counters,
     /// Length and digest, once the input ended (sent as StreamEnd).
@@ -468,6 +473,9 @@ impl Driver<'_, '_> {
         }
         self.moved = false;
         self.counters.done_bytes.store(written, Ordering::Relaxed);
+        // Every kept block from its `have` on goes out again; those still queued go out
+        // in that turn, not twice.
+        while self.work.try_recv().is_ok() {}
         self.resend(have, &[]);
         Ok(())
     }
@@ -488,6 +496,7 @@ impl Driver<'_, '_> {
             g.replay
                 .iter()
                 .filter(|b| b.end() > have && got.binary_search(&b.offset).is_err())
+                .filter(|b| !b.again.swap(true, Ordering::AcqRel))
                 .cloned()
                 .collect()
         };

@@ -16,6 +16,9 @@ pub(super) struct Block {
     pub(super) cv: BlockCv,
     /// Where its buffer goes when the last holder (the replay buffer or a stream) drops it.
     pub(super) pool: Arc<Pool>,
+    /// Queued to go out again and not yet taken by a stream: a second loss report (say,
+    /// the next receiver's after the chain went on with it) does not queue it twice.
+    pub(super) again: AtomicBool,
 }
 
 impl Block {
@@ -165,6 +168,7 @@ mod tests {
                 data: vec![0; size as usize],
                 cv: crate::codec::tree::block_cv(i * size, &vec![0; size as usize]),
                 pool: Arc::clone(pool),
+                again: AtomicBool::new(false),
             }));
         }
         g.read = blocks * size;

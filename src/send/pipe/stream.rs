@@ -26,6 +26,8 @@ const TICK: Duration = Duration::from_millis(200);
 pub(super) struct Stream<'a> {
     link: &'a Redial<'a>,
     conn: Option<DataConn>,
+    /// The target `conn` (or the last failure) belongs to.
+    generation: u64,
     enc: Encoder,
     flow: &'a Flow,
     counters: &'a Counters,
@@ -47,6 +49,7 @@ impl<'a> Stream<'a> {
         Stream {
             link,
             conn: None,
+            generation: 0,
             enc: Encoder::new(compress, streams),
             flow,
             counters,
@@ -90,6 +93,7 @@ impl<'a> Stream<'a> {
                 },
             };
             let Some(b) = next else { continue };
+            b.again.store(false, Ordering::Release);
             if b.end() <= self.flow.have.load(Ordering::Acquire) {
                 continue;
             }
@@ -110,8 +114,10 @@ impl<'a> Stream<'a> {
         let mut why: Option<Error> = None;
         loop {
             let now = self.link.target.generation();
-            if self.conn.as_ref().is_some_and(|c| c.generation != now) {
-                // The chain moved on: the driver sends the new receiver all it lacks.
+            if now != self.generation {
+                // The chain moved on: the driver sends the new receiver all it lacks, and
+                // what went wrong with the one before is no news.
+                self.generation = now;
                 self.conn = None;
                 self.outstanding.clear();
                 (failures, why) = (0, None);
