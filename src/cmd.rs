@@ -207,6 +207,7 @@ fn send_options(t: &Transfer, cfg: &Config, outgoing: bool) -> SendOptions {
         limit: t.limit,
         keep_cache: cfg.keep_cache,
         chain: None,
+        label: String::new(),
     }
 }
 
@@ -325,6 +326,7 @@ fn run_send(
     let ticket = &resolve_ticket(ticket)?;
     let mut opts = send_options(t, cfg, true);
     opts.chain = fanout::chain(ticket, chain, t.encrypt)?;
+    opts.label = fanout::label(ticket);
     let sources: Vec<Source> = paths.iter().map(|p| Source::from_arg(p)).collect();
     let dial = ticket_dialer(ticket, t.encrypt);
     let report = send(&sources, &opts, ticket.secret.block_key(), dial)?;

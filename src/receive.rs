@@ -129,7 +129,14 @@ pub fn receive(
     };
     let result = session.run(&counters);
     if let (Err(e), Some(r)) = (&result, session.relay.as_mut()) {
-        r.abort(e);
+        match e {
+            // What failed upstream fails the chain after this receiver too.
+            Error::Remote { .. } | Error::Transport(_) | Error::Protocol(_) => r.abort(e),
+            // This receiver's own failure (its disk, its destination) is its alone: the
+            // next hop's connections just close, and the sender (or the relay) before
+            // this one, told so, goes on with it.
+            _ => r.leave(),
+        }
     }
     if let Some(f) = shared.forward.get() {
         f.stop();
@@ -223,8 +230,11 @@ impl Session<'_> {
             if let Some(e) = self.shared.take_fatal().or_else(|| store.take_error()) {
                 return Err(e);
             }
-            if let Some(r) = self.relay.as_mut() {
+            if let Some(news) = self.relay.as_mut().and_then(|r| {
                 r.check();
+                r.news()
+            }) {
+                self.reply(&Control::Replicas(news))?;
             }
             let Some(msg) = self.next_msg()? else {
                 continue;
@@ -253,6 +263,11 @@ impl Session<'_> {
                     }
                     let mut replies = self.items(store.take_items());
                     replies.extend(self.arrived(store.take_arrived()));
+                    // A hop left behind is told before the answer: a sender that takes
+                    // over from here must not dial it for later batches it never saw.
+                    if let Some(news) = self.relay.as_mut().and_then(Relay::news) {
+                        replies.push(Control::Replicas(news));
+                    }
                     replies.push(Control::Need(need));
                     if let Some(f) = first {
                         self.cached = Some((f, replies.clone()));

@@ -109,7 +109,9 @@ pub enum Control {
     /// the receivers this one passes the transfer on to (see `chain`).
     Chain(Chain),
     /// Receiver → sender, before `Done`, only for a chain fan-out: what became of every
-    /// receiver after this one.
+    /// receiver after this one (all known so far: each replaces the one before). A
+    /// tree's relay also sends it as soon as a hop after it fails, before its answer to
+    /// any later batch, so the sender never takes that hop for one in step.
     Replicas(Vec<Replica>),
     /// Receiver → sender: files whose every byte has arrived since the last `Arrived`,
     /// sent before the answer to `Entries` or `Finish`. They are never asked for again, so

@@ -194,6 +194,7 @@ fn push(
     let route = Route::new(rsh, dest, ticket, port, f.encrypt, f.ssh.via_ssh);
     let opts = &SendOptions {
         chain,
+        label: fanout::label(dest),
         ..opts.clone()
     };
     let sent = send(&srcs, opts, route.key(), |role| route.dial(role));

@@ -61,6 +61,7 @@ pub fn run(
             let route = Route::new(&rsh, dest, ticket, ready.port, encrypt, ssh.via_ssh);
             let opts = &PipeOptions {
                 chain,
+                label: super::fanout::label(dest),
                 ..opts.clone()
             };
             let sent = send_pipe(from, opts, route.key(), |role| route.dial(role));

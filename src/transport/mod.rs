@@ -64,7 +64,9 @@ pub use tunnel::Tunnel;
 /// `Control::Arrived` (files whose bytes all arrived: the sender forgets them).
 /// 6: `Control::StreamStart` carries a chain (pipe-mode fan-out).
 /// 7: a probe of a waiting receiver: roles [`Role::Probe`] and [`Role::ProbeData`],
-/// `Control::Probe`, `Control::ProbeReady` and `Control::Probed`.
+/// `Control::Probe`, `Control::ProbeReady` and `Control::Probed`; and a relay sends
+/// `Control::Replicas` as soon as a hop after it fails, not only before `Done` (a
+/// version-6 relay took it mid-transfer for a broken hop).
 pub const PROTOCOL_VERSION: u16 = 7;
 
 /// Which kind of connection this is within one transfer.
