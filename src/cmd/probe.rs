@@ -214,7 +214,7 @@ fn json(o: &Outcome) -> String {
         codec,
         o.streams,
         r,
-        predicted(o).map_or("null".into(), |p| format!("{p:.1}")),
+        predicted(o).map_or("null".into(), |p| format!("{p:.3}")),
         o.seconds,
         codecs.join(","),
     )
