@@ -34,8 +34,9 @@ ALL_LINKS = ("unshaped", "10gbit", "1gbit", "100mbit")
 # --quick runs every method on the unshaped link, and these on the shaped one (time budget).
 QUICK_SHAPED_METHODS = ("haul", "haul-none", "rsync-z", "tar-nc", "iperf3",
                         "haul-pipe", "nc")
-# `haul --compress zstd` is what plain `haul` does across a network: run only when asked.
-NOT_BY_DEFAULT = ("haul-zstd",)
+# `haul --compress zstd` is what plain `haul` does across a network, and pipe mode with another
+# codec is a variant: run only when asked.
+NOT_BY_DEFAULT = ("haul-zstd", "haul-pipe-auto", "haul-pipe-lz4")
 
 # Sizes per mode: the defaults for a 2-core, 24 GB machine, and tiny ones for --quick.
 SIZES = {

@@ -2,7 +2,8 @@
 # The adaptive codec following a link that gets throttled mid-transfer (issue 12): the pg
 # data set over the netlab veth, unshaped at the start; after DELAY seconds the link is
 # capped at RATE. haul's default (auto) against fixed codecs, order rotated per round.
-# Prints seconds, wire bytes and, for auto, the units sent at each level.
+# Prints seconds, wire bytes and, for auto, the units sent at each level; each copy is
+# checked against the data set's manifest (bench/run.py writes it) after the timing.
 # Usage: bench/throttle.sh [ROUNDS] [DELAY] [RATE]   (defaults 1, 4, 100mbit)
 # Needs root, the pg data set of bench/run.py in $DATA (default /work/bench-data/src/pg-s150)
 # and a release build (target/release/haul, or $HAUL).
@@ -35,13 +36,23 @@ for round in $(seq "$rounds"); do
     bash "$netlab" up --rate "$rate" >/dev/null
     wait "$sp"; wait "$rp"
     end=$(date +%s.%N)
-    python3 - "$m" "$start" "$end" "$work/json" <<'PY'
+    python3 - "$m" "$start" "$end" "$work/json" "$dst/$(basename "$data")" "$data.manifest" <<'PY'
 import json, sys
-m, start, end, path = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+from pathlib import Path
+sys.path.insert(0, "bench")
+from benchlib.datasets import listing
+m, start, end, path, copy, manifest = sys.argv[1:7]
 j = json.load(open(path))
 mix = j.get("codec_units")
 mix = " ".join(f"{k}={v}" for k, v in mix.items()) if mix else ""
-print(f"{m:8} {end - start:7.2f} s  {j['bytes_wire'] / 1e6:8.1f} MB on the wire  {mix}")
+check = "ok"
+if Path(manifest).exists():
+    if listing(Path(copy))[0] != Path(manifest).read_text().splitlines():
+        check = "FAILED: the copy differs from the manifest"
+else:
+    check = "not checked (no manifest)"
+took = float(end) - float(start)
+print(f"{m:8} {took:7.2f} s  {j['bytes_wire'] / 1e6:8.1f} MB on the wire  {mix}  {check}")
 PY
   done
 done

@@ -135,12 +135,21 @@ pub enum CommandArgs {
         remote: RemoteArgs,
     },
     /// Measure in about 15 s, changing nothing, what would bound `haul copy SRC... DST`
-    /// (source read, durable write at DST, each codec on a sample of the data) and print
-    /// the bottleneck, the settings to use and the predicted time.
+    /// or `haul send PATH... --to TICKET` (source read, durable write at DST, each codec
+    /// on a sample of the data, the network) and print the bottleneck, the settings to
+    /// use and the predicted time.
     Probe {
-        /// SRC... DST, as for copy (sources on this host; DST local or host:path).
-        #[arg(required = true, num_args = 2.., value_name = "SRC... DST")]
+        /// SRC... DST, as for copy (sources on this host; DST local or host:path); with
+        /// --to or --ticket-file, every PATH is a source.
+        #[arg(required = true, num_args = 1.., value_name = "SRC... DST")]
         paths: Vec<PathBuf>,
+        /// Probe the copy to a waiting `haul recv` (its ticket; `-` reads it from
+        /// stdin); the receiver keeps waiting for the sender afterwards.
+        #[arg(long, value_name = "TICKET", conflicts_with = "ticket_file")]
+        to: Option<String>,
+        /// Read that ticket from this file (as written by `haul recv --ticket-file`).
+        #[arg(long, value_name = "FILE")]
+        ticket_file: Option<PathBuf>,
         /// Data streams the copy would use (default: twice the cores, 2 to 8).
         #[arg(long, value_name = "N")]
         streams: Option<usize>,

@@ -22,7 +22,8 @@ use crate::plan::layout::copy_layout;
 use crate::plan::walk::{self, Source};
 use crate::progress::{dry_run_line, summary_line, summary_tail, Counters, Stats};
 use crate::protocol::{Accept, Listing, Summary, SyncOptions};
-use crate::receive::{incoming, receive, ReceiveOptions, ReceiveReport};
+use crate::receive::probe::{incoming_answering_probes, ProbeDesk};
+use crate::receive::{receive, ReceiveOptions, ReceiveReport};
 use crate::remote::Outcome;
 use crate::send::{send, ticket_dialer, SendOptions, SendReport};
 use crate::store::Store;
@@ -206,6 +207,7 @@ fn send_options(t: &Transfer, cfg: &Config, outgoing: bool) -> SendOptions {
         limit: t.limit,
         keep_cache: cfg.keep_cache,
         chain: None,
+        label: String::new(),
     }
 }
 
@@ -273,7 +275,12 @@ fn run_recv(
     }
     let key = ticket.secret.block_key();
     let (_handle, accepted) = listener.spawn_acceptor();
-    let rx = incoming(accepted)?;
+    let desk = ProbeDesk {
+        dir: store.root_dup().map_err(|e| Error::destination(dir, e))?,
+        path: dir.to_path_buf(),
+        quiet,
+    };
+    let rx = incoming_answering_probes(accepted, desk)?;
     let opts = ReceiveOptions {
         progress: !quiet,
         timeout: timeout.unwrap_or(DEFAULT_TIMEOUT),
@@ -319,6 +326,7 @@ fn run_send(
     let ticket = &resolve_ticket(ticket)?;
     let mut opts = send_options(t, cfg, true);
     opts.chain = fanout::chain(ticket, chain, t.encrypt)?;
+    opts.label = fanout::label(ticket);
     let sources: Vec<Source> = paths.iter().map(|p| Source::from_arg(p)).collect();
     let dial = ticket_dialer(ticket, t.encrypt);
     let report = send(&sources, &opts, ticket.secret.block_key(), dial)?;
@@ -380,7 +388,7 @@ fn run_copy(
     for role in std::iter::once(Role::Control).chain(std::iter::repeat_n(Role::Data, t.streams)) {
         let pair = match role {
             Role::Control => Conn::pair(),
-            Role::Data => Conn::lane_pair(),
+            _ => Conn::lane_pair(),
         };
         let (a, b) = pair.map_err(|e| Error::io("creating a local stream", e))?;
         ends.push((role, a));

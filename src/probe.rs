@@ -3,10 +3,11 @@
 //! codec's rate and ratio on a sample of the actual data, and (given a link) the network
 //! rate; then picks the setting that keeps up best and predicts the whole job's time.
 //!
-//! Every number is measured here on this run; nothing is taken from a table. It does not
-//! measure the network itself (the caller does, with a real stream, and passes the rate
-//! to [`choose`]), and it does not look at what the destination already holds (a re-copy
-//! that skips unchanged files is faster than predicted).
+//! Every number is measured here on this run; nothing is taken from a table. The
+//! destination's measurements are in `dest` and the network's in `count` (the far side
+//! runs them too); the caller passes the link's rate to [`choose`]. It does not look at
+//! what the destination already holds (a re-copy that skips unchanged files is faster
+//! than predicted).
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -17,16 +18,16 @@ use std::time::{Duration, Instant};
 use crate::codec::{Compression, Encoder};
 use crate::pagecache;
 
-/// Size of one sample block (haul's default block size).
-pub const SAMPLE_BLOCK: u64 = 4 << 20;
+pub mod count;
+pub mod dest;
+
+pub use count::FarMeasure;
+pub use dest::{existing_dir, file_cost, open_dir, write_rate, SAMPLE_BLOCK};
+
 /// Sample blocks read from the sources, spread over their bytes.
 pub const SAMPLES: usize = 16;
 /// The walk stops counting after this long (the total is then a lower bound).
 const WALK_LIMIT: Duration = Duration::from_secs(6);
-/// The write test stops after this long...
-const WRITE_TIME: Duration = Duration::from_secs(2);
-/// ...or this many bytes, and never takes more than a twentieth of the free space.
-const WRITE_MAX: u64 = 1 << 30;
 /// The codecs compared, as `--compress` spells them.
 pub const CODECS: [Compression; 4] = [
     Compression::None,
@@ -253,108 +254,6 @@ fn read_full(f: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
     Ok(n)
 }
 
-/// Durable write rate in `dir`: an anonymous file (`O_TMPFILE`; where the file system has
-/// none, a named one unlinked at once) written with `data` for about two seconds, then
-/// `fdatasync`ed. Nothing remains in `dir` afterwards.
-pub fn write_rate(dir: &Path, data: &[Vec<u8>]) -> io::Result<f64> {
-    let f = temp_file(dir)?;
-    let free = rustix::fs::fstatvfs(&f)
-        .map(|s| s.f_bavail.saturating_mul(s.f_frsize))
-        .unwrap_or(0);
-    let max = WRITE_MAX.min(free / 20);
-    let fallback = vec![0x5au8; SAMPLE_BLOCK as usize];
-    let started = Instant::now();
-    let mut written = 0u64;
-    let mut i = 0;
-    while written < max && started.elapsed() < WRITE_TIME {
-        let block = data.get(i % data.len().max(1)).unwrap_or(&fallback);
-        let block = if block.is_empty() { &fallback } else { block };
-        f.write_all_at(block, written)?;
-        written += block.len() as u64;
-        i += 1;
-    }
-    f.sync_data()?;
-    let secs = started.elapsed().as_secs_f64();
-    pagecache::drop_all(&f);
-    if written == 0 {
-        return Err(io::Error::other("too little free space to measure"));
-    }
-    Ok(written as f64 / secs)
-}
-
-/// Seconds each file adds at the destination beyond its bytes: 32 small files per thread
-/// on `threads` threads at once (the store's finishers), each an anonymous file written
-/// (4 KiB), `fdatasync`ed and closed; the wall time over the files. Nothing remains.
-pub fn file_cost(dir: &Path, threads: usize) -> io::Result<f64> {
-    let started = Instant::now();
-    let results: Vec<io::Result<()>> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..threads.max(1))
-            .map(|_| {
-                s.spawn(|| {
-                    for _ in 0..32 {
-                        let f = temp_file(dir)?;
-                        f.write_all_at(&[0x5a; 4096], 0)?;
-                        f.sync_data()?;
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(io::Error::other("panicked")))
-            })
-            .collect()
-    });
-    results.into_iter().collect::<io::Result<Vec<()>>>()?;
-    Ok(started.elapsed().as_secs_f64() / (threads.max(1) * 32) as f64)
-}
-
-/// The destination if it is a directory, else the nearest existing directory above it
-/// (where `copy` would create it).
-pub fn existing_dir(dest: &Path) -> PathBuf {
-    let mut d = dest.to_path_buf();
-    loop {
-        if d.is_dir() {
-            return d;
-        }
-        if !d.pop() || d.as_os_str().is_empty() {
-            return PathBuf::from(".");
-        }
-    }
-}
-
-fn temp_file(dir: &Path) -> io::Result<File> {
-    let anon = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .mode(0o600)
-        .custom_flags(libc::O_TMPFILE | libc::O_NOFOLLOW)
-        .open(dir);
-    match anon {
-        Ok(f) => Ok(f),
-        Err(e)
-            if matches!(
-                e.raw_os_error(),
-                Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL)
-            ) =>
-        {
-            let name = dir.join(format!(".haul-probe-{:016x}", Rng::new().next()));
-            let f = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&name)?;
-            fs::remove_file(&name)?;
-            Ok(f)
-        }
-        Err(e) => Err(e),
-    }
-}
-
 /// Each codec's rate (with hashing, on `threads` threads) and ratio on the sample.
 pub fn codec_rates(blocks: &[Vec<u8>], threads: usize) -> Vec<CodecRate> {
     let total: usize = blocks.iter().map(Vec::len).sum();
@@ -524,8 +423,10 @@ mod tests {
         assert!(s.bytes >= SAMPLE_BLOCK * 2 + 10);
         assert!(!s.blocks.is_empty() && s.read_rate.unwrap() > 0.0);
         let out = tempfile::tempdir().unwrap();
-        assert!(write_rate(out.path(), &s.blocks).unwrap() > 0.0);
-        assert!(file_cost(out.path(), 3).unwrap() > 0.0);
+        let dir = open_dir(out.path()).unwrap();
+        use std::os::fd::AsFd;
+        assert!(write_rate(dir.as_fd(), &s.blocks).unwrap() > 0.0);
+        assert!(file_cost(dir.as_fd(), 3).unwrap() > 0.0);
         assert_eq!(fs::read_dir(out.path()).unwrap().count(), 0);
         let rates = codec_rates(&s.blocks, 2);
         assert_eq!(rates.len(), CODECS.len());

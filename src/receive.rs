@@ -24,6 +24,7 @@ mod integrity;
 mod lane;
 mod listing;
 pub mod pipe;
+pub mod probe;
 mod relay;
 mod report;
 mod shared;
@@ -53,13 +54,17 @@ const MAX_ROUNDS: u32 = 50;
 const DATA_CONN_SLACK: usize = 4;
 
 /// The connections a listener accepts, as `receive` takes them: each with its role, in
-/// the order they arrive.
+/// the order they arrive. Probes are closed at once: only a waiting `haul recv DIR`
+/// answers them ([`probe::incoming_answering_probes`]).
 pub fn incoming(accepted: Receiver<Accepted>) -> Result<Receiver<(Conn, Role)>> {
     let (tx, rx) = crossbeam_channel::unbounded();
     std::thread::Builder::new()
         .name("haul-incoming".into())
         .spawn(move || {
             for a in accepted {
+                if matches!(a.role, Role::Probe | Role::ProbeData) {
+                    continue;
+                }
                 if tx.send((a.conn, a.role)).is_err() {
                     break;
                 }
@@ -124,7 +129,14 @@ pub fn receive(
     };
     let result = session.run(&counters);
     if let (Err(e), Some(r)) = (&result, session.relay.as_mut()) {
-        r.abort(e);
+        match e {
+            // What failed upstream fails the chain after this receiver too.
+            Error::Remote { .. } | Error::Transport(_) | Error::Protocol(_) => r.abort(e),
+            // This receiver's own failure (its disk, its destination) is its alone: the
+            // next hop's connections just close, and the sender (or the relay) before
+            // this one, told so, goes on with it.
+            _ => r.leave(),
+        }
     }
     if let Some(f) = shared.forward.get() {
         f.stop();
@@ -169,6 +181,8 @@ fn spawn_dispatcher(
             while !shared.abort.load(Ordering::Relaxed) {
                 match incoming.recv_timeout(TICK) {
                     Ok((c, Role::Data)) => spawn_data_worker(&shared, c),
+                    // Probes never reach a transfer (`incoming` keeps them out).
+                    Ok((_, Role::Probe | Role::ProbeData)) => {}
                     Ok((c, Role::Control)) => {
                         shared.control_conns.fetch_add(1, Ordering::Relaxed);
                         if control_tx.send(c).is_err() {
@@ -216,8 +230,11 @@ impl Session<'_> {
             if let Some(e) = self.shared.take_fatal().or_else(|| store.take_error()) {
                 return Err(e);
             }
-            if let Some(r) = self.relay.as_mut() {
+            if let Some(news) = self.relay.as_mut().and_then(|r| {
                 r.check();
+                r.news()
+            }) {
+                self.reply(&Control::Replicas(news))?;
             }
             let Some(msg) = self.next_msg()? else {
                 continue;
@@ -246,6 +263,11 @@ impl Session<'_> {
                     }
                     let mut replies = self.items(store.take_items());
                     replies.extend(self.arrived(store.take_arrived()));
+                    // A hop left behind is told before the answer: a sender that takes
+                    // over from here must not dial it for later batches it never saw.
+                    if let Some(news) = self.relay.as_mut().and_then(Relay::news) {
+                        replies.push(Control::Replicas(news));
+                    }
                     replies.push(Control::Need(need));
                     if let Some(f) = first {
                         self.cached = Some((f, replies.clone()));

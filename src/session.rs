@@ -8,6 +8,8 @@
 //! such failures. The order of the messages (Start, Entries/Need pairs, Forget, Finish,
 //! Done or Error) is `protocol`'s; which side says what is `send`'s and `receive`'s. Not
 //! here: framing and tags (protocol), connecting (transport), retries (send).
+//! [`Successors`]: the receivers after one side of a chain fan-out, which the sender and
+//! the relays both go on with when the nearest fails.
 
 use std::io::{self, Write};
 use std::time::Duration;
@@ -15,6 +17,9 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::protocol::{Control, FrameKind, FrameReader, Opener, ProtocolError, ReadError, Sealer};
 use crate::transport::{Conn, TransportError};
+
+mod successors;
+pub use successors::Successors;
 
 /// Maps a stream failure to a transport error (a lost connection, exit 5).
 pub fn lost(e: io::Error) -> Error {

@@ -2,7 +2,8 @@
 //! receiver forwarding to the next. Three receivers on loopback get identical trees (and a
 //! re-run completes the one replica that lost something); three receivers in their own
 //! network namespaces, the middle one SIGKILLed mid-transfer: the chain re-forms, the other
-//! two complete, the sender exits 5 naming the failed host, and a re-run completes it.
+//! two complete, the sender exits 5 naming the failed host, and a re-run completes it; the
+//! same with the *first* receiver SIGKILLed (the sender goes on with the second).
 //! No timing is asserted; every wait is bounded against hangs.
 
 mod support;
@@ -16,8 +17,9 @@ use support::netbed::Lan;
 use support::*;
 
 /// Whether this machine can run the namespace test; prints why not (or panics under CI).
-fn lan_or_skip(test: &str) -> Option<Lan> {
-    match Lan::up("hfan", "198.19.41", 4, None) {
+/// Each test that needs one has its own (name, subnet): tests run at once.
+fn lan_or_skip(test: &str, (name, subnet): (&'static str, &'static str)) -> Option<Lan> {
+    match Lan::up(name, subnet, 4, None) {
         Some(lan) => Some(lan),
         None if std::env::var_os("CI").is_some() => {
             panic!("{test}: needs root and `ip netns` (CI runs it as root)")
@@ -108,7 +110,7 @@ fn three_receivers_get_identical_trees_and_a_rerun_completes_one() {
 #[test]
 fn a_killed_middle_receiver_is_reported_and_a_rerun_completes_it() {
     let test = "a_killed_middle_receiver_is_reported_and_a_rerun_completes_it";
-    let Some(lan) = lan_or_skip(test) else {
+    let Some(lan) = lan_or_skip(test, ("hfan", "198.19.41")) else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -183,6 +185,83 @@ fn a_killed_middle_receiver_is_reported_and_a_rerun_completes_it() {
     }
 }
 
+/// Blocks of the partial files under `dir`: how much data reached that receiver.
+fn arrived(dir: &Path) -> u64 {
+    part_files(dir)
+        .iter()
+        .map(|p| std::fs::metadata(p).map_or(0, |m| m.blocks() * 512))
+        .sum()
+}
+
+#[test]
+fn a_killed_first_receiver_is_reported_and_the_others_complete() {
+    let test = "a_killed_first_receiver_is_reported_and_the_others_complete";
+    let Some(lan) = lan_or_skip(test, ("hfant", "198.19.49")) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let src = build_tree(tmp.path(), "tree", &TreeOptions::small());
+    write_random_file(&src.join("big"), 96 * MIB, 19);
+    let dsts: Vec<PathBuf> = (1..=3)
+        .map(|i| tmp.path().join(format!("dst{i}")))
+        .collect();
+    let start_recvs = || -> Vec<Recv> {
+        (0..3)
+            .map(|i| recv_in(&lan.ns(i + 2), &lan.ip(i + 2), &dsts[i]))
+            .collect()
+    };
+    let recvs = start_recvs();
+    let tickets: Vec<&str> = recvs.iter().map(|r| r.ticket.as_str()).collect();
+    let sender = spawn_send(Some(&lan.ns(1)), &src, &tickets, &["--limit", "24M"]);
+    let until = Instant::now() + Duration::from_secs(120);
+    while arrived(&dsts[0]) < 8 * MIB {
+        assert!(Instant::now() < until, "the first receiver never got data");
+        assert!(!sender.has_exited(), "the sender ended before the kill");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut recvs = recvs.into_iter();
+    let killed = recvs.next().unwrap().kill();
+    assert_eq!(killed.code(), None, "SIGKILLed");
+    let sent = sender.wait();
+    let others: Vec<Outcome> = recvs.map(Recv::wait).collect();
+    let all = others.iter().fold(
+        format!("{}\n{}", sent.describe(), killed.describe()),
+        |a, o| a + "\n" + &o.describe(),
+    );
+    for o in &others {
+        assert_eq!(o.code(), Some(0), "{all}");
+    }
+    assert_eq!(sent.code(), Some(5), "a vanished host: {all}");
+    let failed = lan.ip(2);
+    assert!(
+        sent.stderr.contains(&format!("replica {failed}:")) && sent.stderr.contains("failed"),
+        "the error names the failed host {failed}\n{all}"
+    );
+    let json = stdout(&sent);
+    assert!(
+        json.contains(&format!("{{\"host\":\"{failed}:")) && json.contains("\"ok\":false"),
+        "{json}"
+    );
+    assert_eq!(json.matches("\"ok\":true").count(), 2, "{json}");
+    assert_trees_equal(&src, &dsts[1].join("tree"));
+    assert_trees_equal(&src, &dsts[2].join("tree"));
+    assert_no_part_files(&dsts[1]);
+    assert_no_part_files(&dsts[2]);
+
+    // The same command again completes the failed one by resume.
+    let recvs = start_recvs();
+    let tickets: Vec<&str> = recvs.iter().map(|r| r.ticket.as_str()).collect();
+    let sent = spawn_send(Some(&lan.ns(1)), &src, &tickets, &[]).wait();
+    for r in recvs {
+        r.wait().assert_code(0);
+    }
+    sent.assert_code(0);
+    for d in &dsts {
+        assert_trees_equal(&src, &d.join("tree"));
+        assert_no_part_files(d);
+    }
+}
+
 #[test]
 fn copy_also_pushes_one_read_to_three_far_destinations() {
     let Some(sshd) =
@@ -225,4 +304,132 @@ fn copy_also_pushes_one_read_to_three_far_destinations() {
         assert_trees_equal(&src, &d.join("tree"));
         assert_no_part_files(d);
     }
+}
+
+/// The `haul serve` process that holds `dir` open (the far end receiving into it).
+fn far_end_in(dir: &Path) -> Option<u32> {
+    let dir = dir.canonicalize().ok()?;
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|p| {
+        let pid: u32 = p.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(p.path().join("cmdline")).ok()?;
+        if !String::from_utf8_lossy(&cmdline).contains("serve") {
+            return None;
+        }
+        let holds = std::fs::read_dir(p.path().join("fd"))
+            .ok()?
+            .flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.starts_with(&dir)));
+        holds.then_some(pid)
+    })
+}
+
+#[test]
+fn copy_also_goes_on_when_the_first_far_destination_dies() {
+    let Some(sshd) =
+        support::sshd::Sshd::start("copy_also_goes_on_when_the_first_far_destination_dies")
+    else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let src = build_tree(tmp.path(), "tree", &TreeOptions::small());
+    write_random_file(&src.join("big"), 64 * MIB, 21);
+    let dsts: Vec<PathBuf> = (1..=3)
+        .map(|i| tmp.path().join(format!("dst{i}")))
+        .collect();
+    for d in &dsts {
+        std::fs::create_dir(d).unwrap();
+    }
+    let at = |d: &Path| format!("127.0.0.1:{}/", d.display());
+    let mut cmd = Command::new(haul_bin());
+    cmd.args(["copy", "-e", &sshd.rsh(), "--remote-haul", haul_bin()])
+        .args(["--json", "--limit", "24M", "--block-size", BLOCK_SIZE_ARG])
+        .arg(&src)
+        .arg(at(&dsts[0]))
+        .args(["--also", &at(&dsts[1]), "--also", &at(&dsts[2])]);
+    let copy = Running::spawn("copy", cmd);
+    let until = Instant::now() + Duration::from_secs(120);
+    while arrived(&dsts[0]) < 8 * MIB {
+        assert!(
+            Instant::now() < until,
+            "the first destination never got data"
+        );
+        assert!(!copy.has_exited(), "the copy ended before the kill");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = far_end_in(&dsts[0]).expect("the first far end's process");
+    let killed = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success(), "kill -KILL {pid}");
+    let out = copy.wait();
+    let all = format!("{}\n--- sshd log ---\n{}", out.describe(), sshd.log());
+    assert_eq!(out.code(), Some(5), "{all}");
+    let failed = at(&dsts[0]);
+    let failed = failed.trim_end_matches('/');
+    assert!(
+        out.stderr.contains(&format!("replica {failed}")) && out.stderr.contains("failed"),
+        "the error names {failed}\n{all}"
+    );
+    let json = stdout(&out);
+    assert_eq!(json.matches("\"ok\":true").count(), 2, "{json}");
+    assert!(json.contains("\"ok\":false"), "{json}");
+    for d in &dsts[1..] {
+        assert_trees_equal(&src, &d.join("tree"));
+        assert_no_part_files(d);
+    }
+}
+
+/// One file fans out under one name: every DST naming the same file name works (each
+/// host stores it as that name); a DST that is a directory beside ones that name the
+/// file is refused before anything is sent.
+#[test]
+fn copy_also_renames_one_file_alike_everywhere() {
+    let Some(sshd) = support::sshd::Sshd::start("copy_also_renames_one_file_alike_everywhere")
+    else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("disk.img");
+    write_random_file(&src, 3 * MIB + 5, 12);
+    let dsts: Vec<PathBuf> = (1..=3)
+        .map(|i| {
+            let d = tmp.path().join(format!("dst{i}"));
+            std::fs::create_dir(&d).unwrap();
+            d
+        })
+        .collect();
+    let copy = |first: String, also: &[String]| {
+        let mut cmd = Command::new(haul_bin());
+        cmd.args(["copy", "-e", &sshd.rsh(), "--remote-haul", haul_bin()])
+            .args(["--block-size", BLOCK_SIZE_ARG])
+            .arg(&src)
+            .arg(first);
+        for a in also {
+            cmd.args(["--also", a]);
+        }
+        Running::spawn("copy", cmd).wait()
+    };
+    let at = |d: &Path, name: &str| format!("127.0.0.1:{}", d.join(name).display());
+    let out = copy(
+        at(&dsts[0], "new.img"),
+        &[at(&dsts[1], "new.img"), at(&dsts[2], "new.img")],
+    );
+    if out.code() != Some(0) {
+        eprintln!("--- sshd log ---\n{}", sshd.log());
+    }
+    out.assert_code(0);
+    let want = std::fs::read(&src).unwrap();
+    for d in &dsts {
+        assert_eq!(std::fs::read(d.join("new.img")).unwrap(), want);
+        assert!(!d.join("disk.img").exists());
+        assert_no_part_files(d);
+    }
+    // The second destination a directory, the first naming the file: refused.
+    let out = copy(at(&dsts[0], "other.img"), &[at(&dsts[1], "")]);
+    out.assert_code(2);
+    let err = out.stderr.clone();
+    assert!(err.contains("one name"), "{err}");
+    assert!(!dsts[0].join("other.img").exists());
+    assert!(!dsts[1].join("disk.img").exists());
 }

@@ -4,7 +4,9 @@
 //! byte-identical streams with one `stream_blake3`, and a compressed stream stays
 //! compressed on every hop; three receivers in their own network
 //! namespaces, the middle one SIGKILLed mid-stream: the chain re-forms around it, the
-//! other two complete byte-identical, the sender exits 5 naming the killed host (and a
+//! other two complete byte-identical, the sender exits 5 naming the killed host (so too
+//! with the first one killed, the sender going on with the second, and with the first
+//! two killed in turn, the last completing alone; and a
 //! middle receiver whose consumer fails is left out the same way, exit 4; so is one
 //! whose link is cut, its connections left open, with 8 streams); `haul
 //! copy --from-command CMD h1:FILE --also h2:FILE --also h3:FILE` (and `host:` with
@@ -264,6 +266,109 @@ fn a_middle_receiver_whose_consumer_fails_is_left_out_and_the_others_complete() 
     }
 }
 
+/// A 96 MiB stream from namespace 1 to `recv --stream` in namespaces 2, 3 and 4 (the
+/// sender capped at 24 MB/s, so that it flows long enough), the receivers at `kill`
+/// SIGKILLed one after another, each once its stream grew 8 MiB past where it stood when
+/// the one before died. Returns the sender's outcome, every receiver's, the stream, and
+/// the receivers' directories (each writes `out` there).
+fn stream_and_kill(
+    lan: &Lan,
+    tmp: &Path,
+    kill: &[usize],
+) -> (Outcome, Vec<Outcome>, Vec<u8>, Vec<PathBuf>) {
+    let src = tmp.join("src.bin");
+    write_random_file(&src, 96 * MIB, 16);
+    let want = std::fs::read(&src).unwrap();
+    let dirs: Vec<PathBuf> = (1..=3).map(|i| tmp.join(format!("d{i}"))).collect();
+    for d in &dirs {
+        std::fs::create_dir(d).unwrap();
+    }
+    let mut recvs: Vec<Option<Recv>> = (0..3)
+        .map(|i| {
+            let listen = format!("{}:0", lan.ip(i + 2));
+            Some(recv_stream(
+                Some(&lan.ns(i + 2)),
+                &listen,
+                &dirs[i].join("out"),
+            ))
+        })
+        .collect();
+    let tickets: Vec<String> = recvs.iter().flatten().map(|r| r.ticket.clone()).collect();
+    let tickets: Vec<&str> = tickets.iter().map(String::as_str).collect();
+    let sender = spawn_send(Some(&lan.ns(1)), &src, &tickets, &["--limit", "24M"]);
+    let until = Instant::now() + Duration::from_secs(120);
+    let mut stood = [0; 3];
+    let mut killed: Vec<Option<Outcome>> = vec![None, None, None];
+    for &k in kill {
+        while temp_bytes(&dirs[k]) < stood[k] + 8 * MIB {
+            assert!(
+                Instant::now() < until,
+                "receiver {} got no more data",
+                k + 1
+            );
+            assert!(!sender.has_exited(), "the sender ended before the kill");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = recvs[k].take().unwrap().kill();
+        assert_eq!(out.code(), None, "SIGKILLed");
+        killed[k] = Some(out);
+        for (i, d) in dirs.iter().enumerate() {
+            stood[i] = temp_bytes(d);
+        }
+    }
+    let sent = sender.wait();
+    let outs = recvs
+        .into_iter()
+        .zip(killed)
+        .map(|(r, k)| r.map_or_else(|| k.unwrap(), Recv::wait))
+        .collect();
+    (sent, outs, want, dirs)
+}
+
+/// After `stream_and_kill`: the receivers at `killed` are named failed (exit 5, a vanished
+/// host), the others complete with the stream, byte-identical, and one `stream_blake3`.
+fn assert_killed_and_others_complete(
+    lan: &Lan,
+    killed: &[usize],
+    run: &(Outcome, Vec<Outcome>, Vec<u8>, Vec<PathBuf>),
+) {
+    let (sent, outs, want, dirs) = run;
+    let all = outs
+        .iter()
+        .fold(sent.describe(), |a, o| a + "\n" + &o.describe());
+    assert_eq!(sent.code(), Some(5), "{all}");
+    let json = text(&sent.stdout);
+    let digest = blake3::hash(want).to_hex().to_string();
+    assert_eq!(stream_blake3(&json), digest);
+    assert_eq!(
+        json.matches("\"ok\":true").count(),
+        3 - killed.len(),
+        "{json}"
+    );
+    for i in 0..3 {
+        if killed.contains(&i) {
+            let failed = lan.ip(i + 2);
+            assert!(
+                sent.stderr.contains(&format!("replica {failed}:")),
+                "the error names the failed host {failed}\n{all}"
+            );
+            assert!(json.contains(&format!("{{\"host\":\"{failed}:")), "{json}");
+            assert!(
+                !dirs[i].join("out").exists(),
+                "the killed receiver's stream never became its file"
+            );
+            continue;
+        }
+        assert_eq!(outs[i].code(), Some(0), "{all}");
+        let out = std::fs::read(dirs[i].join("out")).unwrap();
+        assert!(out == *want, "receiver {} got other bytes", i + 1);
+        assert_eq!(
+            stream_blake3(&text(outs[i].stdout_after_first_line())),
+            digest
+        );
+    }
+}
+
 #[test]
 fn a_killed_middle_receiver_is_reported_and_the_others_complete() {
     let test = "a_killed_middle_receiver_is_reported_and_the_others_complete";
@@ -271,70 +376,30 @@ fn a_killed_middle_receiver_is_reported_and_the_others_complete() {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let src = tmp.path().join("src.bin");
-    write_random_file(&src, 96 * MIB, 16);
-    let want = std::fs::read(&src).unwrap();
-    let dirs: Vec<PathBuf> = (1..=3).map(|i| tmp.path().join(format!("d{i}"))).collect();
-    for d in &dirs {
-        std::fs::create_dir(d).unwrap();
-    }
-    let recvs: Vec<Recv> = (0..3)
-        .map(|i| {
-            let listen = format!("{}:0", lan.ip(i + 2));
-            recv_stream(Some(&lan.ns(i + 2)), &listen, &dirs[i].join("out"))
-        })
-        .collect();
-    let tickets: Vec<&str> = recvs.iter().map(|r| r.ticket.as_str()).collect();
-    // The cap keeps the stream flowing long enough to kill the middle receiver in it.
-    let sender = spawn_send(Some(&lan.ns(1)), &src, &tickets, &["--limit", "24M"]);
-    let until = Instant::now() + Duration::from_secs(120);
-    while temp_bytes(&dirs[1]) < 8 * MIB {
-        assert!(Instant::now() < until, "the middle receiver never got data");
-        assert!(!sender.has_exited(), "the sender ended before the kill");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let mut recvs = recvs.into_iter();
-    let (first, middle, last) = (
-        recvs.next().unwrap(),
-        recvs.next().unwrap(),
-        recvs.next().unwrap(),
-    );
-    let killed = middle.kill();
-    assert_eq!(killed.code(), None, "SIGKILLed");
-    let sent = sender.wait();
-    let (first, last) = (first.wait(), last.wait());
-    let all = format!(
-        "{}\n{}\n{}\n{}",
-        sent.describe(),
-        first.describe(),
-        killed.describe(),
-        last.describe()
-    );
-    assert_eq!(first.code(), Some(0), "{all}");
-    assert_eq!(last.code(), Some(0), "{all}");
-    assert_eq!(sent.code(), Some(5), "{all}");
-    let failed = lan.ip(3);
-    assert!(
-        sent.stderr.contains(&format!("replica {failed}:")) && sent.stderr.contains("failed"),
-        "the error names the failed host {failed}\n{all}"
-    );
-    let json = text(&sent.stdout);
-    assert!(
-        json.contains(&format!("{{\"host\":\"{failed}:")) && json.contains("\"ok\":false"),
-        "{json}"
-    );
-    assert_eq!(json.matches("\"ok\":true").count(), 2, "{json}");
-    let digest = blake3::hash(&want).to_hex().to_string();
-    assert_eq!(stream_blake3(&json), digest);
-    for (i, o) in [(0, &first), (2, &last)] {
-        let out = std::fs::read(dirs[i].join("out")).unwrap();
-        assert!(out == want, "receiver {} got other bytes", i + 1);
-        assert_eq!(stream_blake3(&text(o.stdout_after_first_line())), digest);
-    }
-    assert!(
-        !dirs[1].join("out").exists(),
-        "the killed receiver's stream never became its file"
-    );
+    let run = stream_and_kill(&lan, tmp.path(), &[1]);
+    assert_killed_and_others_complete(&lan, &[1], &run);
+}
+
+#[test]
+fn a_killed_first_receiver_is_reported_and_the_others_complete() {
+    let test = "a_killed_first_receiver_is_reported_and_the_others_complete";
+    let Some(lan) = lan_or_skip(test, ("hfanf", "198.19.51")) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let run = stream_and_kill(&lan, tmp.path(), &[0]);
+    assert_killed_and_others_complete(&lan, &[0], &run);
+}
+
+#[test]
+fn the_first_two_receivers_killed_in_turn_leave_the_last_complete() {
+    let test = "the_first_two_receivers_killed_in_turn_leave_the_last_complete";
+    let Some(lan) = lan_or_skip(test, ("hfang", "198.19.53")) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let run = stream_and_kill(&lan, tmp.path(), &[0, 1]);
+    assert_killed_and_others_complete(&lan, &[0, 1], &run);
 }
 
 /// A network partition rather than a dead process: the middle receiver's link goes down,

@@ -60,6 +60,8 @@ fn start(path: &Path, extra: &[&str]) -> (Child, FakeReceiver) {
                         let data = Arc::clone(&data);
                         std::thread::spawn(move || drain(a.conn, &data));
                     }
+                    // A sender never opens probe connections.
+                    Role::Probe | Role::ProbeData => {}
                 }
             }
         });

@@ -51,7 +51,12 @@ class Method:
     @property
     def shell(self) -> bool:
         """Run as a receiver and a sender shell command (everything but haul's tree runs)."""
-        return not self.is_haul or self.ssh or self.id == "haul-pipe"
+        return not self.is_haul or self.ssh or self.pipe
+
+    @property
+    def pipe(self) -> bool:
+        """haul's pipe mode (`haul send -`), with its flags."""
+        return self.id.startswith("haul-pipe")
 
     @property
     def is_haul(self) -> bool:
@@ -70,6 +75,8 @@ class Method:
             "tar-zstd-nc": f"tar{s} | zstd -1 -T0 | nc",
             "haul-ssh": "haul copy (ssh)",
             "haul-pipe": "haul send - (pipe mode)",
+            "haul-pipe-auto": "haul send - --compress auto",
+            "haul-pipe-lz4": "haul send - --compress lz4",
             "haul-file": "haul send FILE (file mode)",
             "socat": "socat -u (TCP)",
             "nc": "nc",
@@ -97,6 +104,8 @@ METHODS = {m.id: m for m in (
     Method("tar-zstd-nc", needs=("tar", "zstd", "nc")),
     # The stream family: `cat FILE | SENDER` -> `RECEIVER > DST/NAME/FILE`, defaults.
     Method("haul-pipe", (), stream=True),
+    Method("haul-pipe-auto", ("--compress", "auto"), stream=True),
+    Method("haul-pipe-lz4", ("--compress", "lz4"), stream=True),
     Method("haul-file", (), stream=True),
     Method("socat", needs=("socat",), stream=True),
     Method("nc", needs=("nc",), stream=True),
@@ -254,7 +263,7 @@ class Runner:
             if recv_cmd:
                 recv = procs.spawn(self.bed.on_dst(["bash", "-o", "pipefail", "-c", recv_cmd]),
                                    self.meter, "dst", stderr=logs["recv"])
-                if m.id == "haul-pipe":
+                if m.pipe:
                     deadline = time.monotonic() + 30
                     while (not ticket.exists() and recv.poll() is None
                            and time.monotonic() < deadline):
@@ -279,7 +288,7 @@ class Runner:
                 rc_sync = procs.wait(sync, time.monotonic() + 600)
             t1, after = time.monotonic(), self._snapshot()
             self._measured(res, before, after, t1 - t0)
-            if m.id == "haul-pipe":
+            if m.pipe:
                 res.rss_kib = {side: _peak_rss(self.work / f"{side}.time")
                                for side in ("send", "recv")}
                 res.detail = " / ".join(filter(None, (_tail(logs["send"]),
@@ -339,12 +348,13 @@ class Runner:
         out = f"> {q(str(self.dst / ds.root.name / ds.stream_file.name))}"
         nc_send, nc_recv = f"nc -N {DST_IP} {port}", f"nc -l -d {DST_IP} {port}"
         match m.id:
-            case "haul-pipe":
+            case _ if m.pipe:
                 h, w = q(str(self.haul)), self.work
                 timed = f"{TIME} -f {q(TIME_FORMAT)} -o"
+                flags = "".join(f" {q(f)}" for f in m.haul_flags)
                 return (f"{timed} {q(str(w / 'recv.time'))} {h} recv - --listen {DST_IP} "
                         f"--ticket-file {q(str(w / 'ticket'))} {out}",
-                        f"{src} | {timed} {q(str(w / 'send.time'))} {h} send -")
+                        f"{src} | {timed} {q(str(w / 'send.time'))} {h} send -{flags}")
             case "socat":
                 return (f"socat -u TCP-LISTEN:{port},bind={DST_IP},reuseaddr STDOUT {out}",
                         f"{src} | socat -u STDIN TCP:{DST_IP}:{port}")

@@ -131,7 +131,7 @@ def streams(links: list[str], plan: dict, sets: dict[str, Dataset],
     run), haul's pipe mode ÷ its file mode and ÷ the best single-stream tool (throughput
     ratios: 1.00 = as fast, above 1 = faster)."""
     singles = [m for m in STREAM_METHODS if not METHODS[m].is_haul]
-    cols = [m for m in STREAM_METHODS]
+    cols = [m for m in STREAM_METHODS if any(r.method == m for r in results)]
     out = ["| link | data set | " + " | ".join(md(METHODS[m].label(False)) for m in cols)
            + " | pipe ÷ file | pipe ÷ best single-stream |",
            "|---|---|" + "--:|" * (len(cols) + 2)]

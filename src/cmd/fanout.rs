@@ -44,17 +44,22 @@ pub(super) fn chain(first: &Ticket, rest: &[TicketFrom], encrypt: bool) -> Resul
     Ok(Some(Chain { hops, encrypt }))
 }
 
-/// Every receiver's state, first (which answered Done) included, in chain order; a hop
-/// that said nothing counts as failed. None when the report is not of a fan-out.
+/// Every receiver's state, first included, in chain order; a hop that said nothing
+/// counts as failed, the first as complete unless the sender reported it failed (it
+/// answered Done, or the run failed). None when the report is not of a fan-out.
 pub(super) fn states(
     first: &str,
     chain: Option<&Chain>,
     replicas: &[Replica],
 ) -> Option<Vec<ReplicaState>> {
     let chain = chain?;
+    let said = replicas.iter().find(|r| r.host == first);
     let mut out = vec![ReplicaState {
         host: first.to_string(),
-        error: None,
+        error: match said.map(|r| &r.outcome) {
+            Some(Outcome::Failed { code, message }) => Some((message.clone(), *code)),
+            _ => None,
+        },
     }];
     for hop in &chain.hops {
         let said = replicas.iter().find(|r| r.host == hop.label);
@@ -109,6 +114,39 @@ mod tests {
             fingerprint: [0; 32],
             secret: Secret::from_bytes([secret; 32]),
         }
+    }
+
+    #[test]
+    fn a_failed_first_receiver_is_reported_with_its_code() {
+        let hop = |l: &str| Hop {
+            label: l.into(),
+            ticket: format!("t{l}"),
+        };
+        let chain = Chain {
+            hops: vec![hop("b"), hop("c")],
+            encrypt: true,
+        };
+        let done = |h: &str| Replica {
+            host: h.into(),
+            outcome: Outcome::Done(crate::protocol::Summary::default()),
+        };
+        let first_failed = Replica {
+            host: "a".into(),
+            outcome: Outcome::Failed {
+                code: exit::NETWORK,
+                message: "gone".into(),
+            },
+        };
+        let s = states("a", Some(&chain), &[first_failed, done("b"), done("c")]).unwrap();
+        let errs: Vec<bool> = s.iter().map(|s| s.error.is_some()).collect();
+        assert_eq!(errs, [true, false, false]);
+        assert!(
+            matches!(failed(&s, false), Err(Error::Reported { code }) if code == exit::NETWORK)
+        );
+        // The first answered Done (and says so), the others reported.
+        let s = states("a", Some(&chain), &[done("a"), done("b"), done("c")]).unwrap();
+        assert!(s.iter().all(|s| s.error.is_none()));
+        assert!(failed(&s, false).is_ok());
     }
 
     #[test]

@@ -32,6 +32,7 @@ pub(crate) fn pipe_options(t: &Transfer, p: &Pipe, cfg: &Config) -> PipeOptions 
         limit: t.limit,
         keep_cache: cfg.keep_cache,
         chain: None,
+        label: String::new(),
     }
 }
 
@@ -167,6 +168,7 @@ pub(super) fn run_send_pipe(
     let ticket = &resolve_ticket(ticket)?;
     let mut opts = pipe_options(t, p, cfg);
     opts.chain = super::fanout::chain(ticket, chain, t.encrypt)?;
+    opts.label = super::fanout::label(ticket);
     let dial = ticket_dialer(ticket, t.encrypt);
     let report = send_pipe(from, &opts, ticket.secret.block_key(), dial)?;
     let replicas = super::fanout::states(

@@ -1,9 +1,13 @@
-//! `haul probe SRC... DST`: runs the measurements of `probe` and prints what bounds the
-//! copy, the settings to use and the predicted time (or one JSON object with `--json`).
+//! `haul probe SRC... DST` and `haul probe PATH... --to TICKET`: runs the measurements of
+//! `probe` (a far destination's through `remote::probe`, a waiting receiver's through
+//! `send::probe`) and prints what bounds the copy, the settings to use and the predicted
+//! time (or one JSON object with `--json`).
 
+use std::os::fd::AsFd;
 use std::time::Instant;
 
-use crate::config::{Config, Location, Probe, SshOptions};
+use super::ticket::resolve_ticket;
+use crate::config::{Config, Location, Probe, ProbeDest, SshOptions};
 use crate::error::{Error, Result};
 use crate::probe::{self, CodecRate, Sources, SAMPLE_BLOCK};
 use crate::progress::{escape, human, json_string};
@@ -34,15 +38,17 @@ pub(super) fn run_probe(p: &Probe, ssh: &SshOptions, cfg: &Config) -> Result<()>
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let codecs = probe::codec_rates(&src.blocks, cores.min(p.streams));
     let (dest, write, per_file, network, same) = match &p.dest {
-        Location::Local(d) => {
+        ProbeDest::Path(Location::Local(d)) => {
             let dir = probe::existing_dir(d);
-            let write = probe::write_rate(&dir, &src.blocks).map_err(|e| Error::Destination {
+            let failed = |e| Error::Destination {
                 path: dir.clone(),
                 source: e,
                 hint: "",
-            })?;
+            };
+            let fd = probe::open_dir(&dir).map_err(failed)?;
+            let write = probe::write_rate(fd.as_fd(), &src.blocks).map_err(failed)?;
             // The store finishes files on 8 threads.
-            let per_file = probe::file_cost(&dir, 8).ok();
+            let per_file = probe::file_cost(fd.as_fd(), 8).ok();
             let same = std::fs::metadata(&dir).is_ok_and(|m| {
                 use std::os::unix::fs::MetadataExt;
                 src.devices.contains(&m.dev())
@@ -50,17 +56,26 @@ pub(super) fn run_probe(p: &Probe, ssh: &SshOptions, cfg: &Config) -> Result<()>
             let shown = escape(&dir.display().to_string());
             (shown, Some(write), per_file, None, same)
         }
-        Location::Remote(r) => {
+        ProbeDest::Path(Location::Remote(r)) => {
             // Incompressible bytes: the link's raw rate (each codec's ratio is applied
             // to it by `choose`).
-            let mut block = vec![0u8; SAMPLE_BLOCK as usize];
-            blake3::Hasher::new().finalize_xof().fill(&mut block);
+            let block = probe::dest::random_block();
             let m = crate::remote::probe::measure(r, p.streams, &block, ssh, cfg.quiet)?;
             let shown = format!(
                 "{}:{}",
                 escape(&r.host),
                 escape(&String::from_utf8_lossy(&r.path))
             );
+            (shown, m.write_rate, m.per_file, Some(m.network_rate), false)
+        }
+        ProbeDest::Ticket(from) => {
+            let ticket = resolve_ticket(from)?;
+            let block = probe::dest::random_block();
+            let (m, peer) = crate::send::probe::probe_receiver(&ticket, p.streams, &block)?;
+            let shown = match peer {
+                Some(a) => format!("haul recv at {a}"),
+                None => "haul recv".into(),
+            };
             (shown, m.write_rate, m.per_file, Some(m.network_rate), false)
         }
     };
@@ -199,7 +214,7 @@ fn json(o: &Outcome) -> String {
         codec,
         o.streams,
         r,
-        predicted(o).map_or("null".into(), |p| format!("{p:.1}")),
+        predicted(o).map_or("null".into(), |p| format!("{p:.3}")),
         o.seconds,
         codecs.join(","),
     )

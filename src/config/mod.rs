@@ -30,7 +30,7 @@ pub use location::{
     parse_listen, parse_location, split_command, Location, RemoteCopy, RemotePath, SpecError,
 };
 pub use pipe::{Pipe, PipeCopy, DEFAULT_PIPE_BUFFER, MAX_PIPE_BUFFER};
-pub use probe::Probe;
+pub use probe::{Probe, ProbeDest};
 pub use shard::{read_shard_file, PlanJob};
 pub use size::{parse_rate, parse_size};
 
@@ -346,9 +346,15 @@ impl Config {
             CommandArgs::Probe {
                 paths,
                 streams,
+                to,
+                ticket_file,
                 remote,
             } => Command::Probe(
-                probe::probe(&paths, streams.unwrap_or_else(default_streams))?,
+                probe::probe(
+                    &paths,
+                    streams.unwrap_or_else(default_streams),
+                    probe::ticket(to, ticket_file)?,
+                )?,
                 ssh_options(&remote)?,
             ),
             CommandArgs::Limit { rate, pid } => Command::Limit {

@@ -1,33 +1,65 @@
 //! `probe SRC... DST`: the paths in `copy`'s forms, checked; what to measure. The sources
 //! are on this host; DST may be a far `host:path` (then ssh starts a far end there, as
-//! for `copy`).
+//! for `copy`), or, with `--to TICKET` / `--ticket-file`, a waiting `haul recv` (then
+//! every path is a source).
 
 use std::path::PathBuf;
 
+use super::fanout::TicketFrom;
 use super::location::{parse_location, Location};
 use crate::error::{Error, Result};
 use crate::protocol::MAX_STREAMS;
+use crate::transport::Ticket;
 
 /// What `haul probe` measures.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Probe {
     /// The sources, as `copy` would take them.
     pub sources: Vec<PathBuf>,
-    /// The destination, as `copy` would take it (it need not exist).
-    pub dest: Location,
+    /// Where the copy would go.
+    pub dest: ProbeDest,
     /// Data streams the copy would use.
     pub streams: usize,
 }
 
-/// Checks `SRC... DST` (local sources; DST local or `host:path`) and the stream count.
-pub fn probe(paths: &[PathBuf], streams: usize) -> Result<Probe> {
+/// Where a probed copy would go.
+#[derive(Debug)]
+pub enum ProbeDest {
+    /// A path here or `host:path`, as `copy` would take it (it need not exist).
+    Path(Location),
+    /// A waiting `haul recv`, as `send` would reach it.
+    Ticket(TicketFrom),
+}
+
+/// `--to TICKET` (`-`: stdin) or `--ticket-file FILE`, if given (clap refuses both).
+pub fn ticket(to: Option<String>, file: Option<PathBuf>) -> Result<Option<TicketFrom>> {
+    Ok(match (to, file) {
+        (_, Some(f)) => Some(TicketFrom::File(f)),
+        (Some(t), None) if t == "-" => Some(TicketFrom::Stdin),
+        (Some(t), None) => Some(TicketFrom::Given(Box::new(Ticket::parse(&t)?))),
+        (None, None) => None,
+    })
+}
+
+/// Checks `SRC... DST` (local sources; DST local or `host:path`), or `PATH...` with a
+/// ticket, and the stream count.
+pub fn probe(paths: &[PathBuf], streams: usize, ticket: Option<TicketFrom>) -> Result<Probe> {
     if streams == 0 || streams > usize::from(MAX_STREAMS) {
         return Err(Error::Usage(format!(
             "--streams must be between 1 and {MAX_STREAMS}"
         )));
     }
-    let Some((dest, sources)) = paths.split_last().filter(|(_, s)| !s.is_empty()) else {
-        return Err(Error::Usage("probe needs SRC... DST".into()));
+    let (dest, sources) = match ticket {
+        Some(t) => (ProbeDest::Ticket(t), paths),
+        None => {
+            let Some((dest, sources)) = paths.split_last().filter(|(_, s)| !s.is_empty()) else {
+                return Err(Error::Usage(
+                    "probe needs SRC... DST, or PATH... --to TICKET".into(),
+                ));
+            };
+            let dest = parse_location(dest.as_os_str()).map_err(|e| Error::Usage(e.0))?;
+            (ProbeDest::Path(dest), sources)
+        }
     };
     let mut local = Vec::new();
     for p in sources {
@@ -42,7 +74,6 @@ pub fn probe(paths: &[PathBuf], streams: usize) -> Result<Probe> {
             }
         }
     }
-    let dest = parse_location(dest.as_os_str()).map_err(|e| Error::Usage(e.0))?;
     Ok(Probe {
         sources: local,
         dest,
@@ -53,21 +84,41 @@ pub fn probe(paths: &[PathBuf], streams: usize) -> Result<Probe> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     #[test]
     fn local_sources_and_a_local_or_far_destination() {
-        let p = probe(&["/a".into(), "b".into(), "/dst".into()], 4).unwrap();
+        let p = probe(&["/a".into(), "b".into(), "/dst".into()], 4, None).unwrap();
         assert_eq!(p.sources, [PathBuf::from("/a"), PathBuf::from("b")]);
-        assert_eq!(p.dest, Location::Local(PathBuf::from("/dst")));
-        let p = probe(&["/a".into(), "db2:/x".into()], 4).unwrap();
+        assert!(matches!(p.dest, ProbeDest::Path(Location::Local(d)) if d == Path::new("/dst")));
+        let p = probe(&["/a".into(), "db2:/x".into()], 4, None).unwrap();
         match p.dest {
-            Location::Remote(r) => assert_eq!((r.host.as_str(), &r.path[..]), ("db2", &b"/x"[..])),
+            ProbeDest::Path(Location::Remote(r)) => {
+                assert_eq!((r.host.as_str(), &r.path[..]), ("db2", &b"/x"[..]))
+            }
             other => panic!("{other:?}"),
         }
         for bad in [&["/a"][..], &["h:/a", "/b"]] {
             let paths: Vec<PathBuf> = bad.iter().map(PathBuf::from).collect();
-            assert!(probe(&paths, 4).is_err(), "{bad:?}");
+            assert!(probe(&paths, 4, None).is_err(), "{bad:?}");
         }
-        assert!(probe(&["/a".into(), "/b".into()], 0).is_err());
+        assert!(probe(&["/a".into(), "/b".into()], 0, None).is_err());
+    }
+
+    #[test]
+    fn with_a_ticket_every_path_is_a_source() {
+        let t = || ticket(Some("-".into()), None).unwrap();
+        let p = probe(&["/a".into()], 4, t()).unwrap();
+        assert_eq!(p.sources, [PathBuf::from("/a")]);
+        assert!(matches!(p.dest, ProbeDest::Ticket(TicketFrom::Stdin)));
+        let p = probe(&["/a".into(), "/b".into()], 4, t()).unwrap();
+        assert_eq!(p.sources.len(), 2);
+        assert!(probe(&["h:/a".into()], 4, t()).is_err());
+        assert!(matches!(
+            ticket(None, Some("/t".into())).unwrap(),
+            Some(TicketFrom::File(_))
+        ));
+        assert!(ticket(Some("haul1-garbage".into()), None).is_err());
+        assert!(ticket(None, None).unwrap().is_none());
     }
 }

@@ -9,6 +9,7 @@
 use std::collections::{BinaryHeap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::plan::walk::{FileData, Stamp};
 use crate::protocol::WantKind;
@@ -217,15 +218,30 @@ impl WorkQueue {
     /// the files known to both sides and not yet sent stay a bounded window, however many
     /// the tree holds: largest-first then orders the files within that window.
     pub fn wait_room(&self, max: usize) {
+        while !self.wait_room_for(max, Duration::from_secs(3600)) {}
+    }
+
+    /// [`WorkQueue::wait_room`] for at most `timeout`: false if there was no room by then.
+    pub fn wait_room_for(&self, max: usize, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
         let mut st = self.lock();
         if st.files < max {
-            return;
+            return true;
         }
         Self::seal_pack(&mut st);
         self.ready.notify_all();
         while !st.aborted && st.files >= max {
-            st = self.room.wait(st).unwrap_or_else(|p| p.into_inner());
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            st = self
+                .room
+                .wait_timeout(st, left)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
         }
+        true
     }
 
     /// The next unit of work, largest first; `None` once closed and empty, or aborted.
@@ -274,12 +290,27 @@ impl WorkQueue {
     /// Waits until every queued unit was handed out and reported done (or the queue was
     /// aborted). Seals the current pack first.
     pub fn wait_idle(&self) {
+        while !self.wait_idle_for(Duration::from_secs(3600)) {}
+    }
+
+    /// [`WorkQueue::wait_idle`] for at most `timeout`: false if work was left by then.
+    pub fn wait_idle_for(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
         let mut st = self.lock();
         Self::seal_pack(&mut st);
         self.ready.notify_all();
         while !st.aborted && (st.in_flight > 0 || !st.heap.is_empty()) {
-            st = self.ready.wait(st).unwrap_or_else(|p| p.into_inner());
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            st = self
+                .ready
+                .wait_timeout(st, left)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
         }
+        true
     }
 
     /// Takes the next block of a file: from the first data range up to the next multiple

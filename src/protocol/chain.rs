@@ -1,6 +1,6 @@
 //! Chain fan-out on the control stream: the receivers after the first ([`Chain`], sender →
 //! receiver after `Start`) and what became of each of them ([`Replica`], receiver → sender
-//! before `Done`).
+//! before `Done`, and from a tree's relay as soon as a hop fails).
 //!
 //! The types are `msg`'s (they are part of `Control`; a stream's chain rides in
 //! `StreamStart`); here: their bounds.

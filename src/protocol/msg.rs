@@ -109,13 +109,37 @@ pub enum Control {
     /// the receivers this one passes the transfer on to (see `chain`).
     Chain(Chain),
     /// Receiver → sender, before `Done`, only for a chain fan-out: what became of every
-    /// receiver after this one.
+    /// receiver after this one (all known so far: each replaces the one before). A
+    /// tree's relay also sends it as soon as a hop after it fails, before its answer to
+    /// any later batch, so the sender never takes that hop for one in step.
     Replicas(Vec<Replica>),
     /// Receiver → sender: files whose every byte has arrived since the last `Arrived`,
     /// sent before the answer to `Entries` or `Finish`. They are never asked for again, so
     /// the sender forgets them: what it remembers per file lasts only while the file is on
     /// its way.
     Arrived(Vec<u64>),
+    /// Prober → receiver, first and only on a probe's control stream (`haul probe
+    /// --to TICKET`): measure the destination, then count what `streams` probe data
+    /// streams carry. The receiver answers `ProbeReady`, then `Probed` (or `Error`).
+    Probe {
+        /// How many probe data streams will follow `ProbeReady`.
+        streams: u16,
+    },
+    /// Receiver → prober: the destination is measured (nothing was left there); the
+    /// prober opens its data streams now.
+    ProbeReady {
+        /// Durable write rate in the destination directory, bytes per second.
+        write_rate: Option<u64>,
+        /// Microseconds each small file costs there (create, write, fsync, close).
+        file_micros: Option<u64>,
+    },
+    /// Receiver → prober: what the probe data streams carried.
+    Probed {
+        /// Bytes, over all streams.
+        received: u64,
+        /// Microseconds from the first byte to the last.
+        micros: u64,
+    },
 }
 
 /// The receivers a receiver passes the transfer on to, nearest first.
@@ -332,6 +356,9 @@ impl Control {
             Control::Chain(_) => "Chain",
             Control::Replicas(_) => "Replicas",
             Control::Arrived(_) => "Arrived",
+            Control::Probe { .. } => "Probe",
+            Control::ProbeReady { .. } => "ProbeReady",
+            Control::Probed { .. } => "Probed",
         }
     }
 }
@@ -383,6 +410,15 @@ mod tests {
             ]),
             Control::Forget(vec![4]),
             Control::Arrived(vec![0, 7, u64::MAX]),
+            Control::Probe { streams: 64 },
+            Control::ProbeReady {
+                write_rate: Some(400 << 20),
+                file_micros: None,
+            },
+            Control::Probed {
+                received: 1 << 33,
+                micros: 3_000_000,
+            },
             Control::Finish {
                 failed: vec![],
                 units: 3,
@@ -442,6 +478,52 @@ mod tests {
         fn any_bytes_decode_or_error(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
             let _ = Control::decode(&bytes);
         }
+
+        /// A probe's messages survive the wire whatever their numbers, and any prefix of
+        /// one (a cut-off frame) is an error, never a different message.
+        #[test]
+        fn probe_messages_round_trip(
+            streams in any::<u16>(),
+            write_rate in proptest::option::of(any::<u64>()),
+            file_micros in proptest::option::of(any::<u64>()),
+            received in any::<u64>(),
+            micros in any::<u64>(),
+        ) {
+            for m in [
+                Control::Probe { streams },
+                Control::ProbeReady { write_rate, file_micros },
+                Control::Probed { received, micros },
+            ] {
+                let bytes = postcard::to_stdvec(&m).unwrap();
+                prop_assert_eq!(Control::decode(&bytes).unwrap(), m);
+                for cut in 0..bytes.len() {
+                    prop_assert!(Control::decode(&bytes[..cut]).is_err());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn probe_messages_have_a_fixed_encoding() {
+        // The fuzz seeds `probe`, `probe-ready` and `probed` are these bytes.
+        assert_eq!(
+            Control::decode(&[17, 4]).unwrap(),
+            Control::Probe { streams: 4 }
+        );
+        assert_eq!(
+            Control::decode(&[18, 1, 0x80, 0x80, 0x80, 0xc8, 0x01, 1, 0xdc, 0x0b]).unwrap(),
+            Control::ProbeReady {
+                write_rate: Some(400 << 20),
+                file_micros: Some(1500),
+            }
+        );
+        assert_eq!(
+            Control::decode(&[19, 0x80, 0x80, 0x80, 0x80, 0x0c, 0xf0, 0x86, 0xb4, 0x01]).unwrap(),
+            Control::Probed {
+                received: 3 << 30,
+                micros: 2_950_000,
+            }
+        );
     }
 
     #[test]

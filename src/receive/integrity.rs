@@ -84,6 +84,7 @@ pub(super) fn first_start<T>(
                 early_data.push(c);
                 continue;
             }
+            Some((_, Role::Probe | Role::ProbeData)) => continue,
             None => return Err(lost(io::Error::other("no sender connected"))),
         };
         match read(&mut c) {

@@ -141,6 +141,7 @@ pub fn receive_pipe(
                 while !shared.abort.load(Ordering::Acquire) {
                     match incoming.recv_timeout(TICK) {
                         Ok((c, Role::Data)) => spawn_reader(&shared, c),
+                        Ok((_, Role::Probe | Role::ProbeData)) => {}
                         Ok((c, Role::Control)) => {
                             shared.control_conns.fetch_add(1, Ordering::Relaxed);
                             if control_tx.send(c).is_err() {

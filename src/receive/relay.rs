@@ -8,20 +8,20 @@
 //! the relay dials the receiver after it with the rest of the chain, gives it the current
 //! manifest batch again (a receiver answers a repeated batch from its cache) and every
 //! `Forget` so far; what that receiver missed meanwhile it asks for after `Finish`. The
-//! failed one is reported upstream in `Replicas`.
+//! failed one is reported upstream in `Replicas` at once (before the answer to any later
+//! batch), so that a sender taking over from this relay does not dial it again. The
+//! bookkeeping of who comes next is `session::Successors`, which the sender shares.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::forward::Forward;
 use crate::error::{Error, Result};
-use crate::progress::escape;
 use crate::protocol::{
-    Chain, Control, Entry, Filter, Hop, Outcome, ProtocolError, Replica, Summary, SyncOptions,
-    Want, WantKind,
+    Chain, Control, Entry, Filter, ProtocolError, Replica, Summary, SyncOptions, Want, WantKind,
 };
-use crate::session::Channel;
-use crate::transport::{self, Role, Ticket};
+use crate::session::{Channel, Successors};
+use crate::transport::{self, Role};
 
 /// Longest wait for the next hop's answer (its `Finish` answer waits for its fsyncs).
 const ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
@@ -36,9 +36,9 @@ pub(super) enum Answer {
 
 /// The downstream half of a relay.
 pub(super) struct Relay {
-    /// Receivers after this one, nearest (the current next hop) first.
-    hops: VecDeque<Hop>,
-    encrypt: bool,
+    /// Receivers after this one, nearest (the current next hop) first, and what became
+    /// of those left behind.
+    succ: Successors,
     /// What the next hop gets as `Start`.
     start: Control,
     chan: Option<Channel>,
@@ -46,8 +46,6 @@ pub(super) struct Relay {
     forgotten: Vec<u64>,
     /// The manifest batch whose `Need` is awaited (an `Entries`).
     current: Option<Control>,
-    /// What became of the receivers after this one, so far.
-    replicas: Vec<Replica>,
     pub(super) forward: Arc<Forward>,
 }
 
@@ -72,78 +70,46 @@ impl Relay {
             },
         };
         let mut relay = Relay {
-            hops: chain.hops.into(),
-            encrypt: chain.encrypt,
+            succ: Successors::new(chain),
             start,
             chan: None,
             protect: None,
             forgotten: Vec::new(),
             current: None,
-            replicas: Vec::new(),
             forward,
         };
         relay.connect_next();
         Ok(relay)
     }
 
-    /// Dials the first hop that answers, dropping (and reporting) those that do not.
+    /// Dials the first hop that answers, dropping (and reporting) those that do not, and
+    /// tells it everything it must know, the manifest batch in progress included.
     fn connect_next(&mut self) {
-        while let Some(hop) = self.hops.front().cloned() {
-            match self.dial(&hop) {
-                Ok((chan, ticket)) => {
-                    self.chan = Some(chan);
-                    self.forward.retarget(Some(ticket));
-                    return;
-                }
-                Err(e) => self.drop_hop(&e),
+        let told = Told {
+            start: &self.start,
+            protect: self.protect.as_ref(),
+            forgotten: &self.forgotten,
+            current: self.current.as_ref(),
+        };
+        let encrypt = self.succ.encrypt();
+        match self.succ.connect(|ticket, rest| {
+            let conn = transport::connect(ticket, Role::Control, encrypt)?;
+            told.open(Channel::new(conn), rest)
+        }) {
+            Some((chan, ticket)) => {
+                self.chan = Some(chan);
+                self.forward.retarget(Some(ticket));
+            }
+            None => {
+                self.chan = None;
+                self.forward.retarget(None);
             }
         }
-        self.chan = None;
-        self.forward.retarget(None);
-    }
-
-    /// Opens the control stream to `hop` and tells it everything it must know, the
-    /// manifest batch in progress included.
-    fn dial(&self, hop: &Hop) -> Result<(Channel, Ticket)> {
-        let ticket = Ticket::parse(&hop.ticket)?;
-        let conn = transport::connect(&ticket, Role::Control, self.encrypt)?;
-        let mut chan = Channel::new(conn);
-        chan.write(&self.start)?;
-        let rest: Vec<Hop> = self.hops.iter().skip(1).cloned().collect();
-        if !rest.is_empty() {
-            chan.write(&Control::Chain(Chain {
-                hops: rest,
-                encrypt: self.encrypt,
-            }))?;
-        }
-        if let Some(p) = &self.protect {
-            chan.write(&Control::Protect(p.clone()))?;
-        }
-        if !self.forgotten.is_empty() {
-            chan.write(&Control::Forget(self.forgotten.clone()))?;
-        }
-        if let Some(b) = &self.current {
-            chan.write(b)?;
-        }
-        Ok((chan, ticket))
     }
 
     /// The current next hop failed with `e`: reports it and leaves it out of the chain.
     fn drop_hop(&mut self, e: &Error) {
-        let Some(hop) = self.hops.pop_front() else {
-            return;
-        };
-        let host = escape(&hop.label);
-        crate::progress::warn(&format!(
-            "replica {host} failed ({e}); the chain goes on without it"
-        ));
-        self.replicas.push(Replica {
-            host: hop.label,
-            outcome: Outcome::Failed {
-                code: e.exit_code(),
-                message: e.to_string(),
-            },
-        });
+        self.succ.fail(e);
         self.chan = None;
     }
 
@@ -197,7 +163,7 @@ impl Relay {
             let Some(chan) = self.chan.as_mut() else {
                 break Vec::new();
             };
-            match answer(chan) {
+            match answer(chan, &mut self.succ) {
                 Ok(Control::Need(n)) => break n,
                 Ok(other) => self.reform(&unexpected(other)),
                 Err(e) => self.reform(&e),
@@ -222,20 +188,16 @@ impl Relay {
                 failed: failed.to_vec(),
                 units,
             };
-            let mut below = Vec::new();
-            let r = chan.write(&finish).and_then(|()| loop {
-                match answer(chan)? {
-                    Control::Replicas(r) => below.extend(r),
-                    other => return Ok(other),
-                }
-            });
+            let r = chan
+                .write(&finish)
+                .and_then(|()| answer(chan, &mut self.succ));
             match r {
                 Ok(Control::Need(n)) => {
                     self.forward.want(n.iter().map(|w| w.id));
                     return Answer::Need(n);
                 }
                 Ok(Control::Done(summary)) => {
-                    self.done(summary, below);
+                    self.done(summary);
                     return Answer::Done;
                 }
                 Ok(other) => self.reform(&unexpected(other)),
@@ -246,15 +208,8 @@ impl Relay {
 
     /// The next hop is complete: records it and what it said of those after it, and lets
     /// it go.
-    fn done(&mut self, summary: Summary, below: Vec<Replica>) {
-        if let Some(hop) = self.hops.pop_front() {
-            self.replicas.push(Replica {
-                host: hop.label,
-                outcome: Outcome::Done(summary),
-            });
-        }
-        self.replicas.extend(below);
-        self.hops.clear();
+    fn done(&mut self, summary: Summary) {
+        self.succ.done(summary);
         if let Some(mut c) = self.chan.take() {
             let _ = c.shutdown_write();
         }
@@ -264,7 +219,23 @@ impl Relay {
 
     /// What became of every receiver after this one (for `Replicas`).
     pub(super) fn replicas(&self) -> Vec<Replica> {
-        self.replicas.clone()
+        self.succ.replicas()
+    }
+
+    /// What became of the receivers after this one, when that changed since the last
+    /// call (a hop failed, or the next one said so of one after it): upstream learns it at
+    /// once, so a sender that takes over from this relay does not dial a hop left behind.
+    pub(super) fn news(&mut self) -> Option<Vec<Replica>> {
+        self.succ.take_news()
+    }
+
+    /// Leaves the chain after this receiver to whoever goes on with it: closes the
+    /// connections to the next hop without a word.
+    pub(super) fn leave(&mut self) {
+        if let Some(mut c) = self.chan.take() {
+            c.abort();
+        }
+        self.forward.stop();
     }
 
     /// Tells the next hop that the transfer failed here, and stops forwarding.
@@ -279,13 +250,44 @@ impl Relay {
     }
 }
 
-/// The next message from a hop that is not `Items` (a hop is never asked for them) or
+/// What a newly dialed next hop is told before anything else.
+struct Told<'a> {
+    start: &'a Control,
+    protect: Option<&'a Filter>,
+    forgotten: &'a [u64],
+    /// The manifest batch in progress.
+    current: Option<&'a Control>,
+}
+
+impl Told<'_> {
+    /// Opens the conversation on `chan` with a hop whose chain is `rest`.
+    fn open(&self, mut chan: Channel, rest: Chain) -> Result<Channel> {
+        chan.write(self.start)?;
+        if !rest.hops.is_empty() {
+            chan.write(&Control::Chain(rest))?;
+        }
+        if let Some(p) = self.protect {
+            chan.write(&Control::Protect(p.clone()))?;
+        }
+        if !self.forgotten.is_empty() {
+            chan.write(&Control::Forget(self.forgotten.to_vec()))?;
+        }
+        if let Some(b) = self.current {
+            chan.write(b)?;
+        }
+        Ok(chan)
+    }
+}
+
+/// The next message from a hop that is not `Items` (a hop is never asked for them),
 /// `Arrived` (the last hop reports files it has whole, so that a sender may forget them;
-/// a relay keeps no per-file records to forget, and its own sender keeps them all).
-fn answer(chan: &mut Channel) -> Result<Control> {
+/// a relay keeps no per-file records to forget, and its own sender keeps them all) or
+/// `Replicas` (its account of the hops after it, at any time: kept in `succ`).
+fn answer(chan: &mut Channel, succ: &mut Successors) -> Result<Control> {
     loop {
         match chan.read(Some(ANSWER_TIMEOUT))? {
             Control::Items(_) | Control::Arrived(_) => {}
+            Control::Replicas(r) => succ.heard(r),
             Control::Error { code, message } => {
                 return Err(Error::Remote {
                     side: "receiver",
@@ -342,7 +344,7 @@ mod tests {
         hop.write(&Control::Items(Vec::new())).unwrap();
         hop.write(&Control::Need(vec![want(4, WantKind::All)]))
             .unwrap();
-        match answer(&mut relay).unwrap() {
+        match answer(&mut relay, &mut Successors::default()).unwrap() {
             Control::Need(n) => assert_eq!(n, vec![want(4, WantKind::All)]),
             other => panic!("answered {}", other.name()),
         }

@@ -159,17 +159,18 @@ fn push(
 ) -> Result<SendReport> {
     let mut srcs: Vec<Source> = sources.iter().map(|p| Source::from_arg(p)).collect();
     walk::check_sources(&srcs)?;
-    let (mut further, chain) = fanout::start(rsh, also, f.ssh, f.quiet, f.encrypt, |at| {
-        Request::Receive {
-            dest: at.path_or_home(),
-            single_file: is_single_file(&srcs),
-            advertise: f.ssh.advertise,
-            everywhere: true,
-            accept: f.accept.clone(),
-            dry_run: opts.sync.dry_run,
-            keep_cache: opts.keep_cache,
-        }
-    })?;
+    let (mut further, chain, renames) =
+        fanout::start(rsh, also, f.ssh, f.quiet, f.encrypt, |at| {
+            Request::Receive {
+                dest: at.path_or_home(),
+                single_file: is_single_file(&srcs),
+                advertise: f.ssh.advertise,
+                everywhere: true,
+                accept: f.accept.clone(),
+                dry_run: opts.sync.dry_run,
+                keep_cache: opts.keep_cache,
+            }
+        })?;
     let mut far = FarEnd::start(rsh, dest, f.ssh, f.quiet)?;
     far.send(&Request::Receive {
         dest: dest.path_or_home(),
@@ -186,12 +187,14 @@ fn push(
         None => return Err(unexpected(&far, "no ticket")),
     };
     let ticket = Ticket::parse(&ticket)?;
+    fanout::same_name(&rename, also, &renames)?;
     if let (Some(name), [only]) = (rename, srcs.as_mut_slice()) {
         only.dest_name = Some(name);
     }
     let route = Route::new(rsh, dest, ticket, port, f.encrypt, f.ssh.via_ssh);
     let opts = &SendOptions {
         chain,
+        label: fanout::label(dest),
         ..opts.clone()
     };
     let sent = send(&srcs, opts, route.key(), |role| route.dial(role));

@@ -49,7 +49,7 @@ pub fn run(
                 everywhere,
             };
             // A fan-out (`--also`): the further receivers first, their tickets the chain.
-            let (mut further, chain) =
+            let (mut further, chain, _) =
                 super::fanout::start(&rsh, also, ssh, quiet, encrypt, |at| receive(at, true))?;
             let mut far = FarEnd::start(&rsh, dest, ssh, quiet)?;
             far.send(&receive(dest, false))?;
@@ -61,6 +61,7 @@ pub fn run(
             let route = Route::new(&rsh, dest, ticket, ready.port, encrypt, ssh.via_ssh);
             let opts = &PipeOptions {
                 chain,
+                label: super::fanout::label(dest),
                 ..opts.clone()
             };
             let sent = send_pipe(from, opts, route.key(), |role| route.dial(role));

@@ -98,6 +98,7 @@ pub fn run(uploaded: bool) -> i32 {
                     listing,
                     keep_cache,
                     chain: None,
+                    label: String::new(),
                 });
             match opts {
                 Ok(o) => serve_send(&out, input, &finished, &paths, o, listen, advertise),

@@ -3,15 +3,18 @@
 //!
 //! A receiver that answers a re-dial with a different identity (restarted, or its port
 //! reused) is gone: that is a lost connection, not a wrong ticket, and is not retried.
+//! In a chain fan-out a stream that cannot reach its receiver waits for the control link
+//! to go on with the next one (`target`), and then writes there.
 
 use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use super::target::Target;
 use crate::error::{Error, Result};
 use crate::progress::Counters;
-use crate::protocol::{FrameKind, Sealer};
+use crate::protocol::{set_hash, FrameKind, Sealer};
 use crate::session::{lost, sealer};
 use crate::transport::{self, Conn, Role, Ticket, TransportError};
 
@@ -32,82 +35,149 @@ pub fn ticket_dialer(ticket: &Ticket, encrypt: bool) -> impl Fn(Role) -> Result<
 }
 
 /// How a stream gets (and gets back) its connection.
-pub struct Redial<'a> {
-    /// Opens a new authenticated data connection.
-    pub dial: &'a dyn Fn() -> Result<Conn>,
+pub(super) struct Redial<'a> {
+    /// Where connections go now.
+    pub(super) target: &'a Target<'a>,
     /// How many times to re-dial after a failure.
-    pub retries: u32,
+    pub(super) retries: u32,
     /// This stream's number, for messages.
-    pub stream: usize,
+    pub(super) stream: usize,
     /// The sender's bandwidth cap, shared by its streams.
-    pub pace: &'a super::pace::Pacer,
+    pub(super) pace: &'a super::pace::Pacer,
 }
 
-/// A data connection and the tags of the frames we write on it.
-pub(super) type DataConn = (Conn, Sealer);
+/// A unit's hash for a receiver: of its block key and the unit's header.
+pub(super) type UnitHash<'a> = dyn Fn(&[u8; 32], &[u8]) -> [u8; 32] + 'a;
+
+/// A data connection, the tags of the frames we write on it, and the receiver it goes to.
+pub(super) struct DataConn {
+    pub(super) conn: Conn,
+    pub(super) sealer: Sealer,
+    /// Its target (see `Target::generation`).
+    pub(super) generation: u64,
+    /// Its receiver's block key: what the units written on it are hashed with.
+    pub(super) key: [u8; 32],
+}
 
 impl Redial<'_> {
-    /// Opens a data connection.
+    /// Opens a data connection to the current target.
     pub(super) fn open(&self) -> Result<DataConn> {
-        (self.dial)().map(|c| {
-            let s = sealer(&c);
-            (c, s)
+        self.target.dial(Role::Data).map(|d| DataConn {
+            sealer: sealer(&d.conn),
+            conn: d.conn,
+            generation: d.generation,
+            key: d.key,
         })
     }
 
-    /// Writes one frame of `kind` whose payload is `parts`, tagged for the connection it
-    /// goes on; when the connection fails, re-dials (with backoff) and writes it again on
-    /// the new one. What the old connection lost is asked for again by the receiver after
-    /// Finish.
-    pub(super) fn write(
+    /// Writes one data unit, `hdr` then `body`, its hash set by `hash(key, hdr)` for the
+    /// receiver of the connection it goes on. When the connection fails, re-dials (with
+    /// backoff) and writes it again on the new one; what the old one lost the receiver
+    /// asks for after Finish. When the chain moved on to another receiver, the unit goes
+    /// there, hashed again with that one's key.
+    pub(super) fn write_unit(
         &self,
         conn: &mut Option<DataConn>,
-        kind: FrameKind,
-        parts: &[&[u8]],
+        hdr: &mut [u8],
+        body: &[u8],
+        hash: &UnitHash<'_>,
         counters: &Counters,
     ) -> Result<()> {
-        let len = parts.iter().map(|p| p.len()).sum();
+        let len = hdr.len() + body.len();
         self.pace.take(len + crate::protocol::FRAME_HEADER_LEN);
         let mut head = Vec::new();
+        let mut hashed = None;
         let mut attempt = 0;
+        let mut why = None;
+        let mut seen = conn.as_ref().map(|c| c.generation);
         loop {
-            let r = match conn.as_mut() {
-                Some(c) => put(c, kind, parts, len, &mut head),
-                None => Err(lost(io::Error::other("data stream not connected"))),
+            let now = self.target.generation();
+            if seen.is_some_and(|g| g != now) {
+                // Its receiver was left behind: the unit goes to the current one, and
+                // what went wrong with the one before is no news.
+                *conn = None;
+                (attempt, why) = (0, None);
+            }
+            seen = Some(now);
+            let Some(c) = conn.as_mut() else {
+                self.reopen(conn, now, &mut attempt, &mut why, counters)?;
+                continue;
             };
-            let err = match r {
-                Ok(()) => return Ok(()),
-                Err(e) => e,
-            };
-            *conn = None;
-            let mut last = None;
-            loop {
-                if attempt >= self.retries {
-                    return Err(gave_up(&err, last));
+            if hashed != Some(c.generation) {
+                let h = hash(&c.key, hdr);
+                set_hash(hdr, &h);
+                hashed = Some(c.generation);
+            }
+            match put(c, FrameKind::Data, &[hdr, body], len, &mut head) {
+                Ok(()) => {
+                    self.target.count(c.generation);
+                    return Ok(());
                 }
-                std::thread::sleep(backoff(attempt));
-                attempt += 1;
+                Err(e) => {
+                    *conn = None;
+                    why = Some(e);
+                }
+            }
+        }
+    }
+
+    /// Opens a connection to target `now` after the last one failed (`why`) or none was
+    /// open, with backoff. When every attempt fails and the chain can go on without this
+    /// receiver, waits until it did (the caller then dials the next one); otherwise the
+    /// connection is lost (exit 5).
+    fn reopen(
+        &self,
+        conn: &mut Option<DataConn>,
+        now: u64,
+        attempt: &mut u32,
+        why: &mut Option<Error>,
+        counters: &Counters,
+    ) -> Result<()> {
+        let mut last = None;
+        loop {
+            let gone = if *attempt >= self.retries {
+                true
+            } else {
+                std::thread::sleep(backoff(*attempt));
+                *attempt += 1;
                 match self.open() {
                     Ok(c) => {
-                        crate::progress::warn(&format!(
-                            "data stream {} reconnected ({err})",
-                            self.stream
-                        ));
-                        Counters::add(&counters.reconnects, 1);
+                        if let Some(w) = why.take() {
+                            crate::progress::warn(&format!(
+                                "data stream {} reconnected ({w})",
+                                self.stream
+                            ));
+                            Counters::add(&counters.reconnects, 1);
+                        }
                         *conn = Some(c);
-                        break;
+                        return Ok(());
                     }
+                    // Someone else holds the receiver's address now: our receiver is gone
+                    // (a lost connection, not a wrong ticket); retrying won't help.
                     Err(
                         e @ Error::Transport(
                             TransportError::AuthRejected | TransportError::PeerUnauthenticated,
                         ),
                     ) => {
-                        // Someone else holds the receiver's address now: our receiver is
-                        // gone (a lost connection, not a wrong ticket); retrying won't help.
-                        return Err(gave_up(&err, Some(e)));
+                        last = Some(e);
+                        true
                     }
-                    Err(e) => last = Some(e),
+                    Err(e) => {
+                        last = Some(e);
+                        false
+                    }
                 }
+            };
+            if gone {
+                let w = why
+                    .take()
+                    .unwrap_or_else(|| lost(io::Error::other("data stream not connected")));
+                let e = gave_up(&w, last);
+                if self.target.wait_moved(now) {
+                    *attempt = 0;
+                    return Ok(());
+                }
+                return Err(e);
             }
         }
     }
@@ -122,7 +192,9 @@ pub(super) fn put(
     len: usize,
     head: &mut Vec<u8>,
 ) -> Result<()> {
-    let (c, s) = conn;
+    let DataConn {
+        conn: c, sealer: s, ..
+    } = conn;
     // The header and the first part in one write: one packet, not two.
     head.clear();
     head.extend_from_slice(&s.header(kind, len));

@@ -1,15 +1,26 @@
 //! The control connection of the sender, re-dialed when it drops: a new one starts with
 //! Start and repeats the request in progress (the receiver answers repeats from its
 //! cache, so nothing is applied twice).
+//!
+//! In a chain fan-out, when the first receiver is gone (re-dialing fails, its data
+//! streams cannot be re-established, or it says Error) the sender does what a relay does
+//! for a failed next hop (`session::Successors`): it reports it, dials the receiver after
+//! it with the rest of the chain, tells it what a new hop is told (Start and the chain,
+//! `Protect` and every `Forget` so far; a stream's StreamStart) and repeats the request
+//! in progress; the data streams follow (`target`).
 
 use std::time::Duration;
 
 use super::dial::{backoff, gave_up};
+use super::target::Target;
 use crate::error::{Error, Result};
 use crate::progress::Counters;
-use crate::protocol::{Control, Item, Replica};
-use crate::session::{is_tick, Channel};
-use crate::transport::{Conn, Role, TransportError};
+use crate::protocol::{Chain, Control, Item, Replica, Summary};
+use crate::session::{is_tick, lost, Channel, Successors};
+use crate::transport::{self, Role, TransportError};
+
+/// How often a wait for an answer looks whether the data streams gave up on the receiver.
+const TICK: Duration = Duration::from_secs(1);
 
 /// What [`Link::poll`] found.
 pub(super) enum Polled {
@@ -25,7 +36,7 @@ pub(super) enum Polled {
 /// The control connection, re-dialed when it drops: a new one starts with Start and
 /// repeats the request in progress (the receiver answers repeats from its cache).
 pub(super) struct Link<'a> {
-    dial: &'a (dyn Fn(Role) -> Result<Conn> + Sync),
+    target: &'a Target<'a>,
     start: Control,
     chan: Channel,
     retries: u32,
@@ -34,20 +45,25 @@ pub(super) struct Link<'a> {
     on_items: Option<&'a (dyn Fn(Vec<Item>) + Sync)>,
     /// Files the receiver said arrived whole (`Control::Arrived`), not yet taken.
     arrived: Vec<u64>,
-    /// A chain fan-out: what the receiver said became of the receivers after it.
-    pub(super) replicas: Vec<Replica>,
+    /// A chain fan-out: the first receiver (now) and those after it.
+    succ: Option<Successors>,
+    /// What a new first receiver is told after its start: `Protect`, every `Forget`.
+    told: Vec<Control>,
 }
 
 impl<'a> Link<'a> {
+    /// Dials the first receiver through `target`; `succ`: a chain fan-out's receivers
+    /// (the first included).
     pub(super) fn open(
-        dial: &'a (dyn Fn(Role) -> Result<Conn> + Sync),
+        target: &'a Target<'a>,
         start: Control,
         retries: u32,
         counters: &'a Counters,
+        succ: Option<Successors>,
     ) -> Result<Link<'a>> {
         let first = || {
-            dial(Role::Control).and_then(|c| {
-                let mut chan = Channel::new(c);
+            target.dial(Role::Control).and_then(|d| {
+                let mut chan = Channel::new(d.conn);
                 chan.write(&start).map(|()| chan)
             })
         };
@@ -65,14 +81,15 @@ impl<'a> Link<'a> {
         }
         let chan = chan?;
         Ok(Link {
-            dial,
+            target,
             start,
             chan,
             retries,
             counters,
             on_items: None,
             arrived: Vec::new(),
-            replicas: Vec::new(),
+            succ,
+            told: Vec::new(),
         })
     }
 
@@ -87,30 +104,118 @@ impl<'a> Link<'a> {
         std::mem::take(&mut self.arrived)
     }
 
-    /// The next message that is not `Items` (those go to `on_items`) or `Arrived` (kept for
-    /// `take_arrived`).
+    /// The next message that is not `Items` (those go to `on_items`), `Arrived` (kept for
+    /// `take_arrived`) or `Replicas` (kept for the report). A receiver whose data streams
+    /// could not be re-established is lost, whatever its control stream says.
     fn read_answer(&mut self) -> Result<Control> {
         loop {
-            match self.chan.read(None)? {
+            let msg = match self.chan.read(Some(TICK)) {
+                Ok(m) => m,
+                Err(e) if is_tick(&e) => {
+                    if self.target.is_broken() {
+                        return Err(streams_broke());
+                    }
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            match msg {
                 Control::Items(items) => {
                     if let Some(f) = self.on_items {
                         f(items);
                     }
                 }
                 Control::Arrived(ids) => self.arrived.extend(ids),
-                Control::Replicas(r) => self.replicas = r,
+                Control::Replicas(r) => self.heard(r),
                 other => return Ok(other),
             }
         }
     }
 
-    /// Re-dials after a failure, with backoff.
+    /// The first receiver's account of the receivers after it.
+    pub(super) fn heard(&mut self, replicas: Vec<Replica>) {
+        if let Some(s) = self.succ.as_mut() {
+            s.heard(replicas);
+        }
+    }
+
+    /// The (current) first receiver answered Done.
+    pub(super) fn done(&mut self, summary: &Summary) {
+        if let Some(s) = self.succ.as_mut() {
+            s.done(summary.clone());
+        }
+    }
+
+    /// What became of every receiver of a chain fan-out (empty for one receiver).
+    pub(super) fn replicas(&self) -> Vec<Replica> {
+        self.succ
+            .as_ref()
+            .map(Successors::replicas)
+            .unwrap_or_default()
+    }
+
+    /// Whether a receiver comes after the current first one (so the run can go on if it
+    /// fails).
+    pub(super) fn can_fail_over(&self) -> bool {
+        self.succ.as_ref().is_some_and(Successors::has_more)
+    }
+
+    /// Which receiver the connections go to (changes when the chain moves on).
+    pub(super) fn generation(&self) -> u64 {
+        self.target.generation()
+    }
+
+    /// Whether the data streams gave up on the current receiver (and, in a chain, wait
+    /// for the link to go on with the next).
+    pub(super) fn data_broken(&self) -> bool {
+        self.target.is_broken()
+    }
+
+    /// The first receiver failed with `e`: reports it and goes on with the receiver after
+    /// it (the first of them that answers), which is told what it must know; `e` when no
+    /// receiver is left to go on with.
+    pub(super) fn fail_over(&mut self, e: Error) -> Result<()> {
+        let Some(succ) = self.succ.as_mut().filter(|s| s.has_more()) else {
+            return Err(e);
+        };
+        succ.fail(&e);
+        let encrypt = succ.encrypt();
+        let (start, told) = (&self.start, &self.told);
+        let opened = succ.connect(|ticket, rest| {
+            let conn = transport::connect(ticket, Role::Control, encrypt)?;
+            let mut chan = Channel::new(conn);
+            for m in hello(start, rest).iter().chain(told) {
+                chan.write(m)?;
+            }
+            Ok(chan)
+        });
+        match opened {
+            Some((chan, ticket)) => {
+                self.chan = chan;
+                self.target.retarget(ticket);
+                Ok(())
+            }
+            None => Err(e),
+        }
+    }
+
+    /// After the control stream failed with `e`: a new one to the same receiver, or,
+    /// when that receiver is gone, to the next in the chain.
+    fn recover(&mut self, e: Error) -> Result<()> {
+        if self.target.is_broken() {
+            return self.fail_over(e);
+        }
+        self.reconnect(&e)
+    }
+
+    /// Re-dials after a failure, with backoff; goes on with the next receiver of a chain
+    /// when that fails.
     pub(super) fn reconnect(&mut self, why: &Error) -> Result<()> {
         let mut last = None;
         for attempt in 0..self.retries {
             std::thread::sleep(backoff(attempt));
-            match (self.dial)(Role::Control).and_then(|c| {
-                let mut chan = Channel::new(c);
+            match self.target.dial(Role::Control).and_then(|d| {
+                let mut chan = Channel::new(d.conn);
                 chan.write(&self.start).map(|()| chan)
             }) {
                 Ok(c) => {
@@ -124,42 +229,73 @@ impl<'a> Link<'a> {
                 // not a wrong ticket. Retrying will not help.
                 Err(e @ Error::Transport(TransportError::AuthRejected))
                 | Err(e @ Error::Transport(TransportError::PeerUnauthenticated)) => {
-                    return Err(gave_up(why, Some(e)))
+                    return self.fail_over(gave_up(why, Some(e)))
                 }
                 Err(e) => last = Some(e),
             }
         }
         // Report the loss (a network failure), with why re-dialing did not help.
-        Err(gave_up(why, last))
+        self.fail_over(gave_up(why, last))
     }
 
-    /// Sends `msg` and reads the answer, reconnecting and repeating as needed.
+    /// After `msg` failed with `e` on the control stream (`attempts` so far on this
+    /// receiver): a new control stream, or the next receiver of a chain.
+    fn retry(&mut self, e: Error, attempts: &mut u32) -> Result<()> {
+        let before = self.target.generation();
+        match e {
+            e @ Error::Transport(_) if *attempts < self.retries => {
+                *attempts += 1;
+                self.recover(e)?;
+            }
+            e @ Error::Transport(_) => self.fail_over(e)?,
+            Error::Remote {
+                side,
+                message,
+                code,
+            } => self.fail_over(Error::Remote {
+                side,
+                message,
+                code,
+            })?,
+            e => return Err(e),
+        }
+        if self.target.generation() != before {
+            *attempts = 0;
+        }
+        Ok(())
+    }
+
+    /// Sends `msg` and reads the answer, reconnecting and repeating as needed. In a
+    /// chain, an `Error` answer fails the first receiver over to the next.
     pub(super) fn request(&mut self, msg: &Control) -> Result<Control> {
         let mut attempts = 0;
         loop {
             let r = self.chan.write(msg).and_then(|()| self.read_answer());
             match r {
-                Ok(reply) => return Ok(reply),
-                Err(e @ Error::Transport(_)) if attempts < self.retries => {
-                    attempts += 1;
-                    self.reconnect(&e)?;
+                Ok(Control::Error { code, message }) if self.can_fail_over() => {
+                    let e = Error::Remote {
+                        side: "receiver",
+                        message,
+                        code,
+                    };
+                    self.retry(e, &mut attempts)?;
                 }
-                Err(e) => return Err(e),
+                Ok(reply) => return Ok(reply),
+                Err(e) => self.retry(e, &mut attempts)?,
             }
         }
     }
 
     /// Sends `msg`, which has no answer, reconnecting as needed.
     pub(super) fn tell(&mut self, msg: &Control) -> Result<()> {
+        if self.succ.is_some() && matches!(msg, Control::Protect(_) | Control::Forget(_)) {
+            self.told.push(msg.clone());
+        }
         let mut attempts = 0;
         loop {
             match self.chan.write(msg) {
                 Ok(()) => return Ok(()),
-                Err(e @ Error::Transport(_)) if attempts < self.retries => {
-                    attempts += 1;
-                    self.reconnect(&e)?;
-                }
-                Err(e) => return Err(e),
+                Err(e) => self.retry(e, &mut attempts)?,
             }
         }
     }
@@ -170,7 +306,7 @@ impl<'a> Link<'a> {
             Ok(m) => Ok(Polled::Msg(m)),
             Err(e) if is_tick(&e) => Ok(Polled::Nothing),
             Err(e @ Error::Transport(_)) => {
-                self.reconnect(&e)?;
+                self.recover(e)?;
                 Ok(Polled::Reconnected)
             }
             Err(e) => Err(e),
@@ -198,5 +334,72 @@ impl<'a> Link<'a> {
 
     pub(super) fn close(&mut self) {
         let _ = self.chan.shutdown_write();
+    }
+}
+
+/// What a new first receiver gets first: the sender's start, with the chain after it.
+fn hello(start: &Control, rest: Chain) -> Vec<Control> {
+    match start {
+        Control::StreamStart {
+            streams,
+            block_size,
+            window,
+            ..
+        } => vec![Control::StreamStart {
+            streams: *streams,
+            block_size: *block_size,
+            window: *window,
+            chain: rest,
+        }],
+        start if rest.hops.is_empty() => vec![start.clone()],
+        start => vec![start.clone(), Control::Chain(rest)],
+    }
+}
+
+/// A receiver whose data streams could not be re-established.
+pub(super) fn streams_broke() -> Error {
+    lost(std::io::Error::other(
+        "its data streams broke and it cannot be dialed again",
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{Hop, SyncOptions};
+
+    #[test]
+    fn a_new_first_receiver_gets_the_rest_of_the_chain() {
+        let rest = Chain {
+            hops: vec![Hop {
+                label: "h3".into(),
+                ticket: "t3".into(),
+            }],
+            encrypt: true,
+        };
+        let start = Control::Start {
+            streams: 2,
+            block_size: 1 << 20,
+            options: SyncOptions::default(),
+        };
+        assert_eq!(
+            hello(&start, rest.clone()),
+            vec![start.clone(), Control::Chain(rest.clone())]
+        );
+        let last = Chain::default();
+        assert_eq!(hello(&start, last.clone()), vec![start]);
+        let stream = Control::StreamStart {
+            streams: 2,
+            block_size: 1 << 20,
+            window: 1 << 26,
+            chain: Chain::default(),
+        };
+        match &hello(&stream, rest.clone())[..] {
+            [Control::StreamStart { chain, window, .. }] => {
+                assert_eq!(chain, &rest);
+                assert_eq!(*window, 1 << 26);
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

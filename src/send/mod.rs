@@ -24,9 +24,11 @@ mod dial;
 mod link;
 pub mod pace;
 pub mod pipe;
+pub mod probe;
 mod readbuf;
 mod report;
 mod sample;
+mod target;
 mod worker;
 
 pub use dial::ticket_dialer;
@@ -34,6 +36,7 @@ pub use report::{SendOptions, SendReport};
 
 use link::Link;
 use report::Failures;
+use target::Target;
 
 /// How often a file that changes while read is sent again before giving up on it.
 const CHANGE_RETRIES: usize = 3;
@@ -63,7 +66,14 @@ where
         block_size: opts.block_size as u32,
         options: opts.sync,
     };
-    let mut link = Link::open(&dial, start, opts.retries, &counters)?;
+    let target = Target::new(
+        &dial,
+        key,
+        report::has_chain(&opts.chain),
+        encrypts(&opts.chain),
+    );
+    let succ = report::successors(&opts.label, &opts.chain);
+    let mut link = Link::open(&target, start, opts.retries, &counters, succ)?;
     let (printer, listing) = (progress.printer(), opts.listing);
     let print = move |items: Vec<Item>| {
         for line in items.iter().filter_map(|i| listing.line(i)) {
@@ -84,18 +94,17 @@ where
     let result = std::thread::scope(|s| {
         let mut workers = Vec::new();
         for i in 0..opts.streams {
-            let (queue, failures, counters, dial) = (&queue, &failures, &counters, &dial);
+            let (queue, failures, counters, target) = (&queue, &failures, &counters, &target);
             let h = std::thread::Builder::new()
                 .name(format!("haul-send-{i}"))
                 .spawn_scoped(s, move || {
-                    let redial = || dial(Role::Data);
                     let link = dial::Redial {
-                        dial: &redial,
+                        target,
                         retries: opts.retries,
                         stream: i,
                         pace,
                     };
-                    let r = worker::run(&link, queue, key, opts, counters, failures);
+                    let r = worker::run(&link, queue, opts, counters, failures);
                     if r.is_err() {
                         queue.abort();
                     }
@@ -132,12 +141,13 @@ where
                     !opts.select.no_xattrs,
                 )
             })
-            .and_then(|()| finish(&mut link, &queue, &counters, &failures, &mut registry));
+            .and_then(|()| finish(&mut link, &queue, &target, &failures, &mut registry));
         if outcome.is_err() {
             queue.abort();
         } else {
             queue.close();
         }
+        target.stop();
         drop(wrx);
         let _ = walker.join();
         let mut worker_err = None;
@@ -170,8 +180,9 @@ where
             return Err(e);
         }
     };
+    link.done(&summary);
     link.close();
-    let replicas = std::mem::take(&mut link.replicas);
+    let replicas = link.replicas();
     drop(link);
     let f = failures.into_inner().unwrap_or_default();
     Ok(SendReport {
@@ -190,12 +201,12 @@ where
 fn finish(
     link: &mut Link<'_>,
     queue: &WorkQueue,
-    counters: &Counters,
+    target: &Target<'_>,
     failures: &Mutex<Failures>,
     registry: &mut HashMap<u64, FileData>,
 ) -> Result<Summary> {
     loop {
-        queue.wait_idle();
+        wait_idle(link, queue)?;
         if queue.is_aborted() {
             return Err(lost(io::Error::other(
                 "a data stream could not be re-established",
@@ -205,7 +216,9 @@ fn finish(
             .lock()
             .map(|f| f.unreadable.clone())
             .unwrap_or_default();
-        let units = counters.units.load(std::sync::atomic::Ordering::Acquire);
+        // Units written to the receiver answering now (the first, or the one the chain
+        // went on with).
+        let units = target.sent();
         let reply = link.request(&Control::Finish { failed, units })?;
         forget_arrived(link, registry);
         match reply {
@@ -298,7 +311,7 @@ fn run_manifest(
             || batch_bytes >= BATCH_BYTES
             || (!batch.is_empty() && wrx.is_empty());
         if flush && !batch.is_empty() {
-            queue.wait_room(QUEUE_FILES);
+            wait_room(link, queue)?;
             let reply = link.request(&Control::Entries(std::mem::take(&mut batch)))?;
             batch_bytes = 0;
             forget_arrived(link, registry);
@@ -358,7 +371,7 @@ fn resend_changed(
 ) -> Result<()> {
     let mut next_id = RETRY_ID_BASE;
     for round in 0..=CHANGE_RETRIES {
-        queue.wait_idle();
+        wait_idle(link, queue)?;
         let changed = match failures.lock() {
             Ok(mut f) => std::mem::take(&mut f.changed),
             Err(_) => return Ok(()),
@@ -422,4 +435,35 @@ fn forget_arrived(link: &mut Link<'_>, registry: &mut HashMap<u64, FileData>) {
     if registry.capacity() > 4 * registry.len() + 1024 {
         registry.shrink_to_fit();
     }
+}
+
+/// How often a wait on the work queue looks whether the data streams gave up on the
+/// receiver.
+const QUEUE_TICK: Duration = Duration::from_millis(500);
+
+/// `queue.wait_idle()`; meanwhile, when the data streams gave up on the first receiver of
+/// a chain (and wait for it), the link goes on with the next one.
+fn wait_idle(link: &mut Link<'_>, queue: &WorkQueue) -> Result<()> {
+    while !queue.wait_idle_for(QUEUE_TICK) {
+        if link.data_broken() {
+            link.fail_over(link::streams_broke())?;
+        }
+    }
+    Ok(())
+}
+
+/// `queue.wait_room(QUEUE_FILES)`, going on without a first receiver the data streams
+/// gave up on (see [`wait_idle`]).
+fn wait_room(link: &mut Link<'_>, queue: &WorkQueue) -> Result<()> {
+    while !queue.wait_room_for(QUEUE_FILES, QUEUE_TICK) {
+        if link.data_broken() {
+            link.fail_over(link::streams_broke())?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether the hops of a chain fan-out use TLS between them (as the sender's do).
+fn encrypts(chain: &Option<crate::protocol::Chain>) -> bool {
+    chain.as_ref().is_none_or(|c| c.encrypt)
 }

@@ -12,6 +12,12 @@
 //! breaks re-dials and sends again what it had in flight; a break only the receiver saw
 //! is reported with `StreamLost`, and the blocks it lists as missing go out again on any
 //! stream. Duplicates are harmless: the receiver keeps one copy of each offset.
+//!
+//! In a chain fan-out every receiver acknowledges no more than the chain after it has,
+//! so the replay buffer also holds what the second receiver lacks: when the first is
+//! gone, the link goes on with the second, and every kept block from that one's first
+//! `StreamAck` on goes out again (a receiver that lacks bytes no longer kept is failed
+//! in turn rather than given a gap).
 
 mod flow;
 mod source;
@@ -24,8 +30,10 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 
 use super::dial::Redial;
-use super::link::{Link, Polled};
+use super::link::{streams_broke, Link, Polled};
 use super::pace::Pacer;
+use super::report::{has_chain, successors};
+use super::target::Target;
 use crate::codec::tree::{block_cv, is_tree_block, TreeHash};
 use crate::codec::Compression;
 use crate::error::{Error, Result};
@@ -61,6 +69,8 @@ pub struct PipeOptions {
     pub keep_cache: bool,
     /// A chain fan-out: the receivers after the first, in order (None: one receiver).
     pub chain: Option<Chain>,
+    /// How messages and the report name the first receiver (in a chain fan-out).
+    pub label: String,
 }
 
 /// What the sender reports once the receiver confirmed the stream.
@@ -76,7 +86,8 @@ pub struct PipeReport {
     pub started: Instant,
     /// A chain fan-out: the chain the first receiver got.
     pub chain: Option<Chain>,
-    /// What the first receiver said became of the receivers after it.
+    /// A chain fan-out: what became of each receiver (the first included when it failed
+    /// or answered), as the sender and the receivers reported it.
     pub replicas: Vec<Replica>,
 }
 
@@ -116,7 +127,10 @@ where
         window: opts.window,
         chain: opts.chain.clone().unwrap_or_default(),
     };
-    let mut link = Link::open(&dial, start, opts.retries, &counters)?;
+    let encrypt = opts.chain.as_ref().is_none_or(|c| c.encrypt);
+    let target = Target::new(&dial, key, has_chain(&opts.chain), encrypt);
+    let succ = successors(&opts.label, &opts.chain);
+    let mut link = Link::open(&target, start, opts.retries, &counters, succ)?;
     let flow = Arc::new(Flow::new());
     let (work_tx, work_rx) = crossbeam_channel::unbounded::<Arc<Block>>();
     let (again_tx, again_rx) = crossbeam_channel::unbounded::<Arc<Block>>();
@@ -142,20 +156,18 @@ where
     let result = std::thread::scope(|s| {
         let mut workers = Vec::new();
         for i in 0..opts.streams {
-            let (flow, counters, dial, work_rx, again_rx) =
-                (&flow, &counters, &dial, work_rx.clone(), again_rx.clone());
+            let (flow, counters, target, work_rx, again_rx) =
+                (&flow, &counters, &target, work_rx.clone(), again_rx.clone());
             let h = std::thread::Builder::new()
                 .name(format!("haul-pipe-{i}"))
                 .spawn_scoped(s, move || {
-                    let redial = || dial(Role::Data);
                     let link = Redial {
-                        dial: &redial,
+                        target,
                         retries: opts.retries,
                         stream: i,
                         pace,
                     };
-                    let mut w =
-                        Stream::new(&link, key, opts.compress, opts.streams, flow, counters);
+                    let mut w = Stream::new(&link, opts.compress, opts.streams, flow, counters);
                     let r = w.run(&work_rx, &again_rx);
                     if r.is_err() {
                         flow.stop();
@@ -165,19 +177,23 @@ where
                 .map_err(|e| Error::io("starting a stream thread", e))?;
             workers.push(h);
         }
-        drop((work_rx, again_rx));
+        drop(again_rx);
         let mut driver = Driver {
             link: &mut link,
             flow: &flow,
             again: again_tx,
+            work: work_rx,
             own_window: opts.window,
             counters: &counters,
             end: None,
             told: Instant::now(),
             heard: Instant::now(),
+            generation: 0,
+            moved: false,
         };
         let outcome = driver.run(&read_rx, &mut producer, &workers);
         flow.stop();
+        target.stop();
         drop(driver);
         let mut worker_err = None;
         for h in workers {
@@ -204,7 +220,7 @@ where
     match result {
         Ok((bytes, digest)) => {
             link.close();
-            let replicas = std::mem::take(&mut link.replicas);
+            let replicas = link.replicas();
             drop(link);
             Ok(PipeReport {
                 bytes,
@@ -284,6 +300,7 @@ fn read_loop(
                 data,
                 cv,
                 pool: Arc::clone(&pool),
+                again: std::sync::atomic::AtomicBool::new(false),
             });
             {
                 let mut g = flow.lock();
@@ -314,6 +331,9 @@ struct Driver<'a, 'l> {
     link: &'a mut Link<'l>,
     flow: &'a Flow,
     again: Sender<Arc<Block>>,
+    /// The blocks read and not yet taken by a stream (the driver drains it when every
+    /// kept block goes out again).
+    work: Receiver<Arc<Block>>,
     own_window: u64,
     counters: &'a Counters,
     /// Length and digest, once the input ended (sent as StreamEnd).
@@ -321,6 +341,10 @@ struct Driver<'a, 'l> {
     /// When we last wrote on the control connection, and last heard on it.
     told: Instant,
     heard: Instant,
+    /// The receiver the link talks to (see `Link::generation`).
+    generation: u64,
+    /// A chain fan-out went on with the next receiver, whose first `StreamAck` is awaited.
+    moved: bool,
 }
 
 impl Driver<'_, '_> {
@@ -331,6 +355,7 @@ impl Driver<'_, '_> {
         workers: &[std::thread::ScopedJoinHandle<'_, Result<()>>],
     ) -> Result<(u64, [u8; 32])> {
         loop {
+            self.follow()?;
             if self.end.is_none() {
                 if let Ok(r) = read.try_recv() {
                     let (len, digest) = r?;
@@ -347,6 +372,11 @@ impl Driver<'_, '_> {
                     "a data stream could not be re-established",
                 )));
             }
+            if self.link.data_broken() {
+                // Its data streams gave up on it and wait for the chain to go on.
+                self.link.fail_over(streams_broke())?;
+                continue;
+            }
             if self.told.elapsed() >= KEEPALIVE {
                 // A producer that has not written yet (a backup waiting for a checkpoint)
                 // must not look like a vanished sender.
@@ -362,6 +392,7 @@ impl Driver<'_, '_> {
                 )));
                 self.link.reconnect(&why)?;
                 self.reconnected()?;
+                continue;
             }
             let polled = self.link.poll(POLL)?;
             if !matches!(polled, Polled::Nothing) {
@@ -374,13 +405,18 @@ impl Driver<'_, '_> {
                     written,
                     have,
                     window,
+                }) if self.moved => self.take_over(written, have, window)?,
+                Polled::Msg(Control::StreamAck {
+                    written,
+                    have,
+                    window,
                 }) => {
                     self.flow.ack(written, have, window, self.own_window);
                     self.counters.done_bytes.store(written, Ordering::Relaxed);
                 }
                 Polled::Msg(Control::StreamLost { have, got }) => self.resend(have, &got),
                 // A chain fan-out: what became of the receivers after the first.
-                Polled::Msg(Control::Replicas(r)) => self.link.replicas = r,
+                Polled::Msg(Control::Replicas(r)) => self.link.heard(r),
                 Polled::Msg(Control::Done(summary)) => {
                     let Some(end) = self.end else {
                         return Err(
@@ -391,20 +427,57 @@ impl Driver<'_, '_> {
                         return Err(ProtocolError::Malformed("Done with another length").into());
                     }
                     self.counters.done_bytes.store(end.0, Ordering::Relaxed);
+                    self.link.done(&summary);
                     return Ok(end);
                 }
                 Polled::Msg(Control::Error { code, message }) => {
-                    return Err(Error::Remote {
+                    // In a chain the others go on without this one (its consumer failed).
+                    self.link.fail_over(Error::Remote {
                         side: "receiver",
                         message,
                         code,
-                    })
+                    })?;
                 }
                 Polled::Msg(other) => {
                     return Err(ProtocolError::Unexpected(other.name().into()).into())
                 }
             }
         }
+    }
+
+    /// After the link went on with the next receiver of a chain: it must learn the end,
+    /// and its first acknowledgement says where it takes over.
+    fn follow(&mut self) -> Result<()> {
+        let now = self.link.generation();
+        if now == self.generation {
+            return Ok(());
+        }
+        self.generation = now;
+        self.moved = true;
+        self.reconnected()
+    }
+
+    /// The first account of the receiver the chain went on with: the stream goes on from
+    /// what it has, every kept block after that sent again; if it lacks bytes no longer
+    /// kept, it fails in turn.
+    fn take_over(&mut self, written: u64, have: u64, window: u64) -> Result<()> {
+        if !self.flow.take_over(written, have, window, self.own_window) {
+            let kept = self.flow.kept_from();
+            return self.link.fail_over(Error::io(
+                "going on with the next receiver",
+                std::io::Error::other(format!(
+                    "it needs the stream from byte {have}, but the sender keeps it only \
+                     from byte {kept}"
+                )),
+            ));
+        }
+        self.moved = false;
+        self.counters.done_bytes.store(written, Ordering::Relaxed);
+        // Every kept block from its `have` on goes out again; those still queued go out
+        // in that turn, not twice.
+        while self.work.try_recv().is_ok() {}
+        self.resend(have, &[]);
+        Ok(())
     }
 
     /// A new control connection: it must learn the end again, if there was one.
@@ -423,6 +496,7 @@ impl Driver<'_, '_> {
             g.replay
                 .iter()
                 .filter(|b| b.end() > have && got.binary_search(&b.offset).is_err())
+                .filter(|b| !b.again.swap(true, Ordering::AcqRel))
                 .cloned()
                 .collect()
         };

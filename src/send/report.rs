@@ -11,7 +11,8 @@ use std::time::Instant;
 use crate::codec::Compression;
 use crate::error::Error;
 use crate::progress::Counters;
-use crate::protocol::{Listing, Summary, SyncOptions};
+use crate::protocol::{Chain, Hop, Listing, Summary, SyncOptions};
+use crate::session::Successors;
 
 /// How to send.
 #[derive(Clone, Debug)]
@@ -38,6 +39,24 @@ pub struct SendOptions {
     pub keep_cache: bool,
     /// A chain fan-out: the receivers the first one passes everything on to.
     pub chain: Option<crate::protocol::Chain>,
+    /// How messages and the report name the first receiver (in a chain fan-out).
+    pub label: String,
+}
+
+/// Whether `chain` names receivers after the first (so the sender can go on without it).
+pub(super) fn has_chain(chain: &Option<Chain>) -> bool {
+    chain.as_ref().is_some_and(|c| !c.hops.is_empty())
+}
+
+/// A chain fan-out's receivers as the sender sees them: the first (named `label`), then
+/// the hops of `chain`; None for one receiver.
+pub(super) fn successors(label: &str, chain: &Option<Chain>) -> Option<Successors> {
+    let chain = chain.clone().filter(|c| !c.hops.is_empty())?;
+    let first = Hop {
+        label: label.to_string(),
+        ticket: String::new(),
+    };
+    Some(Successors::behind(first, chain))
 }
 
 /// What the sender reports when the receiver confirmed the transfer.
@@ -55,7 +74,8 @@ pub struct SendReport {
     pub started: Instant,
     /// A chain fan-out: the receivers after the first, and what became of each.
     pub chain: Option<crate::protocol::Chain>,
-    /// A chain fan-out: what each receiver after the first said became of it.
+    /// A chain fan-out: what became of each receiver (the first included when it failed
+    /// or answered), as the sender and the receivers reported it.
     pub replicas: Vec<crate::protocol::Replica>,
 }
 

@@ -13,7 +13,6 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use super::dial::{DataConn, Redial};
-use super::pace::Pacer;
 use super::readbuf::ReadBuf;
 use super::report::{Failures, SendOptions};
 use crate::codec::{piece_hash, unit_hash, Encoder};
@@ -22,7 +21,7 @@ use crate::pagecache;
 use crate::plan::queue::{FileJob, Work, WorkQueue};
 use crate::plan::walk::{open_source, Stamp};
 use crate::progress::Counters;
-use crate::protocol::{encode_data_header, hashed_parts, set_hash, Codec, FrameKind, Segment};
+use crate::protocol::{encode_data_header, hashed_parts, Codec, FrameKind, Segment};
 use crate::session::lost;
 use crate::transport::lane::LaneSender;
 
@@ -36,6 +35,8 @@ enum ReadFail {
 
 /// The state of one stream's loop.
 struct Worker<'a> {
+    /// The block key of the receiver the stream writes to: a delta's pieces are compared
+    /// by hashes keyed with it.
     key: [u8; 32],
     failures: &'a Mutex<Failures>,
     raw: ReadBuf,
@@ -53,13 +54,12 @@ struct Worker<'a> {
 pub(super) fn run(
     link: &Redial<'_>,
     queue: &WorkQueue,
-    key: [u8; 32],
     opts: &SendOptions,
     counters: &Counters,
     failures: &Mutex<Failures>,
 ) -> Result<()> {
     let mut w = Worker {
-        key,
+        key: link.target.key(),
         failures,
         raw: ReadBuf::with_capacity(opts.block_size as usize),
         segs: Vec::new(),
@@ -75,10 +75,13 @@ pub(super) fn run(
     // with backoff, and gives up as a lost connection (the control stream already proved
     // the receiver; if it is gone now, that is what happened).
     let mut conn = link.open().ok();
-    if let Some(lane) = conn.as_mut().and_then(|(c, _)| c.take_lane_sender()) {
-        return hand_over(&mut w, &lane, queue, link.pace, counters);
+    if let Some(lane) = conn.as_mut().and_then(|c| c.conn.take_lane_sender()) {
+        return hand_over(&mut w, &lane, queue, link, counters);
     }
     while let Some(work) = queue.next() {
+        if let Some(c) = &conn {
+            w.key = c.key;
+        }
         w.read_unit(work);
         if !w.segs.is_empty() {
             let sent = send_unit(link, &mut conn, &mut enc, &w, &mut cbuf, &mut hdr, counters);
@@ -91,7 +94,12 @@ pub(super) fn run(
     }
     // The transfer is confirmed (or failed) on the control stream; End only lets the
     // receiver's worker stop early. Errors here change nothing.
-    if let Some((mut c, mut s)) = conn {
+    if let Some(DataConn {
+        conn: mut c,
+        sealer: mut s,
+        ..
+    }) = conn
+    {
         let _ = c
             .write_all(&s.header(FrameKind::End, 0))
             .and_then(|()| c.flush());
@@ -106,7 +114,7 @@ fn hand_over(
     w: &mut Worker<'_>,
     lane: &LaneSender,
     queue: &WorkQueue,
-    pace: &Pacer,
+    link: &Redial<'_>,
     counters: &Counters,
 ) -> Result<()> {
     let mut hdr = Vec::new();
@@ -114,7 +122,7 @@ fn hand_over(
         w.read_unit(work);
         if !w.segs.is_empty() {
             let len = w.raw.len();
-            pace.take(len);
+            link.pace.take(len);
             encode_data_header(&mut hdr, Codec::Raw, len as u32, &w.segs);
             let (bytes, len) = w.raw.swap(lane.spare());
             if lane.send(&hdr, bytes, len).is_err() {
@@ -122,6 +130,7 @@ fn hand_over(
                 return Err(lost(io::Error::other("the local receiver stopped")));
             }
             Counters::add(&counters.units, 1);
+            link.target.count(0);
             Counters::add(&counters.done_bytes, len as u64);
             Counters::add(&counters.read_bytes, w.read);
             Counters::add(&counters.done_files, w.files);
@@ -149,13 +158,13 @@ fn send_unit(
     };
     let body: &[u8] = if codec == Codec::Raw { raw } else { cbuf };
     encode_data_header(hdr, codec, raw.len() as u32, &w.segs);
-    let hash = unit_hash(&w.key, hashed_parts(hdr), raw);
-    set_hash(hdr, &hash);
     let started = std::time::Instant::now();
-    link.write(conn, FrameKind::Data, &[hdr, body], counters)?;
+    // Hashed with the key of the receiver it goes to (another after a chain moved on).
+    let hash = |key: &[u8; 32], hdr: &[u8]| unit_hash(key, hashed_parts(hdr), raw);
+    link.write_unit(conn, hdr, body, &hash, counters)?;
     let sample = conn
         .as_ref()
-        .and_then(|(c, _)| super::sample::link_sample(enc, c));
+        .and_then(|c| super::sample::link_sample(enc, &c.conn));
     enc.wrote(started.elapsed(), sample);
     if let Some(l) = enc.last_level() {
         Counters::add(&counters.codec_units[l], 1);

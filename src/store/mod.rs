@@ -173,6 +173,12 @@ impl Store {
         })
     }
 
+    /// A descriptor of the destination root of its own (for `haul recv` to measure it
+    /// when probed: `receive::probe`).
+    pub fn root_dup(&self) -> std::io::Result<std::os::fd::OwnedFd> {
+        self.root.try_clone()
+    }
+
     /// Starts the finisher threads; call once, with the store in an `Arc`.
     pub fn start(self: &Arc<Self>) {
         let Some(rx) = self.finish_rx.lock().ok().and_then(|mut g| g.take()) else {

@@ -104,6 +104,8 @@ fn role_byte(role: Role) -> u8 {
     match role {
         Role::Control => 0,
         Role::Data => 1,
+        Role::Probe => 2,
+        Role::ProbeData => 3,
     }
 }
 
@@ -111,6 +113,8 @@ fn role_from_byte(b: u8) -> Result<Role, HandshakeError> {
     match b {
         0 => Ok(Role::Control),
         1 => Ok(Role::Data),
+        2 => Ok(Role::Probe),
+        3 => Ok(Role::ProbeData),
         other => Err(HandshakeError::UnknownRole(other)),
     }
 }
@@ -437,6 +441,11 @@ mod tests {
             run(K, K, Role::Control),
             (Some(Ok(Role::Control)), Ok(control))
         );
+        for role in [Role::Probe, Role::ProbeData] {
+            let key = link_key(&K, &NC, &NS, role);
+            assert_eq!(run(K, K, role), (Some(Ok(role)), Ok(key)));
+            assert!(key != data && key != control);
+        }
         // Fresh per connection and per role, and never the secret itself.
         assert_ne!(data, control);
         assert_ne!(data, link_key(&K, &NC, &[3; 32], Role::Data));

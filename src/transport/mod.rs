@@ -63,7 +63,11 @@ pub use tunnel::Tunnel;
 /// `Control::Replicas` (chain fan-out), and
 /// `Control::Arrived` (files whose bytes all arrived: the sender forgets them).
 /// 6: `Control::StreamStart` carries a chain (pipe-mode fan-out).
-pub const PROTOCOL_VERSION: u16 = 6;
+/// 7: a probe of a waiting receiver: roles [`Role::Probe`] and [`Role::ProbeData`],
+/// `Control::Probe`, `Control::ProbeReady` and `Control::Probed`; and a relay sends
+/// `Control::Replicas` as soon as a hop after it fails, not only before `Done` (a
+/// version-6 relay took it mid-transfer for a broken hop).
+pub const PROTOCOL_VERSION: u16 = 7;
 
 /// Which kind of connection this is within one transfer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,6 +76,11 @@ pub enum Role {
     Control,
     /// One of the data streams carrying blocks.
     Data,
+    /// A probe's control stream (`haul probe --to TICKET`): asks a waiting receiver to
+    /// measure, never to receive; kept apart from a transfer's control stream.
+    Probe,
+    /// One of a probe's streams: bytes to count, nothing else (`haul probe`).
+    ProbeData,
 }
 
 impl fmt::Display for Role {
@@ -79,6 +88,8 @@ impl fmt::Display for Role {
         f.write_str(match self {
             Role::Control => "control",
             Role::Data => "data",
+            Role::Probe => "probe",
+            Role::ProbeData => "probe data",
         })
     }
 }

@@ -220,6 +220,21 @@ fn messages() -> Vec<(&'static str, Control)> {
                 },
             ]),
         ),
+        ("probe", Control::Probe { streams: 4 }),
+        (
+            "probe-ready",
+            Control::ProbeReady {
+                write_rate: Some(400 << 20),
+                file_micros: Some(1500),
+            },
+        ),
+        (
+            "probed",
+            Control::Probed {
+                received: 3 << 30,
+                micros: 2_950_000,
+            },
+        ),
     ]
 }
 

@@ -14,7 +14,8 @@
 //! the rest of the chain, says where it stands in its first `StreamAck`, and gets every
 //! kept block from there. The failed hop reported what *both* had (the minimum), so the
 //! blocks it lacks are still here; should one not be (a protocol violation upstream), that
-//! hop fails cleanly instead of getting a gap. Nothing here touches the consumer.
+//! hop fails cleanly instead of getting a gap. Nothing here touches the consumer. The
+//! bookkeeping of who comes next is `session::Successors`, which the sender shares.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,9 +26,8 @@ use crossbeam_channel::{Receiver, Sender};
 
 use super::window::{Held, Shared};
 use crate::error::{Error, Result};
-use crate::progress::escape;
-use crate::protocol::{Chain, Control, Hop, Outcome, ProtocolError, Replica, Summary};
-use crate::session::{is_tick, Channel};
+use crate::protocol::{Chain, Control, Hop, ProtocolError, Replica, Summary};
+use crate::session::{is_tick, Channel, Successors};
 use crate::transport::{self, Role, Ticket};
 
 /// How long the control loop waits for the next hop's messages at a time.
@@ -75,8 +75,9 @@ pub(super) struct Target {
 
 #[derive(Default)]
 struct State {
-    /// Receivers after this one, the current next hop first.
-    hops: VecDeque<Hop>,
+    /// Receivers after this one, the current next hop first, and what became of those
+    /// left behind.
+    succ: Successors,
     target: Option<Target>,
     generation: u64,
     /// The generation whose data streams could not be re-established.
@@ -92,7 +93,6 @@ struct State {
     /// Everything before this was dropped from `kept`.
     pruned: u64,
     end: Option<(u64, [u8; 32])>,
-    replicas: Vec<Replica>,
     /// Nothing more to pass on: the next hops are done or gone.
     finished: bool,
     /// The transfer failed here: what to tell the next hop.
@@ -119,17 +119,18 @@ impl StreamRelay {
         (streams, block, window): (u16, u32, u64),
     ) -> Result<Arc<StreamRelay>> {
         chain.check()?;
+        let encrypt = chain.encrypt;
         let (work_tx, work_rx) = crossbeam_channel::unbounded();
         let relay = Arc::new(StreamRelay {
             state: Mutex::new(State {
-                hops: chain.hops.into(),
+                succ: Successors::new(chain),
                 ..State::default()
             }),
             moved: Condvar::new(),
             work_tx,
             work_rx,
             stop: AtomicBool::new(false),
-            encrypt: chain.encrypt,
+            encrypt,
             start: (streams, block, window),
         });
         {
@@ -199,7 +200,7 @@ impl StreamRelay {
 
     /// What became of every receiver after this one.
     pub(super) fn replicas(&self) -> Vec<Replica> {
-        self.lock().replicas.clone()
+        self.lock().succ.replicas()
     }
 
     /// The transfer failed here: tells the next hop (briefly waiting for that) and stops.
@@ -305,8 +306,7 @@ impl StreamRelay {
         loop {
             let (hop, rest) = {
                 let st = self.lock();
-                let hop = st.hops.front()?.clone();
-                (hop, st.hops.iter().skip(1).cloned().collect::<Vec<_>>())
+                (st.succ.front()?.clone(), st.succ.rest())
             };
             match self.dial(&hop, rest) {
                 Ok((chan, ticket)) => {
@@ -326,7 +326,7 @@ impl StreamRelay {
         }
     }
 
-    fn dial(&self, hop: &Hop, rest: Vec<Hop>) -> Result<(Channel, Ticket)> {
+    fn dial(&self, hop: &Hop, rest: Chain) -> Result<(Channel, Ticket)> {
         let ticket = Ticket::parse(&hop.ticket)?;
         let conn = transport::connect(&ticket, Role::Control, self.encrypt)?;
         let mut chan = Channel::new(conn);
@@ -335,10 +335,7 @@ impl StreamRelay {
             streams,
             block_size,
             window,
-            chain: Chain {
-                hops: rest,
-                encrypt: self.encrypt,
-            },
+            chain: rest,
         })?;
         Ok((chan, ticket))
     }
@@ -351,37 +348,18 @@ impl StreamRelay {
             return;
         }
         let mut st = self.lock();
-        let Some(hop) = st.hops.pop_front() else {
-            return;
-        };
-        crate::progress::warn(&format!(
-            "replica {} failed ({e}); the chain goes on without it",
-            escape(&hop.label)
-        ));
-        st.replicas.push(Replica {
-            host: hop.label,
-            outcome: Outcome::Failed {
-                code: e.exit_code(),
-                message: e.to_string(),
-            },
-        });
+        st.succ.fail(e);
         st.target = None;
         st.window = None;
     }
 
     /// The next hop (and the chain after it) is done, or no hop is left.
-    fn close(&self, done: Option<(Summary, Vec<Replica>)>) {
+    fn close(&self, done: Option<Summary>) {
         let mut st = self.lock();
-        if let Some((summary, below)) = done {
-            if let Some(hop) = st.hops.pop_front() {
-                st.replicas.push(Replica {
-                    host: hop.label,
-                    outcome: Outcome::Done(summary),
-                });
-            }
-            st.replicas.extend(below);
+        if let Some(summary) = done {
+            st.succ.done(summary);
         }
-        st.hops.clear();
+        st.succ.clear();
         st.target = None;
         st.finished = true;
         st.closed = true;
@@ -419,7 +397,7 @@ impl StreamRelay {
             match self.step(c, &mut hop) {
                 Ok(Some(summary)) => {
                     let _ = c.shutdown_write();
-                    return self.close(Some((summary, std::mem::take(&mut hop.below))));
+                    return self.close(Some(summary));
                 }
                 Ok(None) => {}
                 Err(e) => {
@@ -475,7 +453,7 @@ impl StreamRelay {
                 hop.acked = true;
             }
             Control::StreamLost { have, got } => self.resend(have, &got),
-            Control::Replicas(r) => hop.below = r,
+            Control::Replicas(r) => self.lock().succ.heard(r),
             Control::Done(summary) => match end {
                 Some((len, _)) if summary.bytes == len => return Ok(Some(summary)),
                 _ => return Err(ProtocolError::Malformed("Done before the stream's end").into()),
@@ -499,7 +477,6 @@ struct HopState {
     told_end: bool,
     told: Instant,
     heard: Instant,
-    below: Vec<Replica>,
 }
 
 impl Default for HopState {
@@ -509,7 +486,6 @@ impl Default for HopState {
             told_end: false,
             told: Instant::now(),
             heard: Instant::now(),
-            below: Vec::new(),
         }
     }
 }

@@ -9,6 +9,7 @@ use std::time::Instant;
 use super::*;
 use crate::codec::tree::block_cv;
 use crate::progress::Counters;
+use crate::protocol::Outcome;
 use crate::receive::integrity::Forgeries;
 use crate::receive::pipe::slots::Slots;
 use crate::receive::pipe::window::Window;
@@ -51,7 +52,10 @@ fn relay() -> StreamRelay {
     let (work_tx, work_rx) = crossbeam_channel::unbounded();
     let r = StreamRelay {
         state: Mutex::new(State {
-            hops: vec![hop(2), hop(3)].into(),
+            succ: Successors::new(Chain {
+                hops: vec![hop(2), hop(3)],
+                encrypt: false,
+            }),
             ..State::default()
         }),
         moved: Condvar::new(),
@@ -156,9 +160,9 @@ fn the_hop_after_a_failed_one_resumes_from_its_own_have() {
     r.dialed();
     r.acked(true, 3 * B, 3 * B, 4 * B).unwrap();
     assert_eq!(r.handed(), vec![3, 4, 5, 6]);
-    assert_eq!(r.lock().replicas.len(), 1);
+    assert_eq!(r.lock().succ.replicas().len(), 1);
     assert_eq!(
-        r.lock().hops.front().map(|h| h.label.as_str()),
+        r.lock().succ.front().map(|h| h.label.as_str()),
         Some("hop3")
     );
 }
@@ -178,7 +182,7 @@ fn a_hop_needing_what_is_no_longer_kept_fails_instead_of_getting_a_gap() {
 fn once_the_chain_is_done_only_this_receiver_counts() {
     let (r, s) = (relay(), shared());
     push(&r, &s, 0..2);
-    r.close(Some((Summary::default(), Vec::new())));
+    r.close(Some(Summary::default()));
     assert!(r.finished());
     assert_eq!(r.clamp(5 * B, 6 * B), (5 * B, 6 * B));
     push(&r, &s, 2..3);

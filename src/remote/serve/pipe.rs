@@ -107,6 +107,7 @@ pub(super) fn serve_send_stream(out_lines: &Out, req: SendStream) -> Result<u64>
         progress: false,
         size: None,
         chain: None,
+        label: String::new(),
     };
     Ok(send_pipe(&from, &opts, key, dial)?.bytes)
 }

@@ -16,6 +16,9 @@ pub(super) struct Block {
     pub(super) cv: BlockCv,
     /// Where its buffer goes when the last holder (the replay buffer or a stream) drops it.
     pub(super) pool: Arc<Pool>,
+    /// Queued to go out again and not yet taken by a stream: a second loss report (say,
+    /// the next receiver's after the chain went on with it) does not queue it twice.
+    pub(super) again: AtomicBool,
 }
 
 impl Block {
@@ -87,6 +90,8 @@ pub(super) struct FlowState {
     pub(super) read: u64,
     /// Blocks read and not yet known to have arrived, in offset order.
     pub(super) replay: VecDeque<Arc<Block>>,
+    /// Every byte before this was dropped from `replay` (the receiver had it).
+    pub(super) pruned: u64,
     pub(super) stop: bool,
 }
 
@@ -109,12 +114,38 @@ impl Flow {
         let mut g = self.lock();
         g.written = g.written.max(written);
         g.have = g.have.max(have);
+        self.account(g, window, own);
+    }
+
+    /// The first account of a receiver the chain went on with (its predecessor reported
+    /// no more than it has, so nothing it lacks was pruned): where it stands replaces
+    /// what the one before said. False, changing nothing, when it lacks bytes no longer
+    /// kept (it would get a gap).
+    pub(super) fn take_over(&self, written: u64, have: u64, window: u64, own: u64) -> bool {
+        let mut g = self.lock();
+        if have < g.pruned {
+            return false;
+        }
+        (g.written, g.have) = (written, have);
+        self.account(g, window, own);
+        true
+    }
+
+    /// The first byte still kept for a receiver the chain may go on with.
+    pub(super) fn kept_from(&self) -> u64 {
+        self.lock().pruned
+    }
+
+    fn account(&self, mut g: std::sync::MutexGuard<'_, FlowState>, window: u64, own: u64) {
         g.window = window.min(own);
         let have = g.have;
         while g.replay.front().is_some_and(|b| b.end() <= have) {
-            g.replay.pop_front();
+            if let Some(b) = g.replay.pop_front() {
+                g.pruned = b.end();
+            }
         }
         self.have.store(have, Ordering::Release);
+        drop(g);
         self.moved.notify_all();
     }
 
@@ -122,5 +153,44 @@ impl Flow {
         self.lock().stop = true;
         self.stopped.store(true, Ordering::Release);
         self.moved.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(flow: &Flow, pool: &Arc<Pool>, blocks: u64, size: u64) {
+        let mut g = flow.lock();
+        for i in 0..blocks {
+            g.replay.push_back(Arc::new(Block {
+                offset: i * size,
+                data: vec![0; size as usize],
+                cv: crate::codec::tree::block_cv(i * size, &vec![0; size as usize]),
+                pool: Arc::clone(pool),
+                again: AtomicBool::new(false),
+            }));
+        }
+        g.read = blocks * size;
+    }
+
+    #[test]
+    fn the_next_receiver_takes_over_from_its_own_have_if_nothing_it_lacks_was_pruned() {
+        const B: u64 = 64 << 10;
+        let (flow, pool) = (Flow::new(), Arc::new(Pool::new(16 * B, B)));
+        read(&flow, &pool, 8, B);
+        // The first receiver acknowledged the chain's minimum: 3 blocks.
+        flow.ack(3 * B, 3 * B, 8 * B, 8 * B);
+        assert_eq!(flow.kept_from(), 3 * B);
+        assert_eq!(flow.lock().replay.len(), 5);
+        // The receiver after it had more: it takes over from there.
+        assert!(flow.take_over(4 * B, 5 * B, 4 * B, 8 * B));
+        let g = flow.lock();
+        assert_eq!((g.written, g.have, g.window), (4 * B, 5 * B, 4 * B));
+        assert_eq!(g.replay.front().map(|b| b.offset), Some(5 * B));
+        drop(g);
+        // One that lacks what is no longer kept fails instead of getting a gap.
+        assert!(!flow.take_over(B, 2 * B, 4 * B, 8 * B));
+        assert_eq!(flow.lock().have, 5 * B, "unchanged");
     }
 }

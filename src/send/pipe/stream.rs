@@ -1,6 +1,7 @@
 //! One data stream of a pipe transfer: takes blocks (lost ones first), compresses, hashes
 //! and frames them as file data units of file 0; after a broken connection, re-dials and
-//! first sends again what the old one may have lost.
+//! first sends again what the old one may have lost. When a chain fan-out moved on to
+//! the next receiver, the stream follows (the driver sends that one what it lacks).
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -25,7 +26,8 @@ const TICK: Duration = Duration::from_millis(200);
 pub(super) struct Stream<'a> {
     link: &'a Redial<'a>,
     conn: Option<DataConn>,
-    key: [u8; 32],
+    /// The target `conn` (or the last failure) belongs to.
+    generation: u64,
     enc: Encoder,
     flow: &'a Flow,
     counters: &'a Counters,
@@ -39,7 +41,6 @@ pub(super) struct Stream<'a> {
 impl<'a> Stream<'a> {
     pub(super) fn new(
         link: &'a Redial<'a>,
-        key: [u8; 32],
         compress: Compression,
         streams: usize,
         flow: &'a Flow,
@@ -48,7 +49,7 @@ impl<'a> Stream<'a> {
         Stream {
             link,
             conn: None,
-            key,
+            generation: 0,
             enc: Encoder::new(compress, streams),
             flow,
             counters,
@@ -92,6 +93,7 @@ impl<'a> Stream<'a> {
                 },
             };
             let Some(b) = next else { continue };
+            b.again.store(false, Ordering::Release);
             if b.end() <= self.flow.have.load(Ordering::Acquire) {
                 continue;
             }
@@ -99,17 +101,27 @@ impl<'a> Stream<'a> {
         }
         if let Some(c) = self.conn.as_mut() {
             let _ = put(c, FrameKind::End, &[], 0, &mut self.head);
-            let _ = c.0.shutdown_write();
+            let _ = c.conn.shutdown_write();
         }
         Ok(())
     }
 
     /// Sends `b`; after a broken connection, re-dials and first sends again what the old
-    /// one had in flight.
+    /// one had in flight. When every re-dial fails and a chain can go on without this
+    /// receiver, waits for it to and sends `b` to the next one.
     fn send(&mut self, b: Arc<Block>) -> Result<()> {
         let mut failures = 0u32;
         let mut why: Option<Error> = None;
         loop {
+            let now = self.link.target.generation();
+            if now != self.generation {
+                // The chain moved on: the driver sends the new receiver all it lacks, and
+                // what went wrong with the one before is no news.
+                self.generation = now;
+                self.conn = None;
+                self.outstanding.clear();
+                (failures, why) = (0, None);
+            }
             if self.conn.is_none() {
                 match self.link.open() {
                     Ok(c) => {
@@ -127,18 +139,24 @@ impl<'a> Stream<'a> {
                             TransportError::AuthRejected | TransportError::PeerUnauthenticated,
                         ),
                     ) => {
-                        return Err(match why {
+                        let e = match why.take() {
                             Some(w) => gave_up(&w, Some(e)),
                             None => e,
-                        })
+                        };
+                        self.give_up(now, e)?;
+                        failures = 0;
+                        continue;
                     }
                     Err(e) => {
                         failures += 1;
                         if failures > self.link.retries {
-                            return Err(match why {
+                            let e = match why.take() {
                                 Some(w) => gave_up(&w, Some(e)),
                                 None => e,
-                            });
+                            };
+                            self.give_up(now, e)?;
+                            failures = 0;
+                            continue;
                         }
                         why.get_or_insert(e);
                         std::thread::sleep(backoff(failures));
@@ -162,13 +180,25 @@ impl<'a> Stream<'a> {
                     self.conn = None;
                     failures += 1;
                     if failures > self.link.retries {
-                        return Err(gave_up(&e, None));
+                        self.give_up(now, gave_up(&e, None))?;
+                        (failures, why) = (0, None);
+                        continue;
                     }
                     std::thread::sleep(backoff(failures - 1));
                     why = Some(e);
                 }
             }
         }
+    }
+
+    /// The receiver of target `generation` cannot be reached (`e`): Ok once the chain
+    /// went on with the next one, else `e`.
+    fn give_up(&mut self, generation: u64, e: Error) -> Result<()> {
+        if !self.link.target.wait_moved(generation) {
+            return Err(e);
+        }
+        self.outstanding.clear();
+        Ok(())
     }
 
     /// Sends again, on a new connection, what the old one may have lost.
@@ -199,7 +229,7 @@ impl<'a> Stream<'a> {
             keep: false,
         };
         encode_data_header(&mut self.hdr, codec, raw.len() as u32, &[seg]);
-        let hash = stream_unit_hash(&self.key, hashed_parts(&self.hdr), &b.cv);
+        let hash = stream_unit_hash(&conn.key, hashed_parts(&self.hdr), &b.cv);
         set_hash(&mut self.hdr, &hash);
         let len = self.hdr.len() + body.len();
         let started = std::time::Instant::now();
@@ -211,12 +241,13 @@ impl<'a> Stream<'a> {
             len,
             &mut self.head,
         )?;
-        let sample = crate::send::sample::link_sample(&self.enc, &conn.0);
+        let sample = crate::send::sample::link_sample(&self.enc, &conn.conn);
         self.enc.wrote(started.elapsed(), sample);
         if let Some(l) = self.enc.last_level() {
             Counters::add(&self.counters.codec_units[l], 1);
         }
         Counters::add(&self.counters.units, 1);
+        self.link.target.count(conn.generation);
         Counters::add(&self.counters.wire_bytes, len as u64);
         Ok(())
     }
