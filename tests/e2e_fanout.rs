@@ -203,23 +203,6 @@ fn a_killed_first_receiver_is_reported_and_a_rerun_completes_it() {
     }
 }
 
-/// The `haul serve` process that holds `dir` open (the far end receiving into it).
-fn far_end_in(dir: &Path) -> Option<u32> {
-    let dir = dir.canonicalize().ok()?;
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|p| {
-        let pid: u32 = p.file_name().to_str()?.parse().ok()?;
-        let cmdline = std::fs::read(p.path().join("cmdline")).ok()?;
-        if !String::from_utf8_lossy(&cmdline).contains("serve") {
-            return None;
-        }
-        let holds = std::fs::read_dir(p.path().join("fd"))
-            .ok()?
-            .flatten()
-            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.starts_with(&dir)));
-        holds.then_some(pid)
-    })
-}
-
 #[test]
 fn copy_also_goes_on_when_the_first_far_destination_dies() {
     let Some(sshd) =
@@ -253,12 +236,7 @@ fn copy_also_goes_on_when_the_first_far_destination_dies() {
         assert!(!copy.has_exited(), "the copy ended before the kill");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let pid = far_end_in(&dsts[0]).expect("the first far end's process");
-    let killed = Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success(), "kill -KILL {pid}");
+    support::sshd::kill_far_end_in(&dsts[0]);
     let out = copy.wait();
     let all = format!("{}\n--- sshd log ---\n{}", out.describe(), sshd.log());
     assert_eq!(out.code(), Some(5), "{all}");
