@@ -107,84 +107,6 @@ fn three_receivers_get_identical_trees_and_a_rerun_completes_one() {
     }
 }
 
-#[test]
-fn a_killed_middle_receiver_is_reported_and_a_rerun_completes_it() {
-    let test = "a_killed_middle_receiver_is_reported_and_a_rerun_completes_it";
-    let Some(lan) = lan_or_skip(test, ("hfan", "198.19.41")) else {
-        return;
-    };
-    let tmp = tempfile::tempdir().unwrap();
-    let src = build_tree(tmp.path(), "tree", &TreeOptions::small());
-    write_random_file(&src.join("big"), 96 * MIB, 9);
-    let dsts: Vec<PathBuf> = (1..=3)
-        .map(|i| tmp.path().join(format!("dst{i}")))
-        .collect();
-    let start_recvs = || -> Vec<Recv> {
-        (0..3)
-            .map(|i| recv_in(&lan.ns(i + 2), &lan.ip(i + 2), &dsts[i]))
-            .collect()
-    };
-
-    // The cap keeps the run long enough to kill the middle receiver in the middle of it.
-    let recvs = start_recvs();
-    let tickets: Vec<&str> = recvs.iter().map(|r| r.ticket.as_str()).collect();
-    let sender = spawn_send(Some(&lan.ns(1)), &src, &tickets, &["--limit", "24M"]);
-    let until = Instant::now() + Duration::from_secs(120);
-    let arrived = |p: &PathBuf| std::fs::metadata(p).map_or(0, |m| m.blocks() * 512);
-    while !part_files(&dsts[1]).iter().any(|p| arrived(p) >= 8 * MIB) {
-        assert!(Instant::now() < until, "the middle receiver never got data");
-        assert!(!sender.has_exited(), "the sender ended before the kill");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let mut recvs = recvs.into_iter();
-    let (first, middle, last) = (
-        recvs.next().unwrap(),
-        recvs.next().unwrap(),
-        recvs.next().unwrap(),
-    );
-    let killed = middle.kill();
-    assert_eq!(killed.code(), None, "SIGKILLed");
-    let sent = sender.wait();
-    let (first, last) = (first.wait(), last.wait());
-    let all = format!(
-        "{}\n{}\n{}\n{}",
-        sent.describe(),
-        first.describe(),
-        killed.describe(),
-        last.describe()
-    );
-    assert_eq!(first.code(), Some(0), "{all}");
-    assert_eq!(last.code(), Some(0), "{all}");
-    assert_eq!(sent.code(), Some(5), "{all}");
-    let failed = lan.ip(3);
-    assert!(
-        sent.stderr.contains(&format!("replica {failed}:")) && sent.stderr.contains("failed"),
-        "the error names the failed host {failed}\n{}",
-        sent.describe()
-    );
-    let json = stdout(&sent);
-    assert!(
-        json.contains(&format!("{{\"host\":\"{failed}:")) && json.contains("\"ok\":false"),
-        "{json}"
-    );
-    assert_eq!(json.matches("\"ok\":true").count(), 2, "{json}");
-    assert_trees_equal(&src, &dsts[0].join("tree"));
-    assert_trees_equal(&src, &dsts[2].join("tree"));
-
-    // The same command again (new tickets: new receivers) completes the failed replica.
-    let recvs = start_recvs();
-    let tickets: Vec<&str> = recvs.iter().map(|r| r.ticket.as_str()).collect();
-    let sent = spawn_send(Some(&lan.ns(1)), &src, &tickets, &[]).wait();
-    for r in recvs {
-        r.wait().assert_code(0);
-    }
-    sent.assert_code(0);
-    for d in &dsts {
-        assert_trees_equal(&src, &d.join("tree"));
-        assert_no_part_files(d);
-    }
-}
-
 /// Blocks of the partial files under `dir`: how much data reached that receiver.
 fn arrived(dir: &Path) -> u64 {
     part_files(dir)
@@ -193,15 +115,15 @@ fn arrived(dir: &Path) -> u64 {
         .sum()
 }
 
-#[test]
-fn a_killed_first_receiver_is_reported_and_the_others_complete() {
-    let test = "a_killed_first_receiver_is_reported_and_the_others_complete";
-    let Some(lan) = lan_or_skip(test, ("hfant", "198.19.49")) else {
-        return;
-    };
+/// A tree with a 96 MiB file from namespace 1 to receivers in namespaces 2, 3 and 4 (the
+/// sender capped at 24 MB/s, so that the run is long enough to kill one in the middle
+/// of it), receiver `kill` SIGKILLed once 8 MiB reached it: the other two complete
+/// identical, the sender exits 5 naming it, and the same command again (new tickets:
+/// new receivers) completes it by resume.
+fn kill_one_and_rerun(lan: &Lan, kill: usize, seed: u64) {
     let tmp = tempfile::tempdir().unwrap();
     let src = build_tree(tmp.path(), "tree", &TreeOptions::small());
-    write_random_file(&src.join("big"), 96 * MIB, 19);
+    write_random_file(&src.join("big"), 96 * MIB, seed);
     let dsts: Vec<PathBuf> = (1..=3)
         .map(|i| tmp.path().join(format!("dst{i}")))
         .collect();
@@ -214,16 +136,20 @@ fn a_killed_first_receiver_is_reported_and_the_others_complete() {
     let tickets: Vec<&str> = recvs.iter().map(|r| r.ticket.as_str()).collect();
     let sender = spawn_send(Some(&lan.ns(1)), &src, &tickets, &["--limit", "24M"]);
     let until = Instant::now() + Duration::from_secs(120);
-    while arrived(&dsts[0]) < 8 * MIB {
-        assert!(Instant::now() < until, "the first receiver never got data");
+    while arrived(&dsts[kill]) < 8 * MIB {
+        assert!(
+            Instant::now() < until,
+            "receiver {} never got data",
+            kill + 1
+        );
         assert!(!sender.has_exited(), "the sender ended before the kill");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let mut recvs = recvs.into_iter();
-    let killed = recvs.next().unwrap().kill();
+    let mut recvs: Vec<Option<Recv>> = recvs.into_iter().map(Some).collect();
+    let killed = recvs[kill].take().unwrap().kill();
     assert_eq!(killed.code(), None, "SIGKILLed");
     let sent = sender.wait();
-    let others: Vec<Outcome> = recvs.map(Recv::wait).collect();
+    let others: Vec<Outcome> = recvs.into_iter().flatten().map(Recv::wait).collect();
     let all = others.iter().fold(
         format!("{}\n{}", sent.describe(), killed.describe()),
         |a, o| a + "\n" + &o.describe(),
@@ -232,7 +158,7 @@ fn a_killed_first_receiver_is_reported_and_the_others_complete() {
         assert_eq!(o.code(), Some(0), "{all}");
     }
     assert_eq!(sent.code(), Some(5), "a vanished host: {all}");
-    let failed = lan.ip(2);
+    let failed = lan.ip(kill + 2);
     assert!(
         sent.stderr.contains(&format!("replica {failed}:")) && sent.stderr.contains("failed"),
         "the error names the failed host {failed}\n{all}"
@@ -243,12 +169,11 @@ fn a_killed_first_receiver_is_reported_and_the_others_complete() {
         "{json}"
     );
     assert_eq!(json.matches("\"ok\":true").count(), 2, "{json}");
-    assert_trees_equal(&src, &dsts[1].join("tree"));
-    assert_trees_equal(&src, &dsts[2].join("tree"));
-    assert_no_part_files(&dsts[1]);
-    assert_no_part_files(&dsts[2]);
+    for (_, d) in dsts.iter().enumerate().filter(|(i, _)| *i != kill) {
+        assert_trees_equal(&src, &d.join("tree"));
+        assert_no_part_files(d);
+    }
 
-    // The same command again completes the failed one by resume.
     let recvs = start_recvs();
     let tickets: Vec<&str> = recvs.iter().map(|r| r.ticket.as_str()).collect();
     let sent = spawn_send(Some(&lan.ns(1)), &src, &tickets, &[]).wait();
@@ -263,64 +188,19 @@ fn a_killed_first_receiver_is_reported_and_the_others_complete() {
 }
 
 #[test]
-fn copy_also_pushes_one_read_to_three_far_destinations() {
-    let Some(sshd) =
-        support::sshd::Sshd::start("copy_also_pushes_one_read_to_three_far_destinations")
-    else {
-        return;
-    };
-    let tmp = tempfile::tempdir().unwrap();
-    let src = build_tree(tmp.path(), "tree", &TreeOptions::small());
-    write_random_file(&src.join("big"), 5 * MIB + 3, 11);
-    let dsts: Vec<PathBuf> = (1..=3)
-        .map(|i| tmp.path().join(format!("dst{i}")))
-        .collect();
-    let at = |d: &Path| format!("127.0.0.1:{}", d.display());
-    let mut cmd = Command::new(haul_bin());
-    cmd.args([
-        "copy",
-        "-e",
-        &sshd.rsh(),
-        "--remote-haul",
-        haul_bin(),
-        "--json",
-    ])
-    .args(["--block-size", BLOCK_SIZE_ARG])
-    .arg(&src)
-    .arg(at(&dsts[0]))
-    .args(["--also", &at(&dsts[1]), "--also", &at(&dsts[2])]);
-    let out = Running::spawn("copy", cmd).wait();
-    if out.code() != Some(0) {
-        eprintln!("--- sshd log ---\n{}", sshd.log());
-    }
-    out.assert_code(0);
-    let json = stdout(&out);
-    assert_eq!(json.matches("\"ok\":true").count(), 3, "{json}");
-    assert!(
-        json.contains(&format!("\"host\":\"{}\"", at(&dsts[2]))),
-        "{json}"
-    );
-    for d in &dsts {
-        assert_trees_equal(&src, &d.join("tree"));
-        assert_no_part_files(d);
+fn a_killed_middle_receiver_is_reported_and_a_rerun_completes_it() {
+    let test = "a_killed_middle_receiver_is_reported_and_a_rerun_completes_it";
+    if let Some(lan) = lan_or_skip(test, ("hfan", "198.19.41")) {
+        kill_one_and_rerun(&lan, 1, 9);
     }
 }
 
-/// The `haul serve` process that holds `dir` open (the far end receiving into it).
-fn far_end_in(dir: &Path) -> Option<u32> {
-    let dir = dir.canonicalize().ok()?;
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|p| {
-        let pid: u32 = p.file_name().to_str()?.parse().ok()?;
-        let cmdline = std::fs::read(p.path().join("cmdline")).ok()?;
-        if !String::from_utf8_lossy(&cmdline).contains("serve") {
-            return None;
-        }
-        let holds = std::fs::read_dir(p.path().join("fd"))
-            .ok()?
-            .flatten()
-            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.starts_with(&dir)));
-        holds.then_some(pid)
-    })
+#[test]
+fn a_killed_first_receiver_is_reported_and_a_rerun_completes_it() {
+    let test = "a_killed_first_receiver_is_reported_and_a_rerun_completes_it";
+    if let Some(lan) = lan_or_skip(test, ("hfant", "198.19.49")) {
+        kill_one_and_rerun(&lan, 0, 19);
+    }
 }
 
 #[test]
@@ -356,12 +236,7 @@ fn copy_also_goes_on_when_the_first_far_destination_dies() {
         assert!(!copy.has_exited(), "the copy ended before the kill");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let pid = far_end_in(&dsts[0]).expect("the first far end's process");
-    let killed = Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success(), "kill -KILL {pid}");
+    support::sshd::kill_far_end_in(&dsts[0]);
     let out = copy.wait();
     let all = format!("{}\n--- sshd log ---\n{}", out.describe(), sshd.log());
     assert_eq!(out.code(), Some(5), "{all}");

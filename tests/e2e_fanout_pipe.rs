@@ -10,7 +10,8 @@
 //! middle receiver whose consumer fails is left out the same way, exit 4; so is one
 //! whose link is cut, its connections left open, with 8 streams); `haul
 //! copy --from-command CMD h1:FILE --also h2:FILE --also h3:FILE` (and `host:` with
-//! `--to-command`) through the test sshd.
+//! `--to-command`) through the test sshd, and the first far receiver killed mid-stream
+//! there (the others complete).
 //! No timing is asserted; every wait is bounded against hangs.
 
 mod support;
@@ -543,5 +544,56 @@ fn copy_also_passes_one_stream_to_three_far_files_and_commands() {
     assert!(
         written.iter().all(|w| *w == want),
         "each command got the stream"
+    );
+}
+
+#[test]
+fn copy_also_goes_on_when_the_first_far_stream_receiver_dies() {
+    let test = "copy_also_goes_on_when_the_first_far_stream_receiver_dies";
+    let Some(sshd) = support::sshd::Sshd::start(test) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src.bin");
+    write_random_file(&src, 64 * MIB, 23);
+    let want = std::fs::read(&src).unwrap();
+    let dirs: Vec<PathBuf> = (1..=3).map(|i| tmp.path().join(format!("d{i}"))).collect();
+    for d in &dirs {
+        std::fs::create_dir(d).unwrap();
+    }
+    let at = |d: &Path| format!("127.0.0.1:{}", d.join("out").display());
+    let mut cmd = Command::new(haul_bin());
+    cmd.args(["copy", "-e", &sshd.rsh(), "--remote-haul", haul_bin()])
+        .args(["--json", "-q", "--limit", "24M"])
+        .args(["--block-size", BLOCK_SIZE_ARG])
+        .args(["--from-command", &format!("cat '{}'", src.display())])
+        .arg(at(&dirs[0]))
+        .args(["--also", &at(&dirs[1]), "--also", &at(&dirs[2])]);
+    let copy = Running::spawn("copy", cmd);
+    let until = Instant::now() + Duration::from_secs(120);
+    while temp_bytes(&dirs[0]) < 8 * MIB {
+        assert!(Instant::now() < until, "the first destination got no data");
+        assert!(!copy.has_exited(), "the copy ended before the kill");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    support::sshd::kill_far_end_in(&dirs[0]);
+    let out = copy.wait();
+    let all = format!("{}\n--- sshd log ---\n{}", out.describe(), sshd.log());
+    assert_eq!(out.code(), Some(5), "{all}");
+    let failed = at(&dirs[0]);
+    assert!(
+        out.stderr.contains(&format!("replica {failed}")) && out.stderr.contains("failed"),
+        "the error names {failed}\n{all}"
+    );
+    let json = text(&out.stdout);
+    assert_eq!(json.matches("\"ok\":true").count(), 2, "{json}");
+    let digest = blake3::hash(&want).to_hex().to_string();
+    assert_eq!(stream_blake3(&json), digest);
+    for d in &dirs[1..] {
+        assert!(std::fs::read(d.join("out")).unwrap() == want, "{d:?}");
+    }
+    assert!(
+        !dirs[0].join("out").exists(),
+        "the killed receiver's stream never became its file"
     );
 }

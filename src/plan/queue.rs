@@ -8,7 +8,7 @@
 
 use std::collections::{BinaryHeap, VecDeque};
 use std::path::PathBuf;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::plan::walk::{FileData, Stamp};
@@ -223,25 +223,13 @@ impl WorkQueue {
 
     /// [`WorkQueue::wait_room`] for at most `timeout`: false if there was no room by then.
     pub fn wait_room_for(&self, max: usize, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
         let mut st = self.lock();
         if st.files < max {
             return true;
         }
         Self::seal_pack(&mut st);
         self.ready.notify_all();
-        while !st.aborted && st.files >= max {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            st = self
-                .room
-                .wait_timeout(st, left)
-                .map(|(g, _)| g)
-                .unwrap_or_else(|p| p.into_inner().0);
-        }
-        true
+        wait_until(st, &self.room, timeout, |st| st.aborted || st.files < max)
     }
 
     /// The next unit of work, largest first; `None` once closed and empty, or aborted.
@@ -295,22 +283,12 @@ impl WorkQueue {
 
     /// [`WorkQueue::wait_idle`] for at most `timeout`: false if work was left by then.
     pub fn wait_idle_for(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
         let mut st = self.lock();
         Self::seal_pack(&mut st);
         self.ready.notify_all();
-        while !st.aborted && (st.in_flight > 0 || !st.heap.is_empty()) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            st = self
-                .ready
-                .wait_timeout(st, left)
-                .map(|(g, _)| g)
-                .unwrap_or_else(|p| p.into_inner().0);
-        }
-        true
+        wait_until(st, &self.ready, timeout, |st| {
+            st.aborted || (st.in_flight == 0 && st.heap.is_empty())
+        })
     }
 
     /// Takes the next block of a file: from the first data range up to the next multiple
@@ -331,6 +309,27 @@ impl WorkQueue {
             len: (stop - start) as u32,
         }
     }
+}
+
+/// Waits on `cv` until `done` holds for the state or `timeout` passed; whether it holds.
+fn wait_until(
+    mut st: MutexGuard<'_, State>,
+    cv: &Condvar,
+    timeout: Duration,
+    done: impl Fn(&State) -> bool,
+) -> bool {
+    let deadline = Instant::now() + timeout;
+    while !done(&st) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        st = cv
+            .wait_timeout(st, left)
+            .map(|(g, _)| g)
+            .unwrap_or_else(|p| p.into_inner().0);
+    }
+    true
 }
 
 /// The parts of `extents` inside `ranges` (both sorted and disjoint).

@@ -222,3 +222,29 @@ fn keygen(path: &Path) {
         .expect("run ssh-keygen");
     assert!(st.success(), "ssh-keygen failed");
 }
+
+/// The `haul serve` process that holds `dir` open (the far end receiving into it).
+pub fn far_end_in(dir: &Path) -> Option<u32> {
+    let dir = dir.canonicalize().ok()?;
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|p| {
+        let pid: u32 = p.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(p.path().join("cmdline")).ok()?;
+        if !String::from_utf8_lossy(&cmdline).contains("serve") {
+            return None;
+        }
+        let holds = std::fs::read_dir(p.path().join("fd"))
+            .ok()?
+            .flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.starts_with(&dir)));
+        holds.then_some(pid)
+    })
+}
+
+/// SIGKILLs the `haul serve` process that holds `dir` open (see [`far_end_in`]).
+pub fn kill_far_end_in(dir: &Path) {
+    let pid = far_end_in(dir).expect("the far end's process");
+    // SAFETY: plain kill(2) of a process this test started (through its sshd); no `kill`
+    // binary needed (procps is not among what CI installs).
+    let r = unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+    assert_eq!(r, 0, "kill -KILL {pid}");
+}
