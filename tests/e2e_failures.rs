@@ -620,3 +620,57 @@ fn unreadable_file_among_readable_ones_exits_23_and_the_rest_arrives() {
         .assert(&src, &dest.join("src"));
     assert_no_part_files(&dest);
 }
+
+/// A far end (`haul serve`) whose ssh session vanished, stdin and stderr both closed,
+/// stops instead of listening on for ever. It used to stay: its stdin watcher's farewell
+/// line went to the closed stderr, the print panicked the watcher, and nothing ended it.
+#[test]
+fn a_far_end_whose_ssh_session_vanished_stops() {
+    use haul::remote::wire::{self, Reply, Request};
+    use std::io::BufRead;
+    use std::process::Stdio;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut serve = Command::new(haul_bin())
+        .arg("serve")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = serve.stdin.take().unwrap();
+    let mut lines = std::io::BufReader::new(serve.stdout.take().unwrap()).lines();
+    let greeting = lines.next().unwrap().unwrap();
+    assert!(greeting.starts_with("haul-serve "), "{greeting}");
+    let request = Request::Receive {
+        dest: tmp.path().as_os_str().as_encoded_bytes().to_vec(),
+        single_file: false,
+        advertise: None,
+        everywhere: false,
+        accept: Default::default(),
+        dry_run: false,
+        keep_cache: false,
+    };
+    writeln!(stdin, "{}", wire::encode(&request)).unwrap();
+    let ready = lines.next().unwrap().unwrap();
+    assert!(
+        matches!(wire::decode::<Reply>(&ready), Ok(Reply::Ready { .. })),
+        "{ready}"
+    );
+    // The session goes: both pipes close.
+    drop(serve.stderr.take());
+    drop(stdin);
+    let wait = Duration::from_secs(30);
+    let deadline = Instant::now() + wait;
+    let status = loop {
+        if let Some(s) = serve.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = serve.kill();
+            let _ = serve.wait();
+            panic!("haul serve still runs {wait:?} after its session closed");
+        }
+        thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(5), "{status:?}");
+}

@@ -12,7 +12,7 @@
 //!
 //! Not here: how the far end was started or uploaded (`session`).
 
-use std::io::{self, BufRead, Read};
+use std::io::{self, BufRead, Read, Write};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -195,7 +195,10 @@ fn watch_stdin(mut input: impl BufRead + Send + 'static, finished: Arc<AtomicBoo
             let mut sink = [0u8; 4096];
             while matches!(input.read(&mut sink), Ok(n) if n > 0) {}
             if !finished.load(Ordering::SeqCst) {
-                eprintln!("haul: the local haul went away; stopping");
+                // Not eprintln!: when the ssh session is gone stderr is closed too, and a
+                // failed print would panic this thread before the exit (the far end then
+                // listened on for ever).
+                let _ = writeln!(io::stderr(), "haul: the local haul went away; stopping");
                 std::process::exit(exit::NETWORK);
             }
         });
