@@ -202,30 +202,20 @@ fn a_preempted_write_is_not_a_slow_link() {
     const CPU: [f64; 5] = [f64::INFINITY, 2.0e9, 1.0e9, 4.0e8, 1.5e8];
     let mut t = Tuner::new(4);
     let raw = 4usize << 20;
+    let cost = |l: usize, n: usize| if l == 0 { 0.0 } else { n as f64 / CPU[l] };
     let mut cheap = 0;
     for i in 0..400 {
         let l = t.current();
         if l <= 1 {
             cheap += 1;
         }
-        let slice = PROBE_SLICE;
-        if let Some(p) = t.probe_due() {
-            let cost = |l: usize| if l == 0 { 0.0 } else { slice as f64 / CPU[l] };
-            t.observe_probe(Probe {
-                level: p,
-                raw: slice,
-                out: (slice as f64 * RATIO[p]) as usize,
-                cpu: Duration::from_secs_f64(cost(p)),
-                current_out: (slice as f64 * RATIO[l]) as usize,
-            });
-        }
+        probe_if_due(&mut t, &cost, RATIO);
         let wire = (raw as f64 * RATIO[l]) as usize;
         let per = if i % 10 == 9 { 300.0e-9 } else { 1.0e-9 };
-        let cpu = if l == 0 { 0.0 } else { raw as f64 / CPU[l] };
         t.observe(
             raw,
             wire,
-            Duration::from_secs_f64(cpu),
+            Duration::from_secs_f64(cost(l, raw)),
             Duration::from_secs_f64(wire as f64 * per),
             None,
         );

@@ -161,26 +161,16 @@ fn push(
     walk::check_sources(&srcs)?;
     let (mut further, chain, renames) =
         fanout::start(rsh, also, f.ssh, f.quiet, f.encrypt, |at| {
-            Request::Receive {
-                dest: at.path_or_home(),
-                single_file: is_single_file(&srcs),
-                advertise: f.ssh.advertise,
-                everywhere: true,
-                accept: f.accept.clone(),
-                dry_run: opts.sync.dry_run,
-                keep_cache: opts.keep_cache,
-            }
+            receive_request(at, is_single_file(&srcs), true, opts, f)
         })?;
     let mut far = FarEnd::start(rsh, dest, f.ssh, f.quiet)?;
-    far.send(&Request::Receive {
-        dest: dest.path_or_home(),
-        single_file: is_single_file(&srcs),
-        advertise: f.ssh.advertise,
-        everywhere: false,
-        accept: f.accept.clone(),
-        dry_run: opts.sync.dry_run,
-        keep_cache: opts.keep_cache,
-    })?;
+    far.send(&receive_request(
+        dest,
+        is_single_file(&srcs),
+        false,
+        opts,
+        f,
+    ))?;
     let ready = far.ready("setting up the receiver")?;
     let (ticket, port, rename) = match ready.ticket {
         Some(ticket) => (ticket, ready.port, ready.rename),
@@ -264,6 +254,26 @@ fn pull(
     }
 }
 
+/// What a receiving far end at `at` is told; `everywhere`: it is dialed by another far
+/// host (a fan-out's further hop, a remote-to-remote receiver), not by this one.
+fn receive_request(
+    at: &RemotePath,
+    single_file: bool,
+    everywhere: bool,
+    opts: &SendOptions,
+    f: &FarOptions<'_>,
+) -> Request {
+    Request::Receive {
+        dest: at.path_or_home(),
+        single_file,
+        advertise: f.ssh.advertise,
+        everywhere,
+        accept: f.accept.clone(),
+        dry_run: opts.sync.dry_run,
+        keep_cache: opts.keep_cache,
+    }
+}
+
 fn send_request(
     sources: &[RemotePath],
     t: &SendOptions,
@@ -314,15 +324,7 @@ fn between(
     let (mut sender, mut receiver) = (sender?, receiver?);
     sender.send(&send_request(sources, opts, false, None))?;
     let single_file = sender.ready("setting up the sender")?.single_file;
-    receiver.send(&Request::Receive {
-        dest: dest.path_or_home(),
-        single_file,
-        advertise: f.ssh.advertise,
-        everywhere: true,
-        accept: f.accept.clone(),
-        dry_run: opts.sync.dry_run,
-        keep_cache: opts.keep_cache,
-    })?;
+    receiver.send(&receive_request(dest, single_file, true, opts, f))?;
     let ready = receiver.ready("setting up the receiver")?;
     let (ticket, rename) = match ready.ticket {
         Some(ticket) => (ticket, ready.rename),
