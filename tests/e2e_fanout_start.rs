@@ -4,7 +4,8 @@
 //! chain starts at the next (files and streams; with no receiver left the run fails as
 //! for one); `copy --also` whose first host cannot be reached over ssh does the same; and
 //! after the first receiver is SIGKILLed mid-transfer, `-i` goes on with the lines of the
-//! receiver the sender went on with (its deletions at the end, each once).
+//! receiver the sender went on with (its deletions at the end, each once); and `--also`
+//! on a copy form that does not fan out is refused, naming those that do.
 //! No timing is asserted; every wait is bounded against hangs.
 
 mod support;
@@ -291,4 +292,58 @@ fn itemized_lines_go_on_after_the_first_receiver_dies() {
         assert_trees_equal(&src, &d.join("tree"));
         assert_no_part_files(d);
     }
+}
+
+/// The copy forms `--also` does not extend are refused before anything starts (exit 2),
+/// each message naming the forms that fan out.
+#[test]
+fn also_with_a_form_that_does_not_fan_out_names_the_ones_that_do() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("f");
+    std::fs::write(&src, b"x").unwrap();
+    let src = src.to_str().unwrap();
+    let local = tmp.path().join("dst");
+    let local = local.to_str().unwrap();
+    let cases: [(&[&str], &str); 5] = [
+        (&[src, local, "--also", "nowhere.invalid:/d"], "a local DST"),
+        (
+            &["nowhere.invalid:/s", local, "--also", "b.invalid:/d"],
+            "a pull",
+        ),
+        (
+            &[
+                "nowhere.invalid:/s",
+                "b.invalid:/d",
+                "--also",
+                "c.invalid:/d",
+            ],
+            "from one host to another",
+        ),
+        (
+            &[src, "nowhere.invalid:/d", "--also", local],
+            "not on this host",
+        ),
+        (
+            &["nowhere.invalid:/s", "-", "--also", "b.invalid:/d"],
+            "a stream from a host",
+        ),
+    ];
+    for (args, form) in cases {
+        let mut cmd = Command::new(haul_bin());
+        cmd.arg("copy").args(args);
+        let out = Running::spawn("copy", cmd).wait();
+        assert_eq!(out.code(), Some(2), "{args:?}\n{}", out.describe());
+        assert!(
+            out.stderr.contains(form) && out.stderr.contains("--also host2:DST"),
+            "{args:?}\n{}",
+            out.describe()
+        );
+        assert_eq!(
+            out.stderr.lines().count(),
+            1,
+            "one line\n{}",
+            out.describe()
+        );
+    }
+    assert!(!Path::new(local).exists(), "nothing was written");
 }

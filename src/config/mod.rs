@@ -319,7 +319,12 @@ impl Config {
                             *also = fanout::also(&remote.also)?;
                             fanout::stream_also(dest, also)?;
                         }
-                        _ => fanout::no_stream_chain(&remote.also)?,
+                        PipeCopy::Pull { .. } => {
+                            fanout::no_chain("a stream from a host", &remote.also)?
+                        }
+                        PipeCopy::Local { .. } => {
+                            fanout::no_chain("a stream on this host", &remote.also)?
+                        }
                     }
                     let local = matches!(plan, PipeCopy::Local { .. });
                     let t = if local {
@@ -422,7 +427,7 @@ fn copy_command(
     }
     let plan = match (remote.is_empty(), dest) {
         (true, Location::Local(dst)) => {
-            fanout::no_stream_chain(&r.also)?;
+            fanout::no_chain("a local DST", &r.also)?;
             if r.via_ssh || r.no_encrypt || r.no_cache || r.remote_haul.is_some() {
                 return Err(Error::Usage(
                     "--via-ssh, --no-encrypt, --no-cache and --remote-haul apply only when a \
