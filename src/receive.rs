@@ -345,12 +345,12 @@ impl Session<'_> {
         }
     }
 
-    /// `Arrived` messages for `ids`; none from a relay of a chain fan-out, since a later
-    /// hop may still ask for those files through it (the sender keeps their records).
-    fn arrived(&self, ids: Vec<u64>) -> Vec<Control> {
-        match self.relay {
+    /// `Arrived` messages for `ids`; a relay of a chain fan-out reports only files every
+    /// hop after it has too (a later hop may still ask for the others through it).
+    fn arrived(&mut self, ids: Vec<u64>) -> Vec<Control> {
+        match self.relay.as_mut() {
             None => listing::arrived(ids),
-            Some(_) => Vec::new(),
+            Some(r) => listing::arrived(r.arrived(ids)),
         }
     }
 

@@ -12,7 +12,7 @@
 //! batch), so that a sender taking over from this relay does not dial it again. The
 //! bookkeeping of who comes next is `session::Successors`, which the sender shares.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::forward::Forward;
@@ -46,6 +46,11 @@ pub(super) struct Relay {
     forgotten: Vec<u64>,
     /// The manifest batch whose `Need` is awaited (an `Entries`).
     current: Option<Control>,
+    /// Files that arrived whole here, not yet reported upstream (see [`Relay::arrived`]).
+    own: HashSet<u64>,
+    /// Files the next hop reported arrived (there and at every hop after it), not yet
+    /// arrived here.
+    down: HashSet<u64>,
     pub(super) forward: Arc<Forward>,
 }
 
@@ -74,6 +79,8 @@ impl Relay {
             protect: None,
             forgotten: Vec::new(),
             current: None,
+            own: HashSet::new(),
+            down: HashSet::new(),
             forward,
         };
         relay.connect_next();
@@ -154,6 +161,30 @@ impl Relay {
         self.current = Some(msg);
     }
 
+    /// Files that arrived whole here (`ids`) and before: those the next hop reported
+    /// arrived too (its `Arrived` speaks for the hops after it as well) are returned, to
+    /// be reported upstream, so that the sender forgets a file only once every hop has it
+    /// (after a hop fails, the one dialed instead had it already); all of them once no
+    /// hop is left after this one.
+    pub(super) fn arrived(&mut self, ids: Vec<u64>) -> Vec<u64> {
+        self.own.extend(ids);
+        if self.succ.front().is_none() {
+            self.down.clear();
+            return self.own.drain().collect();
+        }
+        let both: Vec<u64> = self
+            .own
+            .iter()
+            .filter(|id| self.down.contains(id))
+            .copied()
+            .collect();
+        for id in &both {
+            self.own.remove(id);
+            self.down.remove(id);
+        }
+        both
+    }
+
     /// The next hop's `Need` for the batch `send_batch` sent; what it wants is forwarded
     /// from now on.
     pub(super) fn batch_need(&mut self) -> Vec<Want> {
@@ -161,7 +192,7 @@ impl Relay {
             let Some(chan) = self.chan.as_mut() else {
                 break Vec::new();
             };
-            match answer(chan, &mut self.succ) {
+            match answer(chan, &mut self.succ, &mut self.down) {
                 Ok(Control::Need(n)) => break n,
                 Ok(other) => self.reform(&unexpected(other)),
                 Err(e) => self.reform(&e),
@@ -188,7 +219,7 @@ impl Relay {
             };
             let r = chan
                 .write(&finish)
-                .and_then(|()| answer(chan, &mut self.succ));
+                .and_then(|()| answer(chan, &mut self.succ, &mut self.down));
             match r {
                 Ok(Control::Need(n)) => {
                     self.forward.want(n.iter().map(|w| w.id));
@@ -277,14 +308,14 @@ impl Told<'_> {
     }
 }
 
-/// The next message from a hop that is not `Items` (a hop is never asked for them),
-/// `Arrived` (the last hop reports files it has whole, so that a sender may forget them;
-/// a relay keeps no per-file records to forget, and its own sender keeps them all) or
-/// `Replicas` (its account of the hops after it, at any time: kept in `succ`).
-fn answer(chan: &mut Channel, succ: &mut Successors) -> Result<Control> {
+/// The next message from a hop that is not `Items` (dropped: the sender lists the first
+/// receiver's), `Arrived` (files it and every hop after it have whole: added to `down`)
+/// or `Replicas` (its account of the hops after it, at any time: kept in `succ`).
+fn answer(chan: &mut Channel, succ: &mut Successors, down: &mut HashSet<u64>) -> Result<Control> {
     loop {
         match chan.read(Some(ANSWER_TIMEOUT))? {
-            Control::Items(_) | Control::Arrived(_) => {}
+            Control::Items(_) => {}
+            Control::Arrived(ids) => down.extend(ids),
             Control::Replicas(r) => succ.heard(r),
             Control::Error { code, message } => {
                 return Err(Error::Remote {
@@ -327,6 +358,7 @@ pub(super) fn union(local: Vec<Want>, next: Vec<Want>) -> Vec<Want> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::Hop;
 
     fn want(id: u64, what: WantKind) -> Want {
         Want { id, what }
@@ -342,10 +374,50 @@ mod tests {
         hop.write(&Control::Items(Vec::new())).unwrap();
         hop.write(&Control::Need(vec![want(4, WantKind::All)]))
             .unwrap();
-        match answer(&mut relay, &mut Successors::default()).unwrap() {
+        let mut down = HashSet::new();
+        match answer(&mut relay, &mut Successors::default(), &mut down).unwrap() {
             Control::Need(n) => assert_eq!(n, vec![want(4, WantKind::All)]),
             other => panic!("answered {}", other.name()),
         }
+        assert_eq!(down, HashSet::from([1, 2, 3]));
+    }
+
+    #[test]
+    fn a_file_is_reported_arrived_once_here_and_after_here() {
+        let hop = Hop {
+            label: "next".into(),
+            ticket: "not dialed".into(),
+        };
+        let chain = Chain {
+            hops: vec![hop],
+            encrypt: true,
+        };
+        let mut relay = Relay {
+            succ: Successors::new(chain),
+            start: Control::Finish {
+                failed: Vec::new(),
+                units: 0,
+            },
+            chan: None,
+            protect: None,
+            forgotten: Vec::new(),
+            current: None,
+            own: HashSet::new(),
+            down: HashSet::from([2, 3]),
+            forward: Arc::new(Forward::new(1, true)),
+        };
+        let mut got = relay.arrived(vec![1, 2]);
+        got.sort();
+        assert_eq!(got, [2], "1 is not after here yet");
+        relay.down.insert(1);
+        assert_eq!(relay.arrived(vec![]), [1]);
+        assert!(relay.arrived(vec![4]).is_empty());
+        // No hop left after this one: what is here is everywhere it is going.
+        relay
+            .succ
+            .fail(&crate::session::lost(std::io::Error::other("gone")));
+        assert_eq!(relay.arrived(vec![5]).len(), 2);
+        assert!(relay.own.is_empty() && relay.down.is_empty());
     }
 
     #[test]
