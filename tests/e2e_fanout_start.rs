@@ -304,8 +304,7 @@ fn also_with_a_form_that_does_not_fan_out_names_the_ones_that_do() {
     let src = src.to_str().unwrap();
     let local = tmp.path().join("dst");
     let local = local.to_str().unwrap();
-    let cases: [(&[&str], &str); 5] = [
-        (&[src, local, "--also", "nowhere.invalid:/d"], "a local DST"),
+    let cases: [(&[&str], &str); 4] = [
         (
             &["nowhere.invalid:/s", local, "--also", "b.invalid:/d"],
             "a pull",
@@ -346,4 +345,63 @@ fn also_with_a_form_that_does_not_fan_out_names_the_ones_that_do() {
         );
     }
     assert!(!Path::new(local).exists(), "nothing was written");
+}
+
+/// `haul copy SRC /local/DST --also host2:DST --also host3:DST`: the local destination is
+/// the first hop (its receiver passes everything on to the far ones); every replica
+/// identical, each named in `--json`; a single file under one new name everywhere.
+#[test]
+fn copy_to_a_local_destination_also_to_far_ones() {
+    let test = "copy_to_a_local_destination_also_to_far_ones";
+    let Some(sshd) = support::sshd::Sshd::start(test) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let src = build_tree(tmp.path(), "tree", &TreeOptions::small());
+    write_random_file(&src.join("big"), 5 * MIB + 3, 35);
+    let dirs: Vec<PathBuf> = (1..=3).map(|i| tmp.path().join(format!("d{i}"))).collect();
+    for d in &dirs {
+        std::fs::create_dir(d).unwrap();
+    }
+    let copy = |args: &[&str], first: &str, also: &[String]| {
+        let mut cmd = Command::new(haul_bin());
+        cmd.args(["copy", "-e", &sshd.rsh(), "--remote-haul", haul_bin()])
+            .args(["--json", "-q", "--block-size", BLOCK_SIZE_ARG])
+            .args(args)
+            .arg(first);
+        for a in also {
+            cmd.args(["--also", a]);
+        }
+        Running::spawn("copy", cmd).wait()
+    };
+    let far = |d: &Path, name: &str| format!("127.0.0.1:{}", d.join(name).display());
+    let first = format!("{}/", dirs[0].display());
+    let out = copy(
+        &[src.to_str().unwrap()],
+        &first,
+        &[far(&dirs[1], ""), far(&dirs[2], "")],
+    );
+    let all = format!("{}\n--- sshd log ---\n{}", out.describe(), sshd.log());
+    assert_eq!(out.code(), Some(0), "{all}");
+    let json = text(&out.stdout);
+    assert_eq!(json.matches("\"ok\":true").count(), 3, "{json}");
+    assert!(json.contains(&format!("{{\"host\":\"{first}\"")), "{json}");
+    for d in &dirs {
+        assert_trees_equal(&src, &d.join("tree"));
+        assert_no_part_files(d);
+    }
+
+    // One file, a new name everywhere.
+    let file = src.join("big");
+    let out = copy(
+        &[file.to_str().unwrap()],
+        dirs[0].join("new.img").to_str().unwrap(),
+        &[far(&dirs[1], "new.img"), far(&dirs[2], "new.img")],
+    );
+    let all = format!("{}\n--- sshd log ---\n{}", out.describe(), sshd.log());
+    assert_eq!(out.code(), Some(0), "{all}");
+    let want = std::fs::read(&file).unwrap();
+    for d in &dirs {
+        assert!(std::fs::read(d.join("new.img")).unwrap() == want, "{d:?}");
+    }
 }

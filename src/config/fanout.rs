@@ -54,9 +54,10 @@ pub(super) fn tickets(
 
 /// Which copy forms a fan-out works with, for messages.
 const FAN_OUT_FORMS: &str = "a fan-out is `haul copy SRC... host1:DST --also host2:DST` (SRC \
-     local files, or a stream: `-` or --from-command) or `haul send SRC --to T1 --to T2`";
+     local files, or a stream: `-` or --from-command; for files the first DST may be local) \
+     or `haul send SRC --to T1 --to T2`";
 
-/// `--also` on a copy of `form` (a local DST, a pull, remote to remote), which does not
+/// `--also` on a copy of `form` (a pull, remote to remote, a stream not pushed), which does not
 /// fan out: refused (exit 2), naming the forms that do and what to run instead.
 pub(super) fn no_chain<T>(form: &str, also: &[T]) -> Result<()> {
     match also.is_empty() {

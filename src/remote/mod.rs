@@ -203,6 +203,62 @@ fn push(
     }
 }
 
+/// The far destinations a local copy passes everything on to (`haul copy SRC... /DST
+/// --also host2:DST`), started as a push's `--also` are: each listens on every address
+/// (the local receiver dials the first, each the next).
+pub struct Further {
+    fars: Vec<FarEnd>,
+    /// The chain the local receiver gets.
+    pub chain: Option<crate::protocol::Chain>,
+    renames: Vec<fanout::Rename>,
+}
+
+impl Further {
+    /// Starts a receiving far end at each of `also` for a copy of `sources` (`encrypt`:
+    /// TLS between the hops).
+    #[allow(clippy::too_many_arguments)]
+    pub fn start(
+        also: &[RemotePath],
+        sources: &[Source],
+        opts: &SendOptions,
+        encrypt: bool,
+        accept: Accept,
+        ssh: &SshOptions,
+        quiet: bool,
+    ) -> Result<Further> {
+        let f = FarOptions {
+            encrypt,
+            accept,
+            ssh,
+            quiet,
+        };
+        let rsh = Rsh::new(ssh.rsh.clone(), false);
+        let single = is_single_file(sources);
+        let (fars, chain, renames) = fanout::start(&rsh, also, ssh, quiet, encrypt, |at| {
+            receive_request(at, single, true, opts, &f)
+        })?;
+        Ok(Further {
+            fars,
+            chain,
+            renames,
+        })
+    }
+
+    /// A single file fans out under one name: `first`, the name the local destination
+    /// stores it under (None: the source's, DST being a directory), is every one's.
+    pub fn same_name(&self, first: &Option<Vec<u8>>, also: &[RemotePath]) -> Result<()> {
+        fanout::same_name(first, also, &self.renames)
+    }
+
+    /// Waits briefly for each far end's end (what became of each is in the sender's
+    /// report) and reaps it.
+    pub fn finish(mut self) {
+        for f in &mut self.fars {
+            f.finish(Some(FAILED_WAIT));
+        }
+    }
+}
+
 fn pull(
     rsh: &Rsh,
     sources: &[RemotePath],
