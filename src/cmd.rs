@@ -5,6 +5,7 @@
 
 mod docs;
 mod fanout;
+mod local;
 mod pipe;
 mod probe;
 mod shards;
@@ -13,13 +14,11 @@ mod ticket;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::Instant;
 
 use crate::config::{Command, Config, TicketFrom, Transfer, DEFAULT_TIMEOUT};
 use crate::error::{Error, Result};
-use crate::plan::layout::copy_layout;
-use crate::plan::walk::{self, Source};
+use crate::plan::walk::Source;
 use crate::progress::{dry_run_line, summary_line, summary_tail, Counters, Stats};
 use crate::protocol::{Accept, Listing, Summary, SyncOptions};
 use crate::receive::probe::{incoming_answering_probes, ProbeDesk};
@@ -27,7 +26,7 @@ use crate::receive::{receive, ReceiveOptions, ReceiveReport};
 use crate::remote::Outcome;
 use crate::send::{send, ticket_dialer, SendOptions, SendReport};
 use crate::store::Store;
-use crate::transport::{Conn, Listener, Role, Secret};
+use crate::transport::Listener;
 use ticket::{resolve_ticket, write_ticket_file};
 
 /// Runs the configured command. `Ok` means everything arrived; a partial transfer is
@@ -95,7 +94,20 @@ fn run_command(cfg: &Config) -> Result<()> {
             dest,
             transfer,
             accept,
-        } => run_copy(sources, dest, transfer, accept.clone(), cfg),
+            also,
+        } => {
+            let opts = send_options(transfer, cfg, false);
+            let (report, states) = match also {
+                None => (
+                    local::copy(sources, dest, transfer, accept, cfg, opts)?,
+                    None,
+                ),
+                Some((also, ssh)) => {
+                    local::copy_also(sources, dest, transfer, accept, also, ssh, cfg, opts)?
+                }
+            };
+            finish_send(&report, states, cfg)
+        }
         Command::Remote {
             plan,
             transfer,
@@ -362,72 +374,4 @@ fn finish_send(
         Some(e) => Err(e),
         None => Ok(()),
     }
-}
-
-fn run_copy(
-    paths: &[PathBuf],
-    dest: &Path,
-    t: &Transfer,
-    accept: Accept,
-    cfg: &Config,
-) -> Result<()> {
-    let (sources, dest) = copy_layout(paths, dest);
-    walk::check_sources(&sources)?;
-    let store = match t.sync.dry_run {
-        true => Store::open_dry(&dest)?,
-        false => Store::open(&dest)?,
-    };
-    store.set_accept(accept)?;
-    store.set_keep_cache(cfg.keep_cache);
-    let key = *Secret::random().as_bytes();
-    let opts = send_options(t, cfg, false);
-    // One socket pair per connection, the data streams' with a lane (units handed over in
-    // memory); the receiving halves are handed over in order.
-    let (tx, rx) = crossbeam_channel::unbounded();
-    let mut ends = Vec::new();
-    for role in std::iter::once(Role::Control).chain(std::iter::repeat_n(Role::Data, t.streams)) {
-        let pair = match role {
-            Role::Control => Conn::pair(),
-            _ => Conn::lane_pair(),
-        };
-        let (a, b) = pair.map_err(|e| Error::io("creating a local stream", e))?;
-        ends.push((role, a));
-        let _ = tx.send((b, role));
-    }
-    drop(tx);
-    let ends = Mutex::new(ends);
-    let receiver = std::thread::Builder::new()
-        .name("haul-receiver".into())
-        .spawn(move || {
-            let opts = ReceiveOptions {
-                progress: false,
-                timeout: DEFAULT_TIMEOUT,
-                listing: Listing::default(),
-            };
-            receive(store, key, rx, opts)
-        })
-        .map_err(|e| Error::io("starting the receiver", e))?;
-    let dial = |role: Role| -> Result<Conn> {
-        let mut g = ends
-            .lock()
-            .map_err(|_| Error::io("local streams", std::io::Error::other("poisoned")))?;
-        let i = g
-            .iter()
-            .position(|(r, _)| *r == role)
-            .ok_or_else(|| Error::io("local streams", std::io::Error::other("none left")))?;
-        Ok(g.swap_remove(i).1)
-    };
-    let sent = send(&sources, &opts, key, dial);
-    drop(ends);
-    let received = receiver
-        .join()
-        .map_err(|_| Error::io("receiver", std::io::Error::other("panicked")))?;
-    // The receiver's error is the more precise one (e.g. disk full), unless it only saw
-    // the sender go away.
-    let report = match (sent, received) {
-        (Ok(s), Ok(_)) => s,
-        (Err(e), Err(Error::Transport(_))) | (Err(e), Ok(_)) => return Err(e),
-        (_, Err(e)) => return Err(e),
-    };
-    finish_send(&report, None, cfg)
 }

@@ -52,16 +52,20 @@ pub(super) fn tickets(
     }
 }
 
-/// Fan-out sends from this host to others: not a pull, nor a copy on one host, nor (with
-/// `copy --also`) a stream.
-pub(super) fn no_stream_chain<T>(chain: &[T]) -> Result<()> {
-    match chain.is_empty() {
+/// Which copy forms a fan-out works with, for messages.
+const FAN_OUT_FORMS: &str = "a fan-out is `haul copy SRC... host1:DST --also host2:DST` (SRC \
+     local files, or a stream: `-` or --from-command; for files the first DST may be local) \
+     or `haul send SRC --to T1 --to T2`";
+
+/// `--also` on a copy of `form` (a pull, remote to remote, a stream not pushed), which does not
+/// fan out: refused (exit 2), naming the forms that do and what to run instead.
+pub(super) fn no_chain<T>(form: &str, also: &[T]) -> Result<()> {
+    match also.is_empty() {
         true => Ok(()),
-        false => Err(Error::Usage(
-            "a fan-out (several --to or --ticket-file, or --also) sends from this host: not a \
-             pull or a copy on one host (a stream fans out with `haul send -` and several --to)"
-                .into(),
-        )),
+        false => Err(Error::Usage(format!(
+            "--also does not work with {form}: {FAN_OUT_FORMS}; otherwise start `haul recv` \
+             on each destination and run `haul send` with a --to for each where the source is"
+        ))),
     }
 }
 
@@ -74,7 +78,8 @@ pub(super) fn also(also: &[PathBuf]) -> Result<Vec<RemotePath>> {
         .map(|a| match parse_location(a.as_os_str()) {
             Ok(Location::Remote(r)) => Ok(r),
             Ok(Location::Local(_)) => Err(Error::Usage(format!(
-                "--also {}: a further destination is [user@]host:path",
+                "--also {}: a further destination is [user@]host:path, not on this host \
+                 ({FAN_OUT_FORMS})",
                 crate::progress::escape(&a.to_string_lossy())
             ))),
             Err(e) => Err(Error::Usage(e.0)),
@@ -102,7 +107,8 @@ pub(super) fn stream_also(dest: &RemotePath, also: &[RemotePath]) -> Result<()> 
 pub(super) fn also_only_in_a_push(plan: &RemoteCopy, also: &[PathBuf]) -> Result<()> {
     match plan {
         RemoteCopy::Push { .. } => Ok(()),
-        _ => no_stream_chain(also),
+        RemoteCopy::Pull { .. } => no_chain("a pull (host:SRC to a local DST)", also),
+        RemoteCopy::Between { .. } => no_chain("a copy from one host to another", also),
     }
 }
 
@@ -119,7 +125,12 @@ mod tests {
         assert!(matches!(&rest[1], TicketFrom::File(p) if p == Path::new("c")));
         let (first, rest) = tickets(vec!["-".into(), "-".into()], vec![]).unwrap();
         assert!(matches!(first, TicketFrom::Stdin));
-        assert!(no_stream_chain(&rest).is_err());
+        let e = no_chain("a pull", &rest).unwrap_err().to_string();
+        assert!(
+            e.contains("a pull") && e.contains("--also host2:DST"),
+            "{e}"
+        );
+        assert!(no_chain::<PathBuf>("a pull", &[]).is_ok());
         assert!(tickets(vec![], vec![]).is_err());
         let a = also(&["db2:/data".into(), "u@db3:x".into()]).unwrap();
         assert_eq!(

@@ -170,6 +170,9 @@ pub enum Command {
         transfer: Transfer,
         /// What the destination keeps of the sources' metadata.
         accept: Accept,
+        /// A chain fan-out (`--also`): far destinations the local one passes everything
+        /// on to, and how to start them (None without).
+        also: Option<(Vec<RemotePath>, SshOptions)>,
     },
     /// Copy where the source or the destination is on another host.
     Remote {
@@ -319,7 +322,12 @@ impl Config {
                             *also = fanout::also(&remote.also)?;
                             fanout::stream_also(dest, also)?;
                         }
-                        _ => fanout::no_stream_chain(&remote.also)?,
+                        PipeCopy::Pull { .. } => {
+                            fanout::no_chain("a stream from a host", &remote.also)?
+                        }
+                        PipeCopy::Local { .. } => {
+                            fanout::no_chain("a stream on this host", &remote.also)?
+                        }
                     }
                     let local = matches!(plan, PipeCopy::Local { .. });
                     let t = if local {
@@ -422,19 +430,28 @@ fn copy_command(
     }
     let plan = match (remote.is_empty(), dest) {
         (true, Location::Local(dst)) => {
-            fanout::no_stream_chain(&r.also)?;
-            if r.via_ssh || r.no_encrypt || r.no_cache || r.remote_haul.is_some() {
+            let far = !r.also.is_empty();
+            if r.via_ssh || (!far && (r.no_encrypt || r.no_cache || r.remote_haul.is_some())) {
                 return Err(Error::Usage(
                     "--via-ssh, --no-encrypt, --no-cache and --remote-haul apply only when a \
-                     path is host:path"
+                     path is host:path (--via-ssh: the first)"
                         .into(),
                 ));
             }
+            // With --also the local destination passes everything on over the network.
+            let (transfer, also) = match far {
+                false => (transfer_config(t, false, Compression::None)?, None),
+                true => (
+                    transfer_config(t, !r.no_encrypt, NETWORK_COMPRESSION)?,
+                    Some((fanout::also(&r.also)?, ssh_options(r)?)),
+                ),
+            };
             return Ok(Command::Copy {
                 sources: local,
                 dest: dst,
                 accept,
-                transfer: transfer_config(t, false, Compression::None)?,
+                transfer,
+                also,
             });
         }
         (true, Location::Remote(dest)) => RemoteCopy::Push {

@@ -60,14 +60,12 @@ impl Relay {
         chain.check()?;
         let forward = Arc::new(Forward::new(streams.into(), chain.encrypt));
         forward.spawn(streams.into())?;
+        // Asked for `Items` as this one was (they are dropped here: the sender lists what
+        // changes at the first), so that they go on if the sender goes on with it.
         let start = Control::Start {
             streams,
             block_size,
-            // Its -v/-i lines stay there: the sender lists what changes at the first.
-            options: SyncOptions {
-                items: false,
-                ..options
-            },
+            options,
         };
         let mut relay = Relay {
             succ: Successors::new(chain),

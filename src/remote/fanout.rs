@@ -12,6 +12,7 @@ use super::wire::Request;
 use crate::config::{RemotePath, SshOptions};
 use crate::error::{Error, Result};
 use crate::protocol::{Chain, Hop};
+use crate::transport::Ticket;
 
 /// How messages and `--json` name a destination of a fan-out: `host:path`.
 pub fn label(at: &RemotePath) -> String {
@@ -53,6 +54,67 @@ pub(super) fn start(
     }
     let chain = Chain { hops, encrypt };
     Ok((fars, Some(chain), renames))
+}
+
+/// The first destination of a fan-out, as far as it could be started.
+pub(super) enum First {
+    /// Its far end listens: its ticket, its port on its own loopback, and the name it
+    /// would store a single file under.
+    Ready(FarEnd, Ticket, Option<u16>, Rename),
+    /// It could not be started (ssh failed, or its `haul serve` did not get ready) while
+    /// further destinations can go on without it: the sender reports it as a failed
+    /// replica and starts the chain at the next one.
+    Lost(Error),
+}
+
+/// Starts the first destination `dest`, told `request`. When that fails and `chained`
+/// (further destinations were started), the failure is the first replica's, not the run's.
+pub(super) fn start_first(
+    rsh: &Rsh,
+    dest: &RemotePath,
+    ssh: &SshOptions,
+    quiet: bool,
+    request: &Request,
+    chained: bool,
+) -> Result<First> {
+    let started = FarEnd::start(rsh, dest, ssh, quiet).and_then(|mut far| {
+        far.send(request)?;
+        let ready = far.ready("setting up the receiver")?;
+        let Some(ticket) = ready.ticket else {
+            return Err(Error::Host {
+                host: far.host.clone(),
+                message: "unexpected answer from the far end (no ticket)".into(),
+                code: crate::error::exit::INTEGRITY,
+            });
+        };
+        let ticket = Ticket::parse(&ticket)?;
+        Ok(First::Ready(far, ticket, ready.port, ready.rename))
+    });
+    match started {
+        Err(e @ (Error::Host { .. } | Error::Transport(_))) if chained => Ok(First::Lost(e)),
+        r => r,
+    }
+}
+
+/// What every attempt to reach a first destination that could not be started fails with
+/// (`lost`'s words and code; the sender reports it once and goes on with the next).
+pub(super) fn unreachable(lost: &Error) -> Error {
+    match lost {
+        Error::Host {
+            host,
+            message,
+            code,
+        } => Error::Host {
+            host: host.clone(),
+            message: message.clone(),
+            code: *code,
+        },
+        other => Error::Remote {
+            side: "receiver",
+            message: other.to_string(),
+            code: other.exit_code(),
+        },
+    }
 }
 
 /// The name a destination would store a single file under, when not the source's.

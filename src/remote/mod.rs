@@ -50,6 +50,7 @@ use crate::send::{send, SendOptions, SendReport};
 use crate::store::Store;
 use crate::transport::Ticket;
 
+use fanout::First;
 use farend::{Done, FarEnd};
 use route::Route;
 use rsh::Rsh;
@@ -164,37 +165,99 @@ fn push(
         fanout::start(rsh, also, f.ssh, f.quiet, f.encrypt, |at| {
             receive_request(at, is_single_file(&srcs), true, opts, f)
         })?;
-    let mut far = FarEnd::start(rsh, dest, f.ssh, f.quiet)?;
-    far.send(&receive_request(
-        dest,
-        is_single_file(&srcs),
-        false,
-        opts,
-        f,
-    ))?;
-    let ready = far.ready("setting up the receiver")?;
-    let (ticket, port, rename) = match ready.ticket {
-        Some(ticket) => (ticket, ready.port, ready.rename),
-        None => return Err(unexpected(&far, "no ticket")),
+    let request = receive_request(dest, is_single_file(&srcs), false, opts, f);
+    let first = fanout::start_first(rsh, dest, f.ssh, f.quiet, &request, chain.is_some())?;
+    // Err: the first destination could not be started (a failed replica; the chain
+    // starts at the next).
+    let (mut far, rename) = match first {
+        First::Ready(far, ticket, port, rename) => {
+            let route = Route::new(rsh, dest, ticket, port, f.encrypt, f.ssh.via_ssh);
+            (Ok((far, route)), rename)
+        }
+        // Every further destination answered for a single file's name alike.
+        First::Lost(e) => (Err(e), renames.first().cloned().flatten()),
     };
-    let ticket = Ticket::parse(&ticket)?;
     fanout::same_name(&rename, also, &renames)?;
     if let (Some(name), [only]) = (rename, srcs.as_mut_slice()) {
         only.dest_name = Some(name);
     }
-    let route = Route::new(rsh, dest, ticket, port, f.encrypt, f.ssh.via_ssh);
     let opts = &SendOptions {
         chain,
         label: fanout::label(dest),
         ..opts.clone()
     };
-    let sent = send(&srcs, opts, route.key(), |role| route.dial(role));
-    let done = far.finish(Some(done_wait(&sent)));
+    let sent = match &far {
+        Ok((_, route)) => send(&srcs, opts, route.key(), |role| route.dial(role)),
+        Err(lost) => send(&srcs, opts, [0; 32], |_| Err(fanout::unreachable(lost))),
+    };
+    let done = far
+        .as_mut()
+        .ok()
+        .and_then(|(far, _)| far.finish(Some(done_wait(&sent))));
     // What became of the further ones is in the sender's report (`Replicas`).
     for f in &mut further {
         f.finish(Some(FAILED_WAIT));
     }
-    sent.map_err(|e| prefer_far(e, &far, done.as_ref()))
+    match &far {
+        Ok((far, _)) => sent.map_err(|e| prefer_far(e, far, done.as_ref())),
+        Err(_) => sent,
+    }
+}
+
+/// The far destinations a local copy passes everything on to (`haul copy SRC... /DST
+/// --also host2:DST`), started as a push's `--also` are: each listens on every address
+/// (the local receiver dials the first, each the next).
+pub struct Further {
+    fars: Vec<FarEnd>,
+    /// The chain the local receiver gets.
+    pub chain: Option<crate::protocol::Chain>,
+    renames: Vec<fanout::Rename>,
+}
+
+impl Further {
+    /// Starts a receiving far end at each of `also` for a copy of `sources` (`encrypt`:
+    /// TLS between the hops).
+    #[allow(clippy::too_many_arguments)]
+    pub fn start(
+        also: &[RemotePath],
+        sources: &[Source],
+        opts: &SendOptions,
+        encrypt: bool,
+        accept: Accept,
+        ssh: &SshOptions,
+        quiet: bool,
+    ) -> Result<Further> {
+        let f = FarOptions {
+            encrypt,
+            accept,
+            ssh,
+            quiet,
+        };
+        let rsh = Rsh::new(ssh.rsh.clone(), false);
+        let single = is_single_file(sources);
+        let (fars, chain, renames) = fanout::start(&rsh, also, ssh, quiet, encrypt, |at| {
+            receive_request(at, single, true, opts, &f)
+        })?;
+        Ok(Further {
+            fars,
+            chain,
+            renames,
+        })
+    }
+
+    /// A single file fans out under one name: `first`, the name the local destination
+    /// stores it under (None: the source's, DST being a directory), is every one's.
+    pub fn same_name(&self, first: &Option<Vec<u8>>, also: &[RemotePath]) -> Result<()> {
+        fanout::same_name(first, also, &self.renames)
+    }
+
+    /// Waits briefly for each far end's end (what became of each is in the sender's
+    /// report) and reaps it.
+    pub fn finish(mut self) {
+        for f in &mut self.fars {
+            f.finish(Some(FAILED_WAIT));
+        }
+    }
 }
 
 fn pull(

@@ -3,6 +3,7 @@
 //! (push), `haul copy host:FILE -`, `haul copy host: - --from-command CMD` (pull). The
 //! far end (`serve`) listens; the local side dials it, directly or through ssh.
 
+use super::fanout::First;
 use super::farend::FarEnd;
 use super::route::Route;
 use super::rsh::Rsh;
@@ -51,27 +52,47 @@ pub fn run(
             // A fan-out (`--also`): the further receivers first, their tickets the chain.
             let (mut further, chain, _) =
                 super::fanout::start(&rsh, also, ssh, quiet, encrypt, |at| receive(at, true))?;
-            let mut far = FarEnd::start(&rsh, dest, ssh, quiet)?;
-            far.send(&receive(dest, false))?;
-            let ready = far.ready("setting up the receiver")?;
-            let Some(ticket) = ready.ticket else {
-                return Err(unexpected(&far, "no ticket"));
+            let first = super::fanout::start_first(
+                &rsh,
+                dest,
+                ssh,
+                quiet,
+                &receive(dest, false),
+                chain.is_some(),
+            )?;
+            // Err: the first destination could not be started (a failed replica; the
+            // chain starts at the next).
+            let mut far = match first {
+                First::Ready(far, ticket, port, _) => Ok((
+                    far,
+                    Route::new(&rsh, dest, ticket, port, encrypt, ssh.via_ssh),
+                )),
+                First::Lost(e) => Err(e),
             };
-            let ticket = Ticket::parse(&ticket)?;
-            let route = Route::new(&rsh, dest, ticket, ready.port, encrypt, ssh.via_ssh);
             let opts = &PipeOptions {
                 chain,
                 label: super::fanout::label(dest),
                 ..opts.clone()
             };
-            let sent = send_pipe(from, opts, route.key(), |role| route.dial(role));
-            let done = far.finish(Some(done_wait(&sent)));
+            let sent = match &far {
+                Ok((_, route)) => send_pipe(from, opts, route.key(), |role| route.dial(role)),
+                Err(lost) => send_pipe(from, opts, [0; 32], |_| {
+                    Err(super::fanout::unreachable(lost))
+                }),
+            };
+            let done = far
+                .as_mut()
+                .ok()
+                .and_then(|(far, _)| far.finish(Some(done_wait(&sent))));
             // What became of the further ones is in the sender's report (`Replicas`).
             for f in &mut further {
                 f.finish(Some(super::FAILED_WAIT));
             }
-            sent.map(PipeOutcome::Sent)
-                .map_err(|e| prefer_far(e, &far, done.as_ref()))
+            let sent = sent.map(PipeOutcome::Sent);
+            match &far {
+                Ok((far, _)) => sent.map_err(|e| prefer_far(e, far, done.as_ref())),
+                Err(_) => sent,
+            }
         }
         PipeCopy::Pull {
             source,

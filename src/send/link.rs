@@ -61,10 +61,16 @@ impl<'a> Link<'a> {
         counters: &'a Counters,
         succ: Option<Successors>,
     ) -> Result<Link<'a>> {
+        let mut succ = succ;
+        let hello_first = hello(
+            &start,
+            succ.as_ref().map(Successors::rest).unwrap_or_default(),
+        );
         let first = || {
             target.dial(Role::Control).and_then(|d| {
                 let mut chan = Channel::new(d.conn);
-                chan.write(&start).map(|()| chan)
+                hello_first.iter().try_for_each(|m| chan.write(m))?;
+                Ok(chan)
             })
         };
         let mut chan = first();
@@ -79,7 +85,16 @@ impl<'a> Link<'a> {
                 _ => break,
             }
         }
-        let chan = chan?;
+        // A first receiver of a chain that cannot be reached at all is a failed hop from
+        // the start: the chain starts at the next one (nothing was sent yet).
+        let chan = match chan {
+            Err(e @ (Error::Transport(_) | Error::Host { .. } | Error::Remote { .. }))
+                if succ.as_ref().is_some_and(Successors::has_more) =>
+            {
+                go_on(&mut succ, &start, &[], target, e)?
+            }
+            chan => chan?,
+        };
         Ok(Link {
             target,
             start,
@@ -175,28 +190,8 @@ impl<'a> Link<'a> {
     /// it (the first of them that answers), which is told what it must know; `e` when no
     /// receiver is left to go on with.
     pub(super) fn fail_over(&mut self, e: Error) -> Result<()> {
-        let Some(succ) = self.succ.as_mut().filter(|s| s.has_more()) else {
-            return Err(e);
-        };
-        succ.fail(&e);
-        let encrypt = succ.encrypt();
-        let (start, told) = (&self.start, &self.told);
-        let opened = succ.connect(|ticket, rest| {
-            let conn = transport::connect(ticket, Role::Control, encrypt)?;
-            let mut chan = Channel::new(conn);
-            for m in hello(start, rest).iter().chain(told) {
-                chan.write(m)?;
-            }
-            Ok(chan)
-        });
-        match opened {
-            Some((chan, ticket)) => {
-                self.chan = chan;
-                self.target.retarget(ticket);
-                Ok(())
-            }
-            None => Err(e),
-        }
+        self.chan = go_on(&mut self.succ, &self.start, &self.told, self.target, e)?;
+        Ok(())
     }
 
     /// After the control stream failed with `e`: a new one to the same receiver, or,
@@ -334,6 +329,38 @@ impl<'a> Link<'a> {
 
     pub(super) fn close(&mut self) {
         let _ = self.chan.shutdown_write();
+    }
+}
+
+/// The first receiver failed with `e`: reports it (`succ`) and dials the receiver after it
+/// (the first of them that answers), telling it `start` with the rest of the chain and
+/// then `told`, and points `target` at it; `e` when no receiver is left.
+fn go_on(
+    succ: &mut Option<Successors>,
+    start: &Control,
+    told: &[Control],
+    target: &Target<'_>,
+    e: Error,
+) -> Result<Channel> {
+    let Some(succ) = succ.as_mut().filter(|s| s.has_more()) else {
+        return Err(e);
+    };
+    succ.fail(&e);
+    let encrypt = succ.encrypt();
+    let opened = succ.connect(|ticket, rest| {
+        let conn = transport::connect(ticket, Role::Control, encrypt)?;
+        let mut chan = Channel::new(conn);
+        for m in hello(start, rest).iter().chain(told) {
+            chan.write(m)?;
+        }
+        Ok(chan)
+    });
+    match opened {
+        Some((chan, ticket)) => {
+            target.retarget(ticket);
+            Ok(chan)
+        }
+        None => Err(e),
     }
 }
 

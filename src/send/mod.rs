@@ -81,9 +81,6 @@ where
         }
     };
     link.on_items(&print);
-    if let Some(chain) = &opts.chain {
-        link.tell(&Control::Chain(chain.clone()))?;
-    }
     if opts.sync.delete && !opts.select.filter.is_empty() {
         link.tell(&Control::Protect(opts.select.filter.clone()))?;
     }

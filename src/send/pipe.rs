@@ -178,6 +178,8 @@ where
             workers.push(h);
         }
         drop(again_rx);
+        // Not 0 when the first receiver could not be reached at all.
+        let generation = link.generation();
         let mut driver = Driver {
             link: &mut link,
             flow: &flow,
@@ -188,7 +190,7 @@ where
             end: None,
             told: Instant::now(),
             heard: Instant::now(),
-            generation: 0,
+            generation,
             moved: false,
         };
         let outcome = driver.run(&read_rx, &mut producer, &workers);

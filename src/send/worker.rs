@@ -161,11 +161,11 @@ fn send_unit(
     let started = std::time::Instant::now();
     // Hashed with the key of the receiver it goes to (another after a chain moved on).
     let hash = |key: &[u8; 32], hdr: &[u8]| unit_hash(key, hashed_parts(hdr), raw);
-    link.write_unit(conn, hdr, body, &hash, counters)?;
+    let hashing = link.write_unit(conn, hdr, body, &hash, counters)?;
     let sample = conn
         .as_ref()
         .and_then(|c| super::sample::link_sample(enc, &c.conn));
-    enc.wrote(started.elapsed(), sample);
+    enc.wrote(started.elapsed().saturating_sub(hashing), sample);
     if let Some(l) = enc.last_level() {
         Counters::add(&counters.codec_units[l], 1);
     }

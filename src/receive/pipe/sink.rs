@@ -59,11 +59,19 @@ pub struct Output {
     keep_cache: bool,
     dropped: u64,
     started: u64,
+    /// A file's blocks are reserved (`fallocate`) up to here, ahead of the writes; `None`
+    /// when not a file, appended to (`>> FILE`: others may append too, and the end is
+    /// theirs to free), or once the file system refused (the writes then allocate).
+    reserved: Option<u64>,
 }
 
 /// A file destination starts writeback every this many bytes and drops the previous
 /// chunk's pages (waiting for its writeback, which had one chunk's time to finish).
 const DROP_CHUNK: u64 = 8 << 20;
+
+/// A file destination reserves its blocks this far ahead of the writes (see
+/// [`Output::reserve`]); what is beyond the stream's end when it finishes is freed.
+const RESERVE_CHUNK: u64 = 64 << 20;
 
 impl Output {
     /// Opens `to`: checks a file's directory can take it, starts a command. Done before
@@ -122,12 +130,16 @@ impl Output {
     }
 
     fn from_kind(kind: Kind, keep_cache: bool) -> Output {
-        let base = match &kind {
+        let (base, reserved) = match &kind {
             Kind::Stdout {
                 file,
                 regular: true,
-            } => start_offset(file),
-            _ => 0,
+            } => match start_offset(file) {
+                (at, false) => (at, Some(at)),
+                (at, true) => (at, None),
+            },
+            Kind::File { .. } => (0, Some(0)),
+            _ => (0, None),
         };
         Output {
             kind,
@@ -137,6 +149,7 @@ impl Output {
             keep_cache,
             dropped: 0,
             started: 0,
+            reserved,
         }
     }
 
@@ -147,6 +160,7 @@ impl Output {
 
     /// Writes the next bytes of the stream.
     pub(super) fn write_all(&mut self, mut b: &[u8]) -> Result<()> {
+        self.reserve(b.len() as u64);
         let mut r = Ok(());
         while !b.is_empty() {
             let n = match &mut self.kind {
@@ -206,6 +220,40 @@ impl Output {
         (self.dropped, self.started) = (from, to);
     }
 
+    /// A file: reserves its blocks [`RESERVE_CHUNK`] at a time ahead of the next `len`
+    /// bytes (`fallocate`, keeping the size). Written into reserved blocks, a file system
+    /// with delayed allocation (ext4) skips its per-page reservation and the allocation
+    /// at writeback, as for a file mode destination reserved whole (measured in design.md,
+    /// *Streams*). Advice: a file system that refuses (no space, no support) just
+    /// allocates as the writes go.
+    fn reserve(&mut self, len: u64) {
+        let at = self.base + self.written;
+        let Some(from) = self.reserved.filter(|r| at + len > *r) else {
+            return;
+        };
+        let Some(file) = self.written_file() else {
+            self.reserved = None;
+            return;
+        };
+        let to = at + len + RESERVE_CHUNK;
+        let keep = rustix::fs::FallocateFlags::KEEP_SIZE;
+        let done = rustix::fs::fallocate(file, keep, from, to - from).is_ok();
+        self.reserved = done.then_some(to);
+    }
+
+    /// Frees the blocks reserved beyond the file's end (truncating to its own size does
+    /// that; the content is untouched). Advice, as the reservation was.
+    fn free_reserved(&self) {
+        if self.base + self.written >= self.reserved.unwrap_or(0) {
+            return;
+        }
+        if let Some(file) = self.written_file() {
+            if let Ok(m) = file.metadata() {
+                let _ = file.set_len(m.len());
+            }
+        }
+    }
+
     /// The regular file the stream is written into, if it is one.
     fn written_file(&self) -> Option<&File> {
         match &self.kind {
@@ -227,6 +275,7 @@ impl Output {
             source: e,
             hint: "",
         };
+        self.free_reserved();
         match &mut self.kind {
             Kind::Stdout { file, regular } => {
                 file.flush().map_err(fail)?;
@@ -279,6 +328,9 @@ impl Drop for Output {
     /// Unfinished (the transfer failed): a file's temporary copy is removed, never put in
     /// place; a command is stopped rather than fed a truncated stream's end.
     fn drop(&mut self) {
+        if matches!(self.kind, Kind::Stdout { regular: true, .. }) {
+            self.free_reserved();
+        }
         match &mut self.kind {
             Kind::Stdout { .. } => {}
             Kind::File { tmp, .. } => {
@@ -305,14 +357,16 @@ fn stdout_kind(file: File) -> Kind {
 }
 
 /// Where the next write to `file` lands: its end when it was opened to append (`>>`), else
-/// its offset. 0 when unknown (then the pages dropped may be the wrong ones: advice only).
-fn start_offset(file: &File) -> u64 {
+/// its offset (0 when unknown: then the pages dropped may be the wrong ones, advice only);
+/// and whether it was opened to append.
+fn start_offset(file: &File) -> (u64, bool) {
     let append =
         rustix::fs::fcntl_getfl(file).is_ok_and(|f| f.contains(rustix::fs::OFlags::APPEND));
     if append {
-        return file.metadata().map_or(0, |m| m.len());
+        return (file.metadata().map_or(0, |m| m.len()), true);
     }
-    rustix::fs::seek(file, rustix::fs::SeekFrom::Current(0)).unwrap_or(0)
+    let at = rustix::fs::seek(file, rustix::fs::SeekFrom::Current(0)).unwrap_or(0);
+    (at, false)
 }
 
 fn parent_of(p: &Path) -> &Path {
@@ -421,6 +475,49 @@ mod tests {
         drop(r);
         let k = stdout_kind(File::from(w));
         assert!(matches!(k, Kind::Stdout { regular: false, .. }));
+    }
+
+    /// Blocks are reserved ahead of the writes and what is beyond the end is freed when
+    /// the file is finished (a file and `> FILE`), or dropped unfinished (`> FILE`); a
+    /// file appended to is left alone.
+    #[test]
+    fn reserved_blocks_beyond_the_end_are_freed() {
+        use std::os::unix::fs::MetadataExt;
+        let d = tempfile::tempdir().unwrap();
+        let chunk = vec![5u8; 3 << 20];
+        let blocks = |p: &Path| std::fs::metadata(p).unwrap().blocks() * 512;
+        for case in 0..3 {
+            let p = d.path().join(format!("out-{case}"));
+            let mut o = match case {
+                0 => Output::open(&PipeTo::File(p.clone()), false).unwrap(),
+                _ => Output::from_kind(stdout_kind(File::create(&p).unwrap()), false),
+            };
+            o.write_all(&chunk).unwrap();
+            o.write_all(&chunk[..1000]).unwrap();
+            let len = chunk.len() as u64 + 1000;
+            if o.reserved.is_none() {
+                println!("SKIPPED: this file system cannot reserve blocks (fallocate)");
+                assert!(
+                    std::env::var_os("CI").is_none(),
+                    "CI's /tmp can (ext4, tmpfs)"
+                );
+                return;
+            }
+            assert_eq!(o.reserved, Some(len - 1000 + RESERVE_CHUNK));
+            match case {
+                2 => drop(o),
+                _ => o.finish().unwrap(),
+            }
+            assert_eq!(std::fs::metadata(&p).unwrap().len(), len);
+            assert!(blocks(&p) < len + (1 << 20), "{} blocks held", blocks(&p));
+        }
+        // `>> FILE`: others may append too; nothing is reserved, so nothing is freed.
+        let p = d.path().join("appended");
+        let mut f = std::fs::OpenOptions::new();
+        let f = f.create(true).append(true).open(&p).unwrap();
+        let mut o = Output::from_kind(stdout_kind(f), false);
+        o.write_all(&chunk).unwrap();
+        assert_eq!(o.reserved, None);
     }
 
     #[test]
