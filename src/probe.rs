@@ -20,9 +20,12 @@ use crate::pagecache;
 
 pub mod count;
 pub mod dest;
+pub mod model;
+mod small;
 
 pub use count::FarMeasure;
 pub use dest::{existing_dir, file_cost, open_dir, write_rate, SAMPLE_BLOCK};
+pub use model::{choose, Choice, Job};
 
 /// Sample blocks read from the sources, spread over their bytes.
 pub const SAMPLES: usize = 16;
@@ -45,8 +48,10 @@ pub struct Sources {
     pub bytes: u64,
     /// The walk finished within its time (otherwise `files` and `bytes` are lower bounds).
     pub complete: bool,
-    /// The sample blocks read.
+    /// The sample blocks read (kept where they were read: a far source sends none).
     pub blocks: Vec<Vec<u8>>,
+    /// How many blocks were sampled.
+    pub sampled: usize,
     /// Bytes read per second from the sample (with `O_DIRECT`: from the disk).
     pub read_rate: Option<f64>,
     /// Whether the reads bypassed the page cache (`O_DIRECT`).
@@ -55,6 +60,14 @@ pub struct Sources {
     pub cached: f64,
     /// Devices the sampled files are on.
     pub devices: Vec<u64>,
+    /// Of the files, those the sender reads whole and packs (at most [`small::MAX`]).
+    pub small_files: u64,
+    /// Their data bytes.
+    pub small_bytes: u64,
+    /// Wall seconds per small file, read whole as the sender's workers read them.
+    pub small_read: Option<f64>,
+    /// Seconds the walk took.
+    pub walk_secs: f64,
 }
 
 /// One codec's measurement on the sample (with BLAKE3, as a stream worker does both).
@@ -81,6 +94,8 @@ pub enum Bottleneck {
     Network,
     /// Compression and hashing.
     Cpu,
+    /// Making many small files durable at the destination.
+    Files,
 }
 
 impl Bottleneck {
@@ -92,19 +107,9 @@ impl Bottleneck {
             Bottleneck::Disk => "disk",
             Bottleneck::Network => "network",
             Bottleneck::Cpu => "cpu",
+            Bottleneck::Files => "files",
         }
     }
-}
-
-/// The setting picked and what it predicts.
-#[derive(Debug, Clone, Copy)]
-pub struct Choice {
-    /// The codec.
-    pub codec: Compression,
-    /// Source bytes per second the copy would move.
-    pub rate: f64,
-    /// What holds it there.
-    pub bottleneck: Bottleneck,
 }
 
 /// Walks `paths` (not following symlinks) for the files and bytes to copy, then reads
@@ -114,6 +119,7 @@ pub fn sample_sources(paths: &[PathBuf], threads: usize) -> io::Result<Sources> 
         started: Instant::now(),
         rng: Rng::new(),
         picks: vec![None; SAMPLES],
+        small: Vec::new(),
         src: Sources {
             complete: true,
             ..Sources::default()
@@ -123,6 +129,7 @@ pub fn sample_sources(paths: &[PathBuf], threads: usize) -> io::Result<Sources> 
         let meta = fs::symlink_metadata(p)?;
         w.visit(p, &meta);
     }
+    w.src.walk_secs = w.started.elapsed().as_secs_f64();
     let mut picks: Vec<(PathBuf, u64)> = Vec::new();
     for (path, size) in w.picks.iter().flatten() {
         let blocks = size.div_ceil(SAMPLE_BLOCK).max(1);
@@ -133,6 +140,7 @@ pub fn sample_sources(paths: &[PathBuf], threads: usize) -> io::Result<Sources> 
     }
     let mut src = w.src;
     read_samples(&mut src, &picks, threads.max(1));
+    src.small_read = small::read_cost(&w.small, threads.max(1));
     Ok(src)
 }
 
@@ -142,6 +150,8 @@ struct Walk {
     /// One weighted reservoir of one file per sample: each file replaces a slot with the
     /// probability of its share of the bytes so far, so samples fall evenly over bytes.
     picks: Vec<Option<(PathBuf, u64)>>,
+    /// A uniform sample of the small files (by count), with their sizes.
+    small: Vec<(PathBuf, u64)>,
     src: Sources,
 }
 
@@ -155,6 +165,20 @@ impl Walk {
             let data = meta.len().min(meta.blocks() * 512);
             self.src.files += 1;
             self.src.bytes += data;
+            if meta.len() <= small::MAX {
+                self.src.small_files += 1;
+                self.src.small_bytes += data;
+                // Reservoir sampling over the count: each small file so far equally likely.
+                let entry = (path.to_path_buf(), meta.len());
+                if self.small.len() < small::SAMPLES {
+                    self.small.push(entry);
+                } else {
+                    let at = self.rng.below(self.src.small_files) as usize;
+                    if let Some(slot) = self.small.get_mut(at) {
+                        *slot = entry;
+                    }
+                }
+            }
             if data > 0 {
                 if !self.src.devices.contains(&meta.dev()) {
                     self.src.devices.push(meta.dev());
@@ -200,6 +224,7 @@ fn read_samples(src: &mut Sources, picks: &[(PathBuf, u64)], threads: usize) {
     if weight > 0.0 {
         src.cached = all.iter().map(|(b, _, c)| b.len() as f64 * c).sum::<f64>() / weight;
     }
+    src.sampled = all.len();
     src.blocks = all
         .into_iter()
         .map(|(b, _, _)| b)
@@ -297,54 +322,6 @@ pub fn codec_rates(blocks: &[Vec<u8>], threads: usize) -> Vec<CodecRate> {
         .collect()
 }
 
-/// The codec that moves the most source bytes per second: for each, the least of the
-/// read rate, the write rate, its own rate and (across a network) the link's rate times
-/// its ratio. A local copy (`network` `None`) sends nothing compressed, so only `none`,
-/// and both ends hash every byte on the same cores: half the measured rate. When the
-/// source and the destination share a device (`same_device`), it reads and writes in
-/// turn: 1 / (1/read + 1/write). Of codecs within 2% of each other the cheapest is taken.
-pub fn choose(
-    read: Option<f64>,
-    write: Option<f64>,
-    network: Option<f64>,
-    same_device: bool,
-    codecs: &[CodecRate],
-) -> Option<Choice> {
-    let disk = match (read, write) {
-        (Some(r), Some(w)) if same_device => Some(1.0 / (1.0 / r + 1.0 / w)),
-        _ => None,
-    };
-    let shared = if network.is_none() { 2.0 } else { 1.0 };
-    codecs
-        .iter()
-        .filter(|c| network.is_some() || c.codec == Compression::None)
-        .map(|c| {
-            let mut best = Choice {
-                codec: c.codec,
-                rate: c.rate / shared,
-                bottleneck: Bottleneck::Cpu,
-            };
-            let limits = [
-                (read, Bottleneck::Read),
-                (write, Bottleneck::Write),
-                (network.map(|n| n * c.ratio), Bottleneck::Network),
-                (disk, Bottleneck::Disk),
-            ];
-            for (r, b) in limits {
-                if let Some(r) = r.filter(|r| *r < best.rate) {
-                    best.rate = r;
-                    best.bottleneck = b;
-                }
-            }
-            best
-        })
-        // The codecs come cheapest first: a costlier one must move 2% more to be taken.
-        .fold(None, |best: Option<Choice>, c| match best {
-            Some(b) if c.rate <= b.rate * 1.02 => Some(b),
-            _ => Some(c),
-        })
-}
-
 /// A small xorshift generator seeded from the system: for picking samples, nothing secret.
 struct Rng(u64);
 
@@ -376,41 +353,6 @@ impl Rng {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn rate(codec: Compression, rate: f64, ratio: f64) -> CodecRate {
-        CodecRate { codec, rate, ratio }
-    }
-
-    #[test]
-    fn the_slowest_stage_decides_and_a_slow_link_wants_compression() {
-        let codecs = [
-            rate(Compression::None, 3000e6, 1.0),
-            rate(Compression::Lz4, 900e6, 2.0),
-            rate(Compression::Zstd(1), 400e6, 3.0),
-            rate(Compression::Zstd(3), 150e6, 3.3),
-        ];
-        // 100 Mbit/s: the best ratio wins (12.5 MB/s × 3.3).
-        let c = choose(Some(500e6), Some(400e6), Some(12.5e6), false, &codecs).unwrap();
-        assert_eq!(c.codec, Compression::Zstd(3));
-        assert_eq!(c.bottleneck, Bottleneck::Network);
-        // 10 Gbit/s: the disk decides, and compressing gains nothing.
-        let c = choose(Some(500e6), Some(400e6), Some(1250e6), false, &codecs).unwrap();
-        assert_eq!(
-            (c.codec, c.bottleneck),
-            (Compression::None, Bottleneck::Write)
-        );
-        assert!((c.rate - 400e6).abs() < 1.0);
-        // Locally nothing is compressed.
-        let c = choose(Some(500e6), Some(900e6), None, false, &codecs).unwrap();
-        assert_eq!(
-            (c.codec, c.bottleneck),
-            (Compression::None, Bottleneck::Read)
-        );
-        // One disk reading and writing in turn: 1/(1/500 + 1/900) ≈ 321 MB/s.
-        let c = choose(Some(500e6), Some(900e6), None, true, &codecs).unwrap();
-        assert_eq!(c.bottleneck, Bottleneck::Disk);
-        assert!((c.rate - 321.4e6).abs() < 0.1e6, "{}", c.rate);
-    }
 
     #[test]
     fn sources_are_sampled_and_the_write_test_leaves_nothing() {

@@ -82,11 +82,23 @@ fn probe_measures_a_local_copy_and_changes_nothing() {
             "{text}"
         );
     }
-    // The predicted time is the bytes over the rate plus each file's cost.
+    // The predicted time is the slowest stage's: at least each of them, and the rate is
+    // the bytes over it.
     assert!(field(&text, "file_seconds") > 0.0, "{text}");
-    let predicted =
-        field(&text, "bytes") / field(&text, "predicted_rate") + 3.0 * field(&text, "file_seconds");
-    assert!((field(&text, "predicted_seconds") - predicted).abs() < 0.1 + predicted / 100.0);
+    assert_eq!(field(&text, "small_files"), 1.0, "{text}");
+    assert!(field(&text, "small_file_seconds") > 0.0, "{text}");
+    let predicted = field(&text, "predicted_seconds");
+    for stage in [
+        3.0 * field(&text, "file_seconds"),
+        field(&text, "walk_seconds"),
+    ] {
+        assert!(predicted >= stage, "{text}");
+    }
+    let by_rate = field(&text, "bytes") / field(&text, "predicted_rate");
+    assert!(
+        (predicted - by_rate).abs() < 0.01 + predicted / 100.0,
+        "{text}"
+    );
     assert_eq!(names(&dst), before, "the probe changed the destination");
     assert_eq!(std::fs::read(dst.join("kept")).unwrap(), b"was here");
 
@@ -120,12 +132,119 @@ fn probe_refuses_what_it_cannot_measure() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // The sources are read here: a far one is a usage error.
+    // Far sources are measured where they are, to a destination here only: remote to
+    // remote, mixed, or far sources to a ticket are usage errors.
+    for args in [
+        &["db2:/x", "db3:/y"][..],
+        &["db2:/x", "/a", "/tmp"],
+        &["db2:/x", "--to", "-"],
+    ] {
+        let out = Command::new(haul_bin())
+            .arg("probe")
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+    }
+}
+
+/// `haul probe host:SRC DST` (a pull) through a real sshd: the far end walks and samples
+/// the sources as the far user sees them (a relative path in its own working directory,
+/// which does not exist here), measures the codecs on them there, and sends the probe
+/// streams from there; the destination is measured here. Nothing changes on either side.
+#[test]
+fn probe_measures_a_far_source_over_ssh() {
+    let Some(sshd) = support::sshd::Sshd::start("probe_measures_a_far_source_over_ssh") else {
+        return;
+    };
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let far_home = tmp.path().join("far-home");
+    let src = far_home.join("only-far");
+    std::fs::create_dir_all(&src).unwrap();
+    write_random_file(&src.join("random"), 4 * MIB, 11);
+    std::fs::write(src.join("zeros"), vec![0u8; 16 << 20]).unwrap();
+    for i in 0..5 {
+        std::fs::write(
+            src.join(format!("small{i}")),
+            vec![b'a' + i as u8; 1000 * (i + 1)],
+        )
+        .unwrap();
+    }
+    let here = tmp.path().join("here");
+    std::fs::create_dir(&here).unwrap();
+    let dst = tmp.path().join("dst");
+    std::fs::create_dir(&dst).unwrap();
+    std::fs::write(dst.join("kept"), b"was here").unwrap();
+    let (src_before, dst_before) = (names(&src), names(&dst));
+    // The far haul runs in far-home: `only-far` is relative to it, as to a login directory.
+    let wrapper = sshd.dir().join("haul-in-far-home");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\ncd '{}' || exit 1\nexec '{}' \"$@\"\n",
+            far_home.display(),
+            haul_bin()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let started = Instant::now();
     let out = Command::new(haul_bin())
-        .args(["probe", "db2:/x", "/tmp"])
+        .current_dir(&here)
+        .args(["probe", "--json", "--streams", "2", "-e"])
+        .arg(sshd.rsh())
+        .arg("--remote-haul")
+        .arg(&wrapper)
+        .arg("127.0.0.1:only-far")
+        .arg(&dst)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    assert!(started.elapsed() < Duration::from_secs(120), "a hang");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{text}{}\nsshd log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        sshd.log()
+    );
+    eprintln!("probe: {text}");
+    // The far tree, walked there.
+    assert_eq!(field(&text, "files"), 7.0, "{text}");
+    assert_eq!(field(&text, "bytes"), (20 * MIB + 15_000) as f64, "{text}");
+    assert_eq!(field(&text, "small_files"), 5.0, "{text}");
+    assert_eq!(json_field(&text, "walk_complete").as_deref(), Some("true"));
+    for key in [
+        "read_rate",
+        "write_rate",
+        "network_rate",
+        "file_seconds",
+        "small_file_seconds",
+        "predicted_rate",
+        "predicted_seconds",
+    ] {
+        assert!(field(&text, key) > 0.0, "{key} in {text}");
+    }
+    assert_eq!(field(&text, "streams"), 2.0);
+    // The codecs ran on the far sample: the zeros (four fifths of the bytes) shrink.
+    let lz4 = text
+        .split("{\"codec\":\"lz4\",\"rate\":")
+        .nth(1)
+        .and_then(|r| r.split("\"ratio\":").nth(1))
+        .and_then(|r| r.split('}').next())
+        .and_then(|r| r.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no lz4 ratio in {text}"));
+    assert!(lz4 > 1.0, "{text}");
+    assert!(
+        ["none", "lz4", "zstd:1", "zstd:3"]
+            .contains(&json_field(&text, "compress").unwrap().as_str()),
+        "{text}"
+    );
+    assert_eq!(names(&src), src_before, "the probe changed the far source");
+    assert_eq!(names(&dst), dst_before, "the probe changed the destination");
+    assert_eq!(std::fs::read(dst.join("kept")).unwrap(), b"was here");
+    assert!(dir_names(&here).is_empty());
 }
 
 /// `haul probe SRC host:DST` through a real sshd: the far end measures the durable write

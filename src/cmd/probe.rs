@@ -31,12 +31,19 @@ struct Outcome {
 /// Measures and prints.
 pub(super) fn run_probe(p: &Probe, ssh: &SshOptions, cfg: &Config) -> Result<()> {
     let started = Instant::now();
-    let src = probe::sample_sources(&p.sources, p.streams).map_err(|e| Error::Source {
-        path: p.sources.first().cloned().unwrap_or_default(),
-        source: e,
-    })?;
-    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let codecs = probe::codec_rates(&src.blocks, cores.min(p.streams));
+    // A far source measures its walk, sample and codecs there, and the network from it.
+    let (src, codecs, from_far) = if p.far.is_empty() {
+        let src = probe::sample_sources(&p.sources, p.streams).map_err(|e| Error::Source {
+            path: p.sources.first().cloned().unwrap_or_default(),
+            source: e,
+        })?;
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let codecs = probe::codec_rates(&src.blocks, cores.min(p.streams));
+        (src, codecs, None)
+    } else {
+        let far = crate::remote::probe_source::measure(&p.far, p.streams, ssh, cfg.quiet)?;
+        (far.src, far.codecs, Some(far.network_rate))
+    };
     let (dest, write, per_file, network, same) = match &p.dest {
         ProbeDest::Path(Location::Local(d)) => {
             let dir = probe::existing_dir(d);
@@ -46,7 +53,16 @@ pub(super) fn run_probe(p: &Probe, ssh: &SshOptions, cfg: &Config) -> Result<()>
                 hint: "",
             };
             let fd = probe::open_dir(&dir).map_err(failed)?;
-            let write = probe::write_rate(fd.as_fd(), &src.blocks).map_err(failed)?;
+            // A far source's sample stays there: then incompressible blocks.
+            let random;
+            let data: &[Vec<u8>] = match from_far {
+                None => &src.blocks,
+                Some(_) => {
+                    random = [probe::dest::random_block()];
+                    &random
+                }
+            };
+            let write = probe::write_rate(fd.as_fd(), data).map_err(failed)?;
             // The store finishes files on 8 threads.
             let per_file = probe::file_cost(fd.as_fd(), 8).ok();
             let same = std::fs::metadata(&dir).is_ok_and(|m| {
@@ -54,7 +70,13 @@ pub(super) fn run_probe(p: &Probe, ssh: &SshOptions, cfg: &Config) -> Result<()>
                 src.devices.contains(&m.dev())
             });
             let shown = escape(&dir.display().to_string());
-            (shown, Some(write), per_file, None, same)
+            (
+                shown,
+                Some(write),
+                per_file,
+                from_far,
+                same && from_far.is_none(),
+            )
         }
         ProbeDest::Path(Location::Remote(r)) => {
             // Incompressible bytes: the link's raw rate (each codec's ratio is applied
@@ -79,7 +101,20 @@ pub(super) fn run_probe(p: &Probe, ssh: &SshOptions, cfg: &Config) -> Result<()>
             (shown, m.write_rate, m.per_file, Some(m.network_rate), false)
         }
     };
-    let choice = probe::choose(src.read_rate, write, network, same, &codecs);
+    let job = probe::Job {
+        files: src.files,
+        bytes: src.bytes,
+        small_files: src.small_files,
+        small_bytes: src.small_bytes,
+        small_read: src.small_read,
+        read: src.read_rate,
+        walk: Some(src.walk_secs),
+        write,
+        per_file,
+        network,
+        same_device: same,
+    };
+    let choice = probe::choose(&job, &codecs);
     let o = Outcome {
         src,
         dest,
@@ -106,11 +141,9 @@ fn rate(r: Option<f64>) -> String {
     }
 }
 
-/// The bytes at the chosen rate, plus each file's cost at the destination.
+/// The slowest stage's time with the chosen codec (`probe::model`).
 fn predicted(o: &Outcome) -> Option<f64> {
-    let files = o.src.files as f64 * o.per_file.unwrap_or(0.0);
-    o.choice
-        .map(|c| o.src.bytes as f64 / c.rate.max(1.0) + files)
+    o.choice.map(|c| c.seconds)
 }
 
 fn text(o: &Outcome) -> String {
@@ -125,7 +158,7 @@ fn text(o: &Outcome) -> String {
             " at least (walk stopped)"
         },
         rate(s.read_rate),
-        s.blocks.len(),
+        s.sampled,
         human(SAMPLE_BLOCK),
         if s.direct {
             "O_DIRECT: the disk"
@@ -134,6 +167,14 @@ fn text(o: &Outcome) -> String {
         },
         s.cached * 100.0,
     );
+    if let Some(per) = s.small_read {
+        t += &format!(
+            "small files: {} read whole, {:.3} ms each; walk {:.1} s\n",
+            s.small_files,
+            per * 1000.0,
+            s.walk_secs
+        );
+    }
     t += &format!(
         "destination {}: durable write {}, {:.2} ms per file\n",
         o.dest,
@@ -197,7 +238,7 @@ fn json(o: &Outcome) -> String {
         concat!(
             "{{\"files\":{},\"bytes\":{},\"walk_complete\":{},\"read_rate\":{},",
             "\"read_direct\":{},\"read_cached\":{:.3},\"write_rate\":{},\"file_seconds\":{},",
-            "\"network_rate\":{},",
+            "\"network_rate\":{},\"small_files\":{},\"small_file_seconds\":{},\"walk_seconds\":{:.3},",
             "\"bottleneck\":{},\"compress\":{},\"streams\":{},\"predicted_rate\":{},",
             "\"predicted_seconds\":{},\"seconds\":{:.3},\"codecs\":[{}]}}"
         ),
@@ -210,6 +251,9 @@ fn json(o: &Outcome) -> String {
         num(o.write),
         o.per_file.map_or("null".into(), |s| format!("{s:.6}")),
         num(o.network),
+        s.small_files,
+        s.small_read.map_or("null".into(), |s| format!("{s:.6}")),
+        s.walk_secs,
         bottleneck,
         codec,
         o.streams,

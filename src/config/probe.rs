@@ -1,12 +1,12 @@
 //! `probe SRC... DST`: the paths in `copy`'s forms, checked; what to measure. The sources
-//! are on this host; DST may be a far `host:path` (then ssh starts a far end there, as
-//! for `copy`), or, with `--to TICKET` / `--ticket-file`, a waiting `haul recv` (then
-//! every path is a source).
+//! are on this host, or all on one far host (`host:path`, a pull: then DST is here); DST
+//! may be a far `host:path` (then ssh starts a far end there, as for `copy`), or, with
+//! `--to TICKET` / `--ticket-file`, a waiting `haul recv` (then every path is a source).
 
 use std::path::PathBuf;
 
 use super::fanout::TicketFrom;
-use super::location::{parse_location, Location};
+use super::location::{parse_location, Location, RemotePath};
 use crate::error::{Error, Result};
 use crate::protocol::MAX_STREAMS;
 use crate::transport::Ticket;
@@ -14,8 +14,10 @@ use crate::transport::Ticket;
 /// What `haul probe` measures.
 #[derive(Debug)]
 pub struct Probe {
-    /// The sources, as `copy` would take them.
+    /// The sources here, as `copy` would take them (none when they are far).
     pub sources: Vec<PathBuf>,
+    /// The sources on a far host (all on one; none when they are here).
+    pub far: Vec<RemotePath>,
     /// Where the copy would go.
     pub dest: ProbeDest,
     /// Data streams the copy would use.
@@ -62,20 +64,37 @@ pub fn probe(paths: &[PathBuf], streams: usize, ticket: Option<TicketFrom>) -> R
         }
     };
     let mut local = Vec::new();
+    let mut far: Vec<RemotePath> = Vec::new();
     for p in sources {
         match parse_location(p.as_os_str()).map_err(|e| Error::Usage(e.0))? {
             Location::Local(p) => local.push(p),
-            Location::Remote(_) => {
-                return Err(Error::Usage(
-                    "probe reads the sources on this host: a far SRC (host:path) is not \
-                     supported; run probe on that host"
-                        .into(),
-                ))
+            Location::Remote(r) => far.push(r),
+        }
+    }
+    let usage = |m: &str| Err(Error::Usage(format!("probe: {m}")));
+    if let Some(first) = far.first() {
+        if !local.is_empty() {
+            return usage("the sources must be all local or all on one host");
+        }
+        if far.iter().any(|x| !x.same_login(first)) {
+            return usage("remote sources must all be on one host (and user)");
+        }
+        match &dest {
+            ProbeDest::Path(Location::Local(_)) => {}
+            ProbeDest::Path(Location::Remote(_)) => {
+                return usage(
+                    "far sources to a far destination (remote to remote) are not measured; \
+                     run probe on the sources' host",
+                )
+            }
+            ProbeDest::Ticket(_) => {
+                return usage("--to: the sources must be on this host (run probe on theirs)")
             }
         }
     }
     Ok(Probe {
         sources: local,
+        far,
         dest,
         streams,
     })
@@ -98,7 +117,21 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        for bad in [&["/a"][..], &["h:/a", "/b"]] {
+        let p = probe(&["h:/a".into(), "h:b/".into(), "/dst".into()], 4, None).unwrap();
+        assert!(p.sources.is_empty());
+        assert_eq!(p.far.len(), 2);
+        assert_eq!(
+            (p.far[0].host.as_str(), &p.far[1].path[..]),
+            ("h", &b"b/"[..])
+        );
+        let bad: [&[&str]; 5] = [
+            &["/a"],
+            &["h:/a", "g:/b", "/c"],
+            &["h:/a", "/b", "/c"],
+            &["h:/a", "g:/b"],
+            &["h:/a", "h:/b"],
+        ];
+        for bad in bad {
             let paths: Vec<PathBuf> = bad.iter().map(PathBuf::from).collect();
             assert!(probe(&paths, 4, None).is_err(), "{bad:?}");
         }

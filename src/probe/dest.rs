@@ -28,6 +28,8 @@ const WRITE_MAX: u64 = 1 << 30;
 const FILE_THREADS: usize = 8;
 /// ...each making up to 32 small files durable at once (`store/batch`).
 const BATCH: usize = 32;
+/// The cost per file is measured for this long (each thread finishes its batch).
+const FILE_TIME: Duration = Duration::from_secs(1);
 
 /// What a destination measured.
 #[derive(Debug, Clone, Copy)]
@@ -87,25 +89,37 @@ pub fn write_rate(dir: BorrowedFd<'_>, data: &[Vec<u8>]) -> io::Result<f64> {
 }
 
 /// Seconds each file adds at the destination beyond its bytes, measured as the store
-/// makes many small files durable (`store/batch`): on `threads` threads at once (its
-/// finishers), a batch of [`BATCH`] anonymous files each written (4 KiB), then one
-/// `syncfs` for the batch, and closed; the wall time over the files. Nothing remains.
-/// (Each file `fdatasync`ed on its own cost 10-20 times more here, which predicted a tree
-/// of 20,000 small files at ten times the time it took.)
+/// makes many small files durable (`store/batch`): `threads` threads at once (its
+/// finishers) each make batches of [`BATCH`] anonymous files (each written 4 KiB, then
+/// one `syncfs` for the batch, then closed) one after another for [`FILE_TIME`], each at
+/// its own pace. In the store the receiving workers create and write the files while
+/// the finishers wait in `syncfs`, so a finisher's cycle is its `syncfs`: the cost per
+/// file is 1 / Σ (files ÷ seconds in `syncfs`) over the threads. Nothing remains. One
+/// `syncfs` before, not timed, writes what other processes left dirty: a copy pays that
+/// once, not per batch. (Each file `fdatasync`ed on its own cost 10-20 times more here,
+/// which predicted a tree of 20,000 small files at ten times the time it took; timing
+/// the creation as well predicted twice the time.)
 pub fn file_cost(dir: BorrowedFd<'_>, threads: usize) -> io::Result<f64> {
+    rustix::fs::syncfs(dir)?;
     let started = Instant::now();
-    let results: Vec<io::Result<()>> = std::thread::scope(|s| {
+    let results: Vec<io::Result<(usize, f64)>> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads.max(1))
             .map(|_| {
                 s.spawn(move || {
-                    let mut batch = Vec::with_capacity(BATCH);
-                    for _ in 0..BATCH {
-                        let f = temp_file(dir)?;
-                        f.write_all_at(&[0x5a; 4096], 0)?;
-                        batch.push(f);
+                    let (mut files, mut syncing) = (0, 0.0);
+                    while files == 0 || started.elapsed() < FILE_TIME {
+                        let mut batch = Vec::with_capacity(BATCH);
+                        for _ in 0..BATCH {
+                            let f = temp_file(dir)?;
+                            f.write_all_at(&[0x5a; 4096], 0)?;
+                            batch.push(f);
+                        }
+                        let sync = Instant::now();
+                        rustix::fs::syncfs(dir)?;
+                        syncing += sync.elapsed().as_secs_f64();
+                        files += batch.len();
                     }
-                    rustix::fs::syncfs(dir)?;
-                    Ok(())
+                    Ok((files, syncing))
                 })
             })
             .collect();
@@ -116,8 +130,11 @@ pub fn file_cost(dir: BorrowedFd<'_>, threads: usize) -> io::Result<f64> {
             })
             .collect()
     });
-    results.into_iter().collect::<io::Result<Vec<()>>>()?;
-    Ok(started.elapsed().as_secs_f64() / (threads.max(1) * BATCH) as f64)
+    let rate: f64 = results
+        .into_iter()
+        .map(|r| r.map(|(files, secs)| files as f64 / secs.max(1e-6)))
+        .sum::<io::Result<f64>>()?;
+    Ok(1.0 / rate.max(1.0))
 }
 
 /// The destination if it is a directory, else the nearest existing directory above it

@@ -257,7 +257,7 @@ impl FarEnd {
                 single_file,
                 rename,
             }),
-            Reply::Probed { .. } => Err(self.error(format!(
+            Reply::Probed { .. } | Reply::SourceProbed(_) => Err(self.error(format!(
                 "a probe's result where it should be ready (while {doing})"
             ))),
             Reply::Done {

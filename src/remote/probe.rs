@@ -51,12 +51,17 @@ pub fn measure(
             Some(m) => m,
             None => return Err(unexpected(&far, "no probe data arrived")),
         },
-        Reply::Done { .. } | Reply::Ready { .. } => {
+        Reply::Done { .. } | Reply::Ready { .. } | Reply::SourceProbed(_) => {
             return Err(unexpected(&far, "no probe result"));
         }
     };
+    finish(far, measured)
+}
+
+/// Waits for the far end's `Done` after a probe; `value` when it succeeded.
+pub(super) fn finish<T>(mut far: FarEnd, value: T) -> Result<T> {
     match far.finish(Some(Duration::from_secs(10))) {
-        Some(d) if d.code == exit::OK => Ok(measured),
+        Some(d) if d.code == exit::OK => Ok(value),
         Some(d) => Err(far.done_error(&d)),
         None => Err(Error::Host {
             host: far.host.clone(),

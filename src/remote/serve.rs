@@ -150,6 +150,14 @@ pub fn run(uploaded: bool) -> i32 {
             watch_stdin(input, Arc::clone(&finished));
             probe::serve_probe(&out, &dest, streams, advertise).map(|()| (0, 0, 0))
         }
+        Ok(Request::ProbeSource {
+            paths,
+            streams,
+            advertise,
+        }) => {
+            watch_stdin(input, Arc::clone(&finished));
+            probe::serve_probe_source(&out, &paths, streams, advertise).map(|()| (0, 0, 0))
+        }
         Ok(Request::Go { .. }) => Err(Error::Usage("Go before Send".into())),
         // The local side went away before saying anything: nobody to tell.
         Err(None) => return exit::NETWORK,

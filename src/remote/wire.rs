@@ -30,8 +30,9 @@ use crate::protocol::{Accept, Listing, SyncOptions};
 use crate::transport::PROTOCOL_VERSION;
 
 /// Version of this line protocol; bumped whenever `Request` or `Reply` change shape.
-/// 6: `Request::ReceiveStream` says `everywhere` (a stream's fan-out); `Probe`, `Probed`.
-pub const SERVE_VERSION: u16 = 6;
+/// 7: `ProbeSource`, `SourceProbed` (a far source's probe). 6: `Request::ReceiveStream`
+/// says `everywhere` (a stream's fan-out); `Probe`, `Probed`.
+pub const SERVE_VERSION: u16 = 7;
 /// Every message line starts with this.
 const MSG_PREFIX: &str = "haul-msg ";
 /// Greeting lines start with this.
@@ -144,6 +145,19 @@ pub enum Request {
         /// Advertise this address in the ticket instead of our own.
         advertise: Option<IpAddr>,
     },
+    /// `haul probe host:SRC... DST`: walk and sample `paths` here as a local probe does,
+    /// measure each codec on the sample, answer `SourceProbed`, then `Ready` with a
+    /// ticket, and write incompressible blocks on each of the `streams` data connections
+    /// the local side opens, for a few seconds (the network in the direction data would
+    /// flow; the local side counts).
+    ProbeSource {
+        /// Source paths on the far host (raw bytes).
+        paths: Vec<Vec<u8>>,
+        /// Data connections the local side opens.
+        streams: u16,
+        /// Advertise this address in the ticket instead of our own.
+        advertise: Option<IpAddr>,
+    },
     /// Sender only: start.
     Go {
         /// The new name of the single source at the destination, if rsync's rule renames it.
@@ -181,6 +195,8 @@ pub enum Reply {
         /// Microseconds from the first byte to the last.
         micros: u64,
     },
+    /// What a `ProbeSource` measured here (before its `Ready`).
+    SourceProbed(SourceReport),
     /// Finished; `code` is the far end's exit code.
     Done {
         /// Exit code (0: everything arrived).
@@ -195,6 +211,35 @@ pub enum Reply {
         #[serde(default)]
         deleted: u64,
     },
+}
+
+/// A far source's measurements (`probe::Sources` and the codecs' rates, in integers).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceReport {
+    /// Regular files.
+    pub files: u64,
+    /// Their data bytes.
+    pub bytes: u64,
+    /// Whether the walk finished in its time.
+    pub complete: bool,
+    /// Sample blocks read.
+    pub blocks: u32,
+    /// Their read rate, bytes per second.
+    pub read_rate: Option<u64>,
+    /// Whether they were read with `O_DIRECT`.
+    pub direct: bool,
+    /// Thousandths of the sample's pages cached before.
+    pub cached_permille: u16,
+    /// Small files (read whole).
+    pub small_files: u64,
+    /// Their data bytes.
+    pub small_bytes: u64,
+    /// Nanoseconds per small file read whole.
+    pub small_read_nanos: Option<u64>,
+    /// Microseconds the walk took.
+    pub walk_micros: u64,
+    /// Each codec: as `--compress` spells it, raw bytes per second, raw ÷ sent × 1000.
+    pub codecs: Vec<(String, u64, u64)>,
 }
 
 /// The first line of `haul serve`: `haul-serve 1 1` or `haul-serve 1 1 HASH`.
@@ -355,6 +400,11 @@ mod tests {
                 streams: 8,
                 advertise: Some("2001:db8::1".parse().unwrap()),
             },
+            Request::ProbeSource {
+                paths: vec![b"/var/lib/\xfe".to_vec(), b"b/".to_vec()],
+                streams: 3,
+                advertise: None,
+            },
         ];
         for r in reqs {
             let line = encode(&r);
@@ -377,6 +427,35 @@ mod tests {
             micros: 3_000_123,
         };
         assert_eq!(decode::<Reply>(&encode(&probed)).unwrap(), probed);
+        let source = Reply::SourceProbed(SourceReport {
+            files: 20_000,
+            bytes: 1 << 30,
+            complete: true,
+            blocks: 16,
+            read_rate: Some(300 << 20),
+            direct: true,
+            cached_permille: 1000,
+            small_files: 19_000,
+            small_bytes: 1 << 28,
+            small_read_nanos: Some(40_000),
+            walk_micros: 512_000,
+            codecs: vec![
+                ("none".into(), 3 << 30, 1000),
+                ("zstd:3".into(), 1 << 28, 3300),
+            ],
+        });
+        assert_eq!(decode::<Reply>(&encode(&source)).unwrap(), source);
+    }
+
+    proptest::proptest! {
+        /// Whatever bytes a line carries, decoding a reply returns (an error or a
+        /// message) and never panics.
+        #[test]
+        fn any_reply_line_decodes_or_fails_cleanly(bin in proptest::collection::vec(0u8.., 0..300)) {
+            let line = format!("{MSG_PREFIX}{}", data_encoding::BASE32_NOPAD.encode(&bin));
+            let _ = decode::<Reply>(&line);
+            let _ = decode::<Request>(&line);
+        }
     }
 
     #[test]
@@ -395,12 +474,12 @@ mod tests {
         let g = parse_greeting(&greeting(Some("ab12"))).unwrap();
         assert_eq!(g.hash.as_deref(), Some("ab12"));
         assert!(!parse_greeting("haul-serve 9 1").unwrap().compatible());
-        // Version 6: ReceiveStream says `everywhere`, and `Probe`/`Probed` (5: `compress`
+        // Version 7: `ProbeSource`/`SourceProbed`; 6: ReceiveStream says `everywhere`, and
+        // `Probe`/`Probed` (5: `compress`
         // may be "auto" and every request carries keep_cache; 4 added dry_run, a listing, a
         // cap and deleted; 3 the walk's selection); an older far end cannot read them and is
         // replaced by an upload.
-        assert_eq!(SERVE_VERSION, 6);
-        assert_eq!(SERVE_VERSION, 6);
+        assert_eq!(SERVE_VERSION, 7);
         for old in 2..SERVE_VERSION {
             let line = format!("haul-serve {old} {PROTOCOL_VERSION}");
             assert!(!parse_greeting(&line).unwrap().compatible());

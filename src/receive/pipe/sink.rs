@@ -59,9 +59,10 @@ pub struct Output {
     keep_cache: bool,
     dropped: u64,
     started: u64,
-    /// A file's blocks are reserved (`fallocate`) up to here, ahead of the writes; 0 once
-    /// the file system refused (the writes then allocate as they go).
-    reserved: u64,
+    /// A file's blocks are reserved (`fallocate`) up to here, ahead of the writes; `None`
+    /// when not a file, appended to (`>> FILE`: others may append too, and the end is
+    /// theirs to free), or once the file system refused (the writes then allocate).
+    reserved: Option<u64>,
 }
 
 /// A file destination starts writeback every this many bytes and drops the previous
@@ -129,12 +130,16 @@ impl Output {
     }
 
     fn from_kind(kind: Kind, keep_cache: bool) -> Output {
-        let base = match &kind {
+        let (base, reserved) = match &kind {
             Kind::Stdout {
                 file,
                 regular: true,
-            } => start_offset(file),
-            _ => 0,
+            } => match start_offset(file) {
+                (at, false) => (at, Some(at)),
+                (at, true) => (at, None),
+            },
+            Kind::File { .. } => (0, Some(0)),
+            _ => (0, None),
         };
         Output {
             kind,
@@ -144,7 +149,7 @@ impl Output {
             keep_cache,
             dropped: 0,
             started: 0,
-            reserved: base,
+            reserved,
         }
     }
 
@@ -218,29 +223,30 @@ impl Output {
     /// A file: reserves its blocks [`RESERVE_CHUNK`] at a time ahead of the next `len`
     /// bytes (`fallocate`, keeping the size). Written into reserved blocks, a file system
     /// with delayed allocation (ext4) skips its per-page reservation and the allocation
-    /// at writeback, as for a file mode destination reserved whole: 4 GiB written cost the
-    /// receiver ~0.3 s less CPU. Advice: a file system that refuses (no space, no
-    /// support) just allocates as the writes go.
+    /// at writeback, as for a file mode destination reserved whole (measured in design.md,
+    /// *Streams*). Advice: a file system that refuses (no space, no support) just
+    /// allocates as the writes go.
     fn reserve(&mut self, len: u64) {
         let at = self.base + self.written;
-        if self.reserved < at || at + len <= self.reserved {
+        let Some(from) = self.reserved.filter(|r| at + len > *r) else {
             return;
-        }
+        };
         let Some(file) = self.written_file() else {
-            self.reserved = 0;
+            self.reserved = None;
             return;
         };
-        let (from, to) = (self.reserved, at + len + RESERVE_CHUNK);
+        let to = at + len + RESERVE_CHUNK;
         let keep = rustix::fs::FallocateFlags::KEEP_SIZE;
-        self.reserved = match rustix::fs::fallocate(file, keep, from, to - from) {
-            Ok(()) => to,
-            Err(_) => 0,
-        };
+        let done = rustix::fs::fallocate(file, keep, from, to - from).is_ok();
+        self.reserved = done.then_some(to);
     }
 
     /// Frees the blocks reserved beyond the file's end (truncating to its own size does
     /// that; the content is untouched). Advice, as the reservation was.
     fn free_reserved(&self) {
+        if self.base + self.written >= self.reserved.unwrap_or(0) {
+            return;
+        }
         if let Some(file) = self.written_file() {
             if let Ok(m) = file.metadata() {
                 let _ = file.set_len(m.len());
@@ -351,14 +357,16 @@ fn stdout_kind(file: File) -> Kind {
 }
 
 /// Where the next write to `file` lands: its end when it was opened to append (`>>`), else
-/// its offset. 0 when unknown (then the pages dropped may be the wrong ones: advice only).
-fn start_offset(file: &File) -> u64 {
+/// its offset (0 when unknown: then the pages dropped may be the wrong ones, advice only);
+/// and whether it was opened to append.
+fn start_offset(file: &File) -> (u64, bool) {
     let append =
         rustix::fs::fcntl_getfl(file).is_ok_and(|f| f.contains(rustix::fs::OFlags::APPEND));
     if append {
-        return file.metadata().map_or(0, |m| m.len());
+        return (file.metadata().map_or(0, |m| m.len()), true);
     }
-    rustix::fs::seek(file, rustix::fs::SeekFrom::Current(0)).unwrap_or(0)
+    let at = rustix::fs::seek(file, rustix::fs::SeekFrom::Current(0)).unwrap_or(0);
+    (at, false)
 }
 
 fn parent_of(p: &Path) -> &Path {
@@ -470,7 +478,8 @@ mod tests {
     }
 
     /// Blocks are reserved ahead of the writes and what is beyond the end is freed when
-    /// the file is finished (a file and `> FILE`), or dropped unfinished (`> FILE`).
+    /// the file is finished (a file and `> FILE`), or dropped unfinished (`> FILE`); a
+    /// file appended to is left alone.
     #[test]
     fn reserved_blocks_beyond_the_end_are_freed() {
         use std::os::unix::fs::MetadataExt;
@@ -486,7 +495,7 @@ mod tests {
             o.write_all(&chunk).unwrap();
             o.write_all(&chunk[..1000]).unwrap();
             let len = chunk.len() as u64 + 1000;
-            if o.reserved == 0 {
+            if o.reserved.is_none() {
                 println!("SKIPPED: this file system cannot reserve blocks (fallocate)");
                 assert!(
                     std::env::var_os("CI").is_none(),
@@ -494,7 +503,7 @@ mod tests {
                 );
                 return;
             }
-            assert_eq!(o.reserved, len - 1000 + RESERVE_CHUNK);
+            assert_eq!(o.reserved, Some(len - 1000 + RESERVE_CHUNK));
             match case {
                 2 => drop(o),
                 _ => o.finish().unwrap(),
@@ -502,6 +511,13 @@ mod tests {
             assert_eq!(std::fs::metadata(&p).unwrap().len(), len);
             assert!(blocks(&p) < len + (1 << 20), "{} blocks held", blocks(&p));
         }
+        // `>> FILE`: others may append too; nothing is reserved, so nothing is freed.
+        let p = d.path().join("appended");
+        let mut f = std::fs::OpenOptions::new();
+        let f = f.create(true).append(true).open(&p).unwrap();
+        let mut o = Output::from_kind(stdout_kind(f), false);
+        o.write_all(&chunk).unwrap();
+        assert_eq!(o.reserved, None);
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! cost per file where the copy would write, then counts what the local side's probe
 //! streams carry for a few seconds (the network rate over the streams a copy would use,
 //! through the same TLS). Nothing stays at the destination. The measurements themselves
-//! are `probe::dest` and `probe::count`, which a waiting `haul recv` shares.
+//! are `probe::dest` and `probe::count`, which a waiting `haul recv` shares. And the far
+//! end of `haul probe host:SRC... DST`: the sources' walk, sample and codecs measured
+//! here, then the probe streams written from here to the local side.
 
 use std::net::IpAddr;
 use std::os::fd::AsFd;
@@ -54,4 +56,39 @@ pub(super) fn serve_probe(
         micros,
     }));
     Ok(())
+}
+
+/// The far end of `haul probe host:SRC... DST`: walks and samples the sources here,
+/// measures each codec on the sample with this host's cores, reports `SourceProbed`,
+/// listens, and writes incompressible blocks on each of the `streams` connections the
+/// local side opens for `probe::count::SEND_TIME` (it counts them).
+pub(super) fn serve_probe_source(
+    out: &Out,
+    paths: &[Vec<u8>],
+    streams: u16,
+    advertise: Option<IpAddr>,
+) -> Result<()> {
+    let paths: Vec<_> = paths.iter().map(|p| path_of(p)).collect();
+    let streams = usize::from(streams).max(1);
+    let src = probe::sample_sources(&paths, streams).map_err(|e| Error::Source {
+        path: paths.first().cloned().unwrap_or_default(),
+        source: e,
+    })?;
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let codecs = probe::codec_rates(&src.blocks, cores.min(streams));
+    out.line(&wire::encode(&Reply::SourceProbed(
+        crate::remote::probe_source::to_report(&src, &codecs),
+    )));
+    drop(src);
+    let (listener, ticket, port) = listen(advertise, false)?;
+    out.line(&wire::encode(&Reply::Ready {
+        ticket: Some(ticket.encode()),
+        port: Some(port),
+        single_file: false,
+        rename: None,
+    }));
+    let (_handle, accepted) = listener.spawn_acceptor();
+    let pool = AcceptPool::new(accepted);
+    let block = probe::dest::random_block();
+    probe::count::send_streams(streams, &block, || pool.take(Role::ProbeData))
 }
