@@ -12,10 +12,11 @@
 //! through their BLAKE3 subtree hash instead of their bytes ([`tree`]), so each byte of a
 //! stream is hashed once per side.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::protocol::{Codec, DataHeader};
 
+mod clock;
 mod mode;
 pub mod tree;
 pub mod tune;
@@ -108,14 +109,14 @@ impl Encoder {
             if let Some(probe) = t.probe_due() {
                 self.probe(level, probe, raw);
             }
-            let started = Instant::now();
+            let started = clock::thread_cpu();
             let codec = self.compress(tune::LADDER[level], raw, out);
             let wire = if codec == Codec::Raw {
                 raw.len()
             } else {
                 out.len()
             };
-            self.pending = Some((raw.len(), wire, started.elapsed()));
+            self.pending = Some((raw.len(), wire, clock::thread_cpu().saturating_sub(started)));
             return codec;
         }
         if self.skip > 0 {
@@ -159,12 +160,12 @@ impl Encoder {
     fn probe(&mut self, level: usize, probe: usize, raw: &[u8]) {
         let slice = &raw[..raw.len().min(tune::PROBE_SLICE)];
         let mut scratch = std::mem::take(&mut self.scratch);
-        let started = Instant::now();
+        let started = clock::thread_cpu();
         let out = match self.compress(tune::LADDER[probe], slice, &mut scratch) {
             Codec::Raw => slice.len(),
             _ => scratch.len(),
         };
-        let cpu = started.elapsed();
+        let cpu = clock::thread_cpu().saturating_sub(started);
         let current_out = match self.compress(tune::LADDER[level], slice, &mut scratch) {
             Codec::Raw => slice.len(),
             _ => scratch.len(),
