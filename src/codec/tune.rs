@@ -8,10 +8,13 @@
 //! byte at level `L` that is `a = cpu[L]` of compression and `b = ratio[L] * wire` of
 //! writing, where `ratio[L]` is output/input and `wire` the time the stream spends
 //! writing one byte on the wire. A slow link, a slow or busy receiver, or a cap makes
-//! `wire` large, and more compression pays; busy cores make `cpu[L]` large, and less
-//! pays. Incompressible data makes every ratio 1 (units that do not shrink 3% go raw), so
-//! `none` wins. All of it is measured in wall time on this stream, so contention from the
-//! other streams and other processes is in it.
+//! `wire` large, and more compression pays; slow compression makes `cpu[L]` large, and
+//! less pays. Incompressible data makes every ratio 1 (units that do not shrink 3% go
+//! raw), so `none` wins. `cpu[L]` is the thread's CPU time (`codec::clock`: a wall-clock
+//! unit of a few ms was often preempted for a whole time slice, and levels timed at
+//! different moments were compared on that noise); the write is wall time, so contention
+//! from the other streams and other processes shows there. Hashing the unit's raw bytes
+//! is not in the write (it costs the same at every level).
 //!
 //! One stream alone pays `a + b`. With `n` streams, one compresses while others write,
 //! and the resource that limits the transfer hides most of the other's cost; the
