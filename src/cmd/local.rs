@@ -66,16 +66,7 @@ pub(super) fn copy(
             receive(store, key, rx, opts)
         })
         .map_err(|e| Error::io("starting the receiver", e))?;
-    let dial = |role: Role| -> Result<Conn> {
-        let mut g = ends
-            .lock()
-            .map_err(|_| Error::io("local streams", std::io::Error::other("poisoned")))?;
-        let i = g
-            .iter()
-            .position(|(r, _)| *r == role)
-            .ok_or_else(|| Error::io("local streams", std::io::Error::other("none left")))?;
-        Ok(g.swap_remove(i).1)
-    };
+    let dial = |role: Role| take_end(&ends, role);
     let sent = send(&sources, &opts, key, dial);
     drop(ends);
     let received = receiver
@@ -133,4 +124,17 @@ pub(super) fn copy_also(
     let report = sent?;
     let states = fanout::states(&label, report.chain.as_ref(), &report.replicas);
     Ok((report, states))
+}
+
+/// Hands out the dialing end of an in-process connection pair made for `role` (a local
+/// copy's, or a local pipe's, streams instead of dialing a socket).
+pub(super) fn take_end(ends: &Mutex<Vec<(Role, Conn)>>, role: Role) -> Result<Conn> {
+    let mut g = ends
+        .lock()
+        .map_err(|_| Error::io("local streams", std::io::Error::other("poisoned")))?;
+    let i = g
+        .iter()
+        .position(|(r, _)| *r == role)
+        .ok_or_else(|| Error::io("local streams", std::io::Error::other("none left")))?;
+    Ok(g.swap_remove(i).1)
 }

@@ -8,6 +8,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use super::local::take_end;
 use super::ticket::{resolve_ticket, write_ticket_file};
 use crate::config::{Config, Pipe, PipeCopy, SshOptions, TicketFrom, Transfer, DEFAULT_TIMEOUT};
 use crate::error::{Error, Result};
@@ -245,16 +246,7 @@ fn copy_here(from: &PipeFrom, to: &PipeTo, t: &Transfer, p: &Pipe, cfg: &Config)
             receive_pipe(out, key, rx, opts)
         })
         .map_err(|e| Error::io("starting the receiver", e))?;
-    let dial = |role: Role| -> Result<Conn> {
-        let mut g = ends
-            .lock()
-            .map_err(|_| Error::io("local streams", std::io::Error::other("poisoned")))?;
-        let i = g
-            .iter()
-            .position(|(r, _)| *r == role)
-            .ok_or_else(|| Error::io("local streams", std::io::Error::other("none left")))?;
-        Ok(g.swap_remove(i).1)
-    };
+    let dial = |role: Role| take_end(&ends, role);
     let sent = send_pipe(from, &opts, key, dial);
     drop(ends);
     let received = receiver
