@@ -300,7 +300,7 @@ pub struct RemoteArgs {
     /// Far ends advertise this address in their ticket instead of their own (NAT, tests).
     #[arg(long, value_name = "IP", hide = true)]
     pub remote_advertise: Option<std::net::IpAddr>,
-    /// A further destination ([user@]host:path) of a push, fed by the one before it (a
+    /// A further destination ([user@]host:path) of a copy, fed by the one before it (a
     /// chain fan-out: the sources are read and sent once; a stream's too: host:FILE, or
     /// host: with --to-command); repeatable.
     #[arg(long, value_name = "HOST:DST")]

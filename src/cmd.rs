@@ -137,8 +137,27 @@ fn run_command(cfg: &Config) -> Result<()> {
                         finish_send(&report, states, cfg)
                     }
                 }
-                Outcome::Received(report) => finish_recv(&report, cfg),
-                Outcome::Between => Ok(()),
+                Outcome::Received(report, fanned) => {
+                    let states = fanout::far_states(&fanned, report.as_ref().err());
+                    match report {
+                        Ok(report) => finish_recv(&report, states, cfg),
+                        // The local replica failed, the chain after it went on.
+                        Err(_) => {
+                            if cfg.json {
+                                let j = crate::progress::Report {
+                                    replicas: states.clone(),
+                                    ..Default::default()
+                                };
+                                println!("{}", j.to_json());
+                            }
+                            fanout::failed(states.as_deref().unwrap_or_default(), false)
+                        }
+                    }
+                }
+                Outcome::Between(fanned) => {
+                    let states = fanout::far_states(&fanned, None);
+                    fanout::failed(states.as_deref().unwrap_or_default(), false)
+                }
             }
         }
         Command::Plan(job) => shards::run(job, cfg),
@@ -303,12 +322,18 @@ fn run_recv(
         },
     };
     let report = receive(store, key, rx, opts)?;
-    finish_recv(&report, cfg)
+    finish_recv(&report, None, cfg)
 }
 
 /// Prints the receiver's summary (and JSON report); the partial error when the sender
 /// skipped files.
-fn finish_recv(report: &ReceiveReport, cfg: &Config) -> Result<()> {
+/// Prints the receiver's summary (and JSON report); a failed replica of a fan-out (a
+/// pull's), or the partial error when the sender skipped files.
+fn finish_recv(
+    report: &ReceiveReport,
+    replicas: Option<Vec<crate::progress::ReplicaState>>,
+    cfg: &Config,
+) -> Result<()> {
     print_end(
         "received",
         &report.summary,
@@ -317,8 +342,11 @@ fn finish_recv(report: &ReceiveReport, cfg: &Config) -> Result<()> {
         cfg,
     );
     if cfg.json {
-        println!("{}", report.report().to_json());
+        let mut j = report.report();
+        j.replicas = replicas.clone();
+        println!("{}", j.to_json());
     }
+    fanout::failed(replicas.as_deref().unwrap_or_default(), false)?;
     if report.sender_failed > 0 {
         return Err(Error::Partial {
             count: report.sender_failed,

@@ -79,6 +79,33 @@ pub(super) fn states(
     Some(out)
 }
 
+/// Every receiver's state for a fan-out whose sender is a far end (a pull, remote to
+/// remote), as its `Done` reported them; `local`: the local first receiver's own error
+/// (more precise than what the sender saw of it). None when not a fan-out.
+pub(super) fn far_states(
+    fanned: &crate::remote::Fanned,
+    local: Option<&Error>,
+) -> Option<Vec<ReplicaState>> {
+    let mut replicas = fanned.replicas.clone();
+    if let Some(e) = local {
+        own_error(&mut replicas, &fanned.label, e);
+    }
+    states(&fanned.label, fanned.chain.as_ref(), &replicas)
+}
+
+/// A local first receiver that failed said why itself (a full disk: exit 4), more
+/// precisely than the sender, which only saw it go: its error replaces the sender's.
+pub(super) fn own_error(replicas: &mut Vec<Replica>, host: &str, e: &Error) {
+    replicas.retain(|r| r.host != host);
+    replicas.push(Replica {
+        host: host.to_string(),
+        outcome: Outcome::Failed {
+            code: e.exit_code(),
+            message: e.to_string(),
+        },
+    });
+}
+
 /// Prints one error line per failed replica; the exit status is the first one's. A
 /// `stream` cannot be resumed: a re-run sends all of it again.
 pub(super) fn failed(states: &[ReplicaState], stream: bool) -> Result<()> {

@@ -67,6 +67,7 @@ pub(super) fn copy(
         })
         .map_err(|e| Error::io("starting the receiver", e))?;
     let dial = |role: Role| take_end(&ends, role);
+    let label = opts.label.clone();
     let sent = send(&sources, &opts, key, dial);
     drop(ends);
     let received = receiver
@@ -75,6 +76,10 @@ pub(super) fn copy(
     // The receiver's error is the more precise one (e.g. disk full), unless it only saw
     // the sender go away; in a fan-out the sender went on without it and reports it.
     match (sent, received) {
+        (Ok(mut s), Err(e)) if relay => {
+            fanout::own_error(&mut s.replicas, &label, &e);
+            Ok(s)
+        }
         (Ok(s), _) if relay => Ok(s),
         (Ok(s), Ok(_)) => Ok(s),
         (Err(e), Err(Error::Transport(_))) | (Err(e), Ok(_)) => Err(e),

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use super::location::{parse_location, Location, RemoteCopy, RemotePath};
+use super::location::{parse_location, Location, RemotePath};
 use crate::error::{Error, Result};
 use crate::protocol::MAX_CHAIN;
 use crate::transport::Ticket;
@@ -53,11 +53,11 @@ pub(super) fn tickets(
 }
 
 /// Which copy forms a fan-out works with, for messages.
-const FAN_OUT_FORMS: &str = "a fan-out is `haul copy SRC... host1:DST --also host2:DST` (SRC \
-     local files, or a stream: `-` or --from-command; for files the first DST may be local) \
-     or `haul send SRC --to T1 --to T2`";
+const FAN_OUT_FORMS: &str = "a fan-out is `haul copy SRC... DST --also host2:DST` (files: SRC \
+     local or on one host, DST local or host:DST; a stream: `-` or --from-command to \
+     host:FILE) or `haul send SRC --to T1 --to T2`";
 
-/// `--also` on a copy of `form` (a pull, remote to remote, a stream not pushed), which does not
+/// `--also` on a copy of `form` (a stream from a host or on this host), which does not
 /// fan out: refused (exit 2), naming the forms that do and what to run instead.
 pub(super) fn no_chain<T>(form: &str, also: &[T]) -> Result<()> {
     match also.is_empty() {
@@ -69,7 +69,7 @@ pub(super) fn no_chain<T>(form: &str, also: &[T]) -> Result<()> {
     }
 }
 
-/// `copy --also HOST:DST...`: the further destinations of a push.
+/// `copy --also HOST:DST...`: the further destinations of a copy.
 pub(super) fn also(also: &[PathBuf]) -> Result<Vec<RemotePath>> {
     if also.len() > MAX_CHAIN {
         return Err(Error::Usage(format!("at most {MAX_CHAIN} --also")));
@@ -100,15 +100,6 @@ pub(super) fn stream_also(dest: &RemotePath, also: &[RemotePath]) -> Result<()> 
              --to-command",
             crate::progress::escape(&format!("{}:{}", a.host, String::from_utf8_lossy(&a.path)))
         ))),
-    }
-}
-
-/// `--also` extends a push (local sources to host:DST) only.
-pub(super) fn also_only_in_a_push(plan: &RemoteCopy, also: &[PathBuf]) -> Result<()> {
-    match plan {
-        RemoteCopy::Push { .. } => Ok(()),
-        RemoteCopy::Pull { .. } => no_chain("a pull (host:SRC to a local DST)", also),
-        RemoteCopy::Between { .. } => no_chain("a copy from one host to another", also),
     }
 }
 

@@ -29,6 +29,8 @@ pub enum RemoteCopy {
         sources: Vec<RemotePath>,
         /// Local destination.
         dest: PathBuf,
+        /// Further far destinations (`--also`), the first fed by the local one.
+        also: Vec<RemotePath>,
     },
     /// Far sources to a far destination, directly between the two.
     Between {
@@ -36,6 +38,8 @@ pub enum RemoteCopy {
         sources: Vec<RemotePath>,
         /// Far destination.
         dest: RemotePath,
+        /// Further far destinations (`--also`), each fed by the one before it.
+        also: Vec<RemotePath>,
     },
 }
 

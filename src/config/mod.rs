@@ -462,13 +462,14 @@ fn copy_command(
         (false, Location::Local(dest)) => RemoteCopy::Pull {
             sources: remote,
             dest,
+            also: fanout::also(&r.also)?,
         },
         (false, Location::Remote(dest)) => RemoteCopy::Between {
             sources: remote,
             dest,
+            also: fanout::also(&r.also)?,
         },
     };
-    fanout::also_only_in_a_push(&plan, &r.also)?;
     Ok(Command::Remote {
         plan,
         transfer: transfer_config(t, !r.no_encrypt, NETWORK_COMPRESSION)?,

@@ -266,12 +266,14 @@ impl FarEnd {
                 files,
                 bytes,
                 deleted,
+                replicas,
             } => Err(self.done_error(&Done {
                 code,
                 message,
                 files,
                 bytes,
                 deleted,
+                replicas,
             })),
         }
     }
@@ -301,6 +303,7 @@ impl FarEnd {
                 files,
                 bytes,
                 deleted,
+                replicas,
             }) = wire::decode::<Reply>(&line)
             {
                 done = Some(Done {
@@ -309,6 +312,7 @@ impl FarEnd {
                     files,
                     bytes,
                     deleted,
+                    replicas,
                 });
                 break;
             }
@@ -374,6 +378,8 @@ pub struct Done {
     pub bytes: u64,
     /// Entries removed by `--delete`.
     pub deleted: u64,
+    /// A fan-out's sender: what became of each receiver.
+    pub replicas: Vec<crate::protocol::Replica>,
 }
 
 enum Greeted {

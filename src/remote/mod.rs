@@ -29,6 +29,7 @@ pub mod farend;
 pub mod pipe;
 pub mod probe;
 pub mod probe_source;
+mod pull;
 pub mod route;
 pub mod rsh;
 pub mod serve;
@@ -36,19 +37,17 @@ mod upload;
 pub mod wire;
 
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::config::{RemoteCopy, RemotePath, SshOptions, DEFAULT_TIMEOUT};
+use crate::config::{RemoteCopy, RemotePath, SshOptions};
 use crate::error::{exit, Error, Result};
-use crate::plan::layout::{dest_layout, is_single_file};
+use crate::plan::layout::is_single_file;
 use crate::plan::walk::{self, Source};
 use crate::progress::{summary_line, summary_tail};
 use crate::protocol::{Accept, Listing, SyncOptions};
-use crate::receive::{receive, ReceiveOptions, ReceiveReport};
+use crate::receive::ReceiveReport;
 use crate::send::{send, SendOptions, SendReport};
-use crate::store::Store;
-use crate::transport::Ticket;
 
 use fanout::First;
 use farend::{Done, FarEnd};
@@ -85,12 +84,25 @@ struct FarOptions<'a> {
 /// How a remote copy ended, for the caller to report: the local side's report when it
 /// sent or received (push, pull); remote to remote, the far ends reported already.
 pub enum Outcome {
-    /// Push: what the local sender reports.
+    /// Push: what the local sender reports (a fan-out's replicas included).
     Sent(SendReport),
-    /// Pull: what the local receiver reports.
-    Received(ReceiveReport),
-    /// Remote to remote: done, and summarised.
-    Between,
+    /// Pull: what the local receiver reports (in a fan-out, its error when it failed
+    /// while the chain after it went on), and what became of a fan-out's replicas.
+    Received(Result<ReceiveReport>, Fanned),
+    /// Remote to remote: done, and summarised; what became of a fan-out's replicas.
+    Between(Fanned),
+}
+
+/// A fan-out whose sender is a far end (a pull, remote to remote): the chain after the
+/// first receiver, how the first is named, and what the far sender's `Done` said became
+/// of each receiver.
+pub struct Fanned {
+    /// The receivers after the first (None: no fan-out).
+    pub chain: Option<crate::protocol::Chain>,
+    /// The first receiver's name in messages.
+    pub label: String,
+    /// What became of the receivers, as the far sender reported.
+    pub replicas: Vec<crate::protocol::Replica>,
 }
 
 /// Runs a remote copy with the sender options `opts` (`encrypt`: TLS on the data streams).
@@ -114,7 +126,7 @@ pub fn run(
     // shared connection.
     let share = match plan {
         RemoteCopy::Push { also, .. } => also.is_empty(),
-        RemoteCopy::Pull { .. } => true,
+        RemoteCopy::Pull { also, .. } => also.is_empty(),
         RemoteCopy::Between { .. } => false,
     };
     let rsh = Rsh::new(ssh.rsh.clone(), share);
@@ -124,12 +136,17 @@ pub fn run(
             dest,
             also,
         } => push(&rsh, sources, dest, also, opts, &far).map(Outcome::Sent),
-        RemoteCopy::Pull { sources, dest } => {
-            pull(&rsh, sources, dest, opts, &far).map(Outcome::Received)
-        }
-        RemoteCopy::Between { sources, dest } => {
-            between(&rsh, sources, dest, opts, &far).map(|()| Outcome::Between)
-        }
+        RemoteCopy::Pull {
+            sources,
+            dest,
+            also,
+        } => pull::pull(&rsh, sources, dest, also, opts, &far)
+            .map(|(r, fanned)| Outcome::Received(r, fanned)),
+        RemoteCopy::Between {
+            sources,
+            dest,
+            also,
+        } => between(&rsh, sources, dest, also, opts, &far).map(Outcome::Between),
     }
 }
 
@@ -260,64 +277,6 @@ impl Further {
     }
 }
 
-fn pull(
-    rsh: &Rsh,
-    sources: &[RemotePath],
-    dest: &Path,
-    opts: &SendOptions,
-    f: &FarOptions<'_>,
-) -> Result<ReceiveReport> {
-    let at = &sources[0];
-    let mut far = FarEnd::start(rsh, at, f.ssh, f.quiet)?;
-    far.send(&send_request(sources, opts, true, f.ssh.advertise))?;
-    let ready = far.ready("setting up the sender")?;
-    let (ticket, port, single_file) = match ready.ticket {
-        Some(ticket) => (ticket, ready.port, ready.single_file),
-        None => return Err(unexpected(&far, "no ticket")),
-    };
-    let ticket = Ticket::parse(&ticket)?;
-    let (root, rename) = dest_layout(single_file, dest);
-    let store = match opts.sync.dry_run {
-        true => Store::open_dry(&root)?,
-        false => Store::open(&root)?,
-    };
-    store.set_accept(f.accept.clone())?;
-    store.set_keep_cache(opts.keep_cache);
-    far.send(&Request::Go {
-        rename,
-        ticket: None,
-        encrypt: f.encrypt,
-    })?;
-    let route = Route::new(rsh, at, ticket, port, f.encrypt, f.ssh.via_ssh);
-    let key = route.key();
-    let streams = opts.streams;
-    let (tx, rx) = crossbeam_channel::unbounded();
-    let received = std::thread::scope(|s| {
-        let route = &route;
-        s.spawn(move || route.dial_into(streams, &tx));
-        let opts = ReceiveOptions {
-            progress: !f.quiet,
-            timeout: DEFAULT_TIMEOUT,
-            listing: opts.listing,
-        };
-        receive(store, key, rx, opts)
-    });
-    let done = far.finish(Some(done_wait(&received)));
-    let report = match received {
-        Ok(r) => r,
-        Err(e) => return Err(prefer_far(e, &far, done.as_ref())),
-    };
-    match done {
-        Some(d) if d.code != exit::OK && d.code != exit::PARTIAL => Err(far.done_error(&d)),
-        Some(_) => Ok(report),
-        None => Err(Error::Host {
-            host: far.host.clone(),
-            message: "the far end ended without confirming (see above)".into(),
-            code: exit::NETWORK,
-        }),
-    }
-}
-
 /// What a receiving far end at `at` is told; `everywhere`: it is dialed by another far
 /// host (a fan-out's further hop, a remote-to-remote receiver), not by this one.
 fn receive_request(
@@ -372,9 +331,10 @@ fn between(
     rsh: &Rsh,
     sources: &[RemotePath],
     dest: &RemotePath,
+    also: &[RemotePath],
     opts: &SendOptions,
     f: &FarOptions<'_>,
-) -> Result<()> {
+) -> Result<Fanned> {
     let started = Instant::now();
     // Both ssh sessions start at once: their set-up is most of the latency.
     let (sender, receiver) = std::thread::scope(|s| {
@@ -394,14 +354,35 @@ fn between(
         Some(ticket) => (ticket, ready.rename),
         None => return Err(unexpected(&receiver, "no ticket")),
     };
-    sender.send(&Request::Go {
-        rename,
-        ticket: Some(ticket),
-        encrypt: f.encrypt,
-    })?;
-    let sent = sender.finish(None);
+    // A fan-out: the far sender tells the receiver the chain after it.
+    let (mut further, chain, renames) =
+        fanout::start(rsh, also, f.ssh, f.quiet, f.encrypt, |at| {
+            receive_request(at, single_file, true, opts, f)
+        })?;
+    let label = fanout::label(dest);
+    let go = fanout::same_name(&rename, also, &renames).and_then(|()| {
+        sender.send(&Request::Go {
+            rename,
+            ticket: Some(ticket),
+            encrypt: f.encrypt,
+            chain: chain.clone(),
+            label: label.clone(),
+        })
+    });
+    let sent = match go {
+        Ok(()) => sender.finish(None),
+        Err(e) => {
+            for x in &mut further {
+                x.finish(Some(FAILED_WAIT));
+            }
+            return Err(e);
+        }
+    };
     let ok = sent.as_ref().is_some_and(|d| d.code == exit::OK);
     let received = receiver.finish(Some(if ok { DONE_WAIT } else { FAILED_WAIT }));
+    for x in &mut further {
+        x.finish(Some(FAILED_WAIT));
+    }
     match (sent, received) {
         (Some(s), _) if s.code == exit::OK => {
             if !f.quiet {
@@ -417,7 +398,11 @@ fn between(
                     summary_tail(0, s.deleted)
                 );
             }
-            Ok(())
+            Ok(Fanned {
+                chain,
+                label,
+                replicas: s.replicas,
+            })
         }
         (Some(s), r) => {
             // "receiver: …" from the sender: the receiver's own Done says it with its host.

@@ -62,6 +62,7 @@ pub fn measure(
             files,
             bytes,
             deleted,
+            replicas,
         } => {
             return Err(far.done_error(&Done {
                 code,
@@ -69,6 +70,7 @@ pub fn measure(
                 files,
                 bytes,
                 deleted,
+                replicas,
             }))
         }
         Reply::Ready { .. } | Reply::Probed { .. } => {

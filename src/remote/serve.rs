@@ -23,7 +23,7 @@ use crate::config::{DEFAULT_RETRIES, DEFAULT_TIMEOUT};
 use crate::error::{exit, Error, Result};
 use crate::plan::layout::{dest_layout, is_single_file};
 use crate::plan::walk::{self, Source};
-use crate::protocol::{Accept, Listing};
+use crate::protocol::{Accept, Listing, Replica};
 use crate::receive::{incoming, receive, ReceiveOptions};
 use crate::send::{send, ticket_dialer, SendOptions};
 use crate::session::lost;
@@ -68,7 +68,7 @@ pub fn run(uploaded: bool) -> i32 {
         }) => {
             watch_stdin(input, Arc::clone(&finished));
             let how = (advertise, everywhere, accept, dry_run, keep_cache);
-            serve_receive(&out, &dest, single_file, how)
+            serve_receive(&out, &dest, single_file, how).map(|(f, b, d)| (f, b, d, Vec::new()))
         }
         Ok(Request::Send {
             paths,
@@ -115,7 +115,7 @@ pub fn run(uploaded: bool) -> i32 {
         }) => {
             watch_stdin(input, Arc::clone(&finished));
             let how = (window, advertise, keep_cache, everywhere);
-            pipe::serve_receive_stream(&out, &dest, command, how).map(|b| (0, b, 0))
+            pipe::serve_receive_stream(&out, &dest, command, how).map(|b| (0, b, 0, Vec::new()))
         }
         Ok(Request::SendStream {
             path,
@@ -140,7 +140,7 @@ pub fn run(uploaded: bool) -> i32 {
                 limit,
                 keep_cache,
             };
-            pipe::serve_send_stream(&out, req).map(|b| (0, b, 0))
+            pipe::serve_send_stream(&out, req).map(|b| (0, b, 0, Vec::new()))
         }
         Ok(Request::Probe {
             dest,
@@ -148,7 +148,7 @@ pub fn run(uploaded: bool) -> i32 {
             advertise,
         }) => {
             watch_stdin(input, Arc::clone(&finished));
-            probe::serve_probe(&out, &dest, streams, advertise).map(|()| (0, 0, 0))
+            probe::serve_probe(&out, &dest, streams, advertise).map(|()| (0, 0, 0, Vec::new()))
         }
         Ok(Request::ProbeSource {
             paths,
@@ -156,7 +156,8 @@ pub fn run(uploaded: bool) -> i32 {
             advertise,
         }) => {
             watch_stdin(input, Arc::clone(&finished));
-            probe::serve_probe_source(&out, &paths, streams, advertise).map(|()| (0, 0, 0))
+            probe::serve_probe_source(&out, &paths, streams, advertise)
+                .map(|()| (0, 0, 0, Vec::new()))
         }
         Ok(Request::Go { .. }) => Err(Error::Usage("Go before Send".into())),
         // The local side went away before saying anything: nobody to tell.
@@ -164,9 +165,9 @@ pub fn run(uploaded: bool) -> i32 {
         Err(Some(e)) => Err(e),
     };
     finished.store(true, Ordering::SeqCst);
-    let (code, message, files, bytes, deleted) = match result {
-        Ok((files, bytes, deleted)) => (exit::OK, String::new(), files, bytes, deleted),
-        Err(e) => (e.exit_code(), e.to_string(), 0, 0, 0),
+    let (code, message, (files, bytes, deleted, replicas)) = match result {
+        Ok(served) => (exit::OK, String::new(), served),
+        Err(e) => (e.exit_code(), e.to_string(), (0, 0, 0, Vec::new())),
     };
     out.line(&wire::encode(&Reply::Done {
         code,
@@ -174,6 +175,7 @@ pub fn run(uploaded: bool) -> i32 {
         files,
         bytes,
         deleted,
+        replicas,
     }));
     code
 }
@@ -268,7 +270,7 @@ fn serve_send(
     opts: SendOptions,
     listen_here: bool,
     advertise: Option<IpAddr>,
-) -> Result<(u64, u64, u64)> {
+) -> Result<(u64, u64, u64, Vec<Replica>)> {
     let mut sources: Vec<Source> = paths
         .iter()
         .map(|p| Source::from_arg(&path_of(p)))
@@ -286,12 +288,14 @@ fn serve_send(
         single_file,
         rename: None,
     }));
-    let (rename, dial_ticket, encrypt) = match read_request(&mut input) {
+    let (rename, dial_ticket, encrypt, chain, label) = match read_request(&mut input) {
         Ok(Request::Go {
             rename,
             ticket,
             encrypt,
-        }) => (rename, ticket, encrypt),
+            chain,
+            label,
+        }) => (rename, ticket, encrypt, chain, label),
         Ok(_) => {
             return Err(crate::protocol::ProtocolError::Unexpected(
                 "expected Go from the local haul".into(),
@@ -310,11 +314,19 @@ fn serve_send(
     if let (Some(name), [only]) = (rename, sources.as_mut_slice()) {
         only.dest_name = Some(name);
     }
+    // A fan-out: the first receiver passes everything on; when it fails, this sender goes
+    // on with the next (through its ticket) and reports it in `replicas`.
+    let opts = SendOptions {
+        chain,
+        label,
+        ..opts
+    };
     let report = match (listening, dial_ticket) {
         (Some((listener, ticket, _)), _) => {
             let key = ticket.secret.block_key();
             let (_handle, accepted) = listener.spawn_acceptor();
-            let pool = AcceptPool::new(accepted);
+            // A pull's local receiver dials once (`Route::dial_into`).
+            let pool = AcceptPool::once(accepted, opts.streams);
             let dial = |role: Role| pool.take(role);
             send(&sources, &opts, key, dial)?
         }
@@ -330,7 +342,7 @@ fn serve_send(
     let s = &report.summary;
     match report.partial_error() {
         Some(e) => Err(e),
-        None => Ok((s.files, s.bytes, s.deleted)),
+        None => Ok((s.files, s.bytes, s.deleted, report.replicas.clone())),
     }
 }
 

@@ -26,13 +26,14 @@ use std::net::IpAddr;
 use serde::{Deserialize, Serialize};
 
 use crate::plan::select::Selection;
-use crate::protocol::{Accept, Listing, SyncOptions};
+use crate::protocol::{Accept, Chain, Listing, Replica, SyncOptions};
 use crate::transport::PROTOCOL_VERSION;
 
 /// Version of this line protocol; bumped whenever `Request` or `Reply` change shape.
+/// 8: `Go` carries a fan-out's chain and first receiver's label, `Done` the replicas.
 /// 7: `ProbeSource`, `SourceProbed` (a far source's probe). 6: `Request::ReceiveStream`
 /// says `everywhere` (a stream's fan-out); `Probe`, `Probed`.
-pub const SERVE_VERSION: u16 = 7;
+pub const SERVE_VERSION: u16 = 8;
 /// Every message line starts with this.
 const MSG_PREFIX: &str = "haul-msg ";
 /// Greeting lines start with this.
@@ -166,6 +167,11 @@ pub enum Request {
         ticket: Option<String>,
         /// TLS on the connections this far end dials.
         encrypt: bool,
+        /// A chain fan-out (`copy host:SRC DST --also …`): the receivers after the first,
+        /// which the first passes everything on to.
+        chain: Option<Chain>,
+        /// How messages name the first receiver (a fan-out's replica report).
+        label: String,
     },
 }
 
@@ -210,6 +216,8 @@ pub enum Reply {
         /// Entries removed by `--delete` (for the summary line).
         #[serde(default)]
         deleted: u64,
+        /// A fan-out's sender: what became of each receiver (the sender's report).
+        replicas: Vec<Replica>,
     },
 }
 
@@ -375,6 +383,14 @@ mod tests {
                 rename: Some(b"new".to_vec()),
                 ticket: Some("haul1-abc".into()),
                 encrypt: true,
+                chain: Some(Chain {
+                    hops: vec![crate::protocol::Hop {
+                        label: "db2:/x".into(),
+                        ticket: "haul1-def".into(),
+                    }],
+                    encrypt: true,
+                }),
+                label: "/data/\x1b".into(),
             },
             Request::ReceiveStream {
                 dest: Vec::new(),
@@ -418,6 +434,13 @@ mod tests {
             files: 1,
             bytes: 2,
             deleted: 3,
+            replicas: vec![Replica {
+                host: "db2:/x".into(),
+                outcome: crate::protocol::Outcome::Failed {
+                    code: 5,
+                    message: "gone".into(),
+                },
+            }],
         };
         assert_eq!(decode::<Reply>(&encode(&done)).unwrap(), done);
         let probed = Reply::Probed {
@@ -474,12 +497,12 @@ mod tests {
         let g = parse_greeting(&greeting(Some("ab12"))).unwrap();
         assert_eq!(g.hash.as_deref(), Some("ab12"));
         assert!(!parse_greeting("haul-serve 9 1").unwrap().compatible());
-        // Version 7: `ProbeSource`/`SourceProbed`; 6: ReceiveStream says `everywhere`, and
+        // Version 8: `Go` carries a chain, `Done` the replicas; 7: `ProbeSource`/`SourceProbed`; 6: ReceiveStream says `everywhere`, and
         // `Probe`/`Probed` (5: `compress`
         // may be "auto" and every request carries keep_cache; 4 added dry_run, a listing, a
         // cap and deleted; 3 the walk's selection); an older far end cannot read them and is
         // replaced by an upload.
-        assert_eq!(SERVE_VERSION, 7);
+        assert_eq!(SERVE_VERSION, 8);
         for old in 2..SERVE_VERSION {
             let line = format!("haul-serve {old} {PROTOCOL_VERSION}");
             assert!(!parse_greeting(&line).unwrap().compatible());

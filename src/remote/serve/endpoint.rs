@@ -100,6 +100,9 @@ pub(super) struct AcceptPool(Mutex<Pool>);
 struct Pool {
     rx: Receiver<Accepted>,
     stash: Vec<Accepted>,
+    /// Connections of each role (control, data) still to come, when the dialer dials
+    /// each once and never again (a pull's local receiver).
+    left: Option<(usize, usize)>,
 }
 
 impl AcceptPool {
@@ -108,7 +111,20 @@ impl AcceptPool {
         AcceptPool(Mutex::new(Pool {
             rx,
             stash: Vec::new(),
+            left: None,
         }))
+    }
+
+    /// The same for a dialer that opens one control and `streams` data connections, once:
+    /// asking for more (re-dialing a receiver that dropped) fails at once rather than
+    /// waiting for a connection that never comes, so that a fan-out's sender goes on with
+    /// the next receiver without delay.
+    pub(super) fn once(rx: Receiver<Accepted>, streams: usize) -> AcceptPool {
+        let pool = AcceptPool::new(rx);
+        if let Ok(mut p) = pool.0.lock() {
+            p.left = Some((1, streams));
+        }
+        pool
     }
 
     /// The next accepted connection of `role` (a sender's `dial`).
@@ -117,6 +133,19 @@ impl AcceptPool {
             .0
             .lock()
             .map_err(|_| crate::error::Error::io("accepting", io::Error::other("poisoned")))?;
+        if let Some((control, data)) = &mut pool.left {
+            let left = match role {
+                Role::Control => control,
+                _ => data,
+            };
+            if *left == 0 {
+                return Err(lost(io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    "the receiver's connection dropped, and it does not dial again",
+                )));
+            }
+            *left -= 1;
+        }
         if let Some(i) = pool.stash.iter().position(|a| a.role == role) {
             return Ok(pool.stash.swap_remove(i).conn);
         }
