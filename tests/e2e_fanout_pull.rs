@@ -169,8 +169,8 @@ fn pull_also_a_further_hop_killed_mid_run_is_reported_and_a_rerun_completes_it()
         "{all}"
     );
     let json = text(&out.stdout);
-    assert_eq!(json.matches("\"ok\":true").count(), 2, "{json}");
-    assert_eq!(json.matches("\"ok\":false").count(), 1, "{json}");
+    assert_eq!(json.matches("\"ok\":true").count(), 2, "{all}");
+    assert_eq!(json.matches("\"ok\":false").count(), 1, "{all}");
     for d in [&ds[0], &ds[2]] {
         assert_trees_equal(&src, &d.join("tree"));
         assert_no_part_files(d);
