@@ -1,16 +1,14 @@
 //! Chain fan-out where the sender is a far end, through the real binary and the test sshd:
 //! `haul copy host:SRC /local/DST --also host2:DST [--also …]` (the local receiver is the
 //! first hop and passes everything on) and `haul copy h1:SRC h2:DST --also h3:DST`; a
-//! further hop SIGKILLed mid-run is reported while the others complete, and a re-run
-//! completes it; a local first receiver whose file system fills up mid-run (a small
-//! tmpfs) is reported while the far replicas complete, for a local source and a far one.
+//! local first receiver whose file system fills up mid-run (a small tmpfs) is reported
+//! while the far replicas complete, for a local source and a far one.
 //! No timing is asserted; every wait is bounded against hangs.
 
 mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use support::sshd::Sshd;
 use support::*;
@@ -94,91 +92,6 @@ fn pull_and_remote_to_remote_also_to_further_destinations() {
     let out = Running::spawn("copy", copy_cmd(&sshd, &[&from, &far(&ds[0])], &also)).wait();
     let all = format!("{}\n--- sshd log ---\n{}", out.describe(), sshd.log());
     assert_eq!(out.code(), Some(0), "{all}");
-    for d in &ds {
-        assert_trees_equal(&src, &d.join("tree"));
-        assert_no_part_files(d);
-    }
-}
-
-/// Blocks of the partial files under `dir`: how much data reached that receiver.
-fn arrived(dir: &Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    part_files(dir)
-        .iter()
-        .map(|p| std::fs::metadata(p).map_or(0, |m| m.blocks() * 512))
-        .sum()
-}
-
-/// The processes (but `not`) with a file open under `dir`: the far end writing there.
-fn writers_in(dir: &Path, not: u32) -> Vec<i32> {
-    let mut pids = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        if pid as u32 == not || pid as u32 == std::process::id() {
-            continue;
-        }
-        let Ok(fds) = std::fs::read_dir(e.path().join("fd")) else {
-            continue;
-        };
-        if fds
-            .flatten()
-            .any(|f| std::fs::read_link(f.path()).is_ok_and(|l| l.starts_with(dir)))
-        {
-            pids.push(pid);
-        }
-    }
-    pids
-}
-
-#[test]
-fn pull_also_a_further_hop_killed_mid_run_is_reported_and_a_rerun_completes_it() {
-    let test = "pull_also_a_further_hop_killed_mid_run_is_reported_and_a_rerun_completes_it";
-    let Some(sshd) = Sshd::start(test) else {
-        return;
-    };
-    let tmp = tempfile::tempdir().unwrap();
-    let src = build_tree(tmp.path(), "tree", &TreeOptions::small());
-    write_random_file(&src.join("big"), 64 * MIB, 42);
-    let from = format!("127.0.0.1:{}", src.display());
-    let ds = dirs(tmp.path(), "d", 3);
-    let first = format!("{}/", ds[0].display());
-    let also: Vec<String> = ds[1..].iter().map(|d| far(d)).collect();
-    let cmd = copy_cmd(&sshd, &[&from, &first, "--limit", "24M"], &also);
-    let copy = Running::spawn("copy", cmd);
-    let until = Instant::now() + Duration::from_secs(120);
-    while arrived(&ds[1]) < 8 * MIB {
-        assert!(Instant::now() < until, "the middle receiver never got data");
-        assert!(!copy.has_exited(), "the copy ended before the kill");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let victims = writers_in(&ds[1], copy.pid());
-    assert_eq!(victims.len(), 1, "one far end writes into {:?}", ds[1]);
-    let killed = Command::new("kill")
-        .args(["-KILL", &victims[0].to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let out = copy.wait();
-    let all = format!("{}\n--- sshd log ---\n{}", out.describe(), sshd.log());
-    assert_eq!(out.code(), Some(5), "as for a vanished host: {all}");
-    assert!(
-        out.stderr
-            .contains(&format!("haul: error: replica {} failed", also[0])),
-        "{all}"
-    );
-    let json = text(&out.stdout);
-    assert_eq!(json.matches("\"ok\":true").count(), 2, "{all}");
-    assert_eq!(json.matches("\"ok\":false").count(), 1, "{all}");
-    for d in [&ds[0], &ds[2]] {
-        assert_trees_equal(&src, &d.join("tree"));
-        assert_no_part_files(d);
-    }
-
-    // The same command again completes it (the others want nothing).
-    let out = Running::spawn("copy", copy_cmd(&sshd, &[&from, &first], &also)).wait();
-    assert_eq!(out.code(), Some(0), "{}", out.describe());
     for d in &ds {
         assert_trees_equal(&src, &d.join("tree"));
         assert_no_part_files(d);

@@ -33,53 +33,32 @@ mod pull;
 pub mod route;
 pub mod rsh;
 pub mod serve;
+mod shared;
 mod upload;
 pub mod wire;
 
-use std::net::IpAddr;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::config::{RemoteCopy, RemotePath, SshOptions};
 use crate::error::{exit, Error, Result};
 use crate::plan::layout::is_single_file;
 use crate::plan::walk::{self, Source};
 use crate::progress::{summary_line, summary_tail};
-use crate::protocol::{Accept, Listing, SyncOptions};
+use crate::protocol::Accept;
 use crate::receive::ReceiveReport;
 use crate::send::{send, SendOptions, SendReport};
 
 use fanout::First;
-use farend::{Done, FarEnd};
+use farend::FarEnd;
 use route::Route;
 use rsh::Rsh;
+pub use shared::Fanned;
+use shared::{
+    done_wait, prefer_far, receive_request, send_request, unexpected, FarOptions, DONE_WAIT,
+    FAILED_WAIT,
+};
 use wire::Request;
-
-/// How long the far end may take to say `Done` once the local part is over.
-const DONE_WAIT: Duration = Duration::from_secs(30);
-/// The same after the local part failed: the far end may be waiting for connections that
-/// will never come, and has usually said why already if it was the one that failed.
-const FAILED_WAIT: Duration = Duration::from_secs(3);
-
-fn done_wait<T>(local: &Result<T>) -> Duration {
-    if local.is_ok() {
-        DONE_WAIT
-    } else {
-        FAILED_WAIT
-    }
-}
-
-/// What every far end of one copy is started and told with.
-struct FarOptions<'a> {
-    /// TLS on the data streams.
-    encrypt: bool,
-    /// What a receiving far end keeps of the sender's metadata.
-    accept: Accept,
-    /// How to start far ends.
-    ssh: &'a SshOptions,
-    /// No messages but errors.
-    quiet: bool,
-}
 
 /// How a remote copy ended, for the caller to report: the local side's report when it
 /// sent or received (push, pull); remote to remote, the far ends reported already.
@@ -91,18 +70,6 @@ pub enum Outcome {
     Received(Result<ReceiveReport>, Fanned),
     /// Remote to remote: done, and summarised; what became of a fan-out's replicas.
     Between(Fanned),
-}
-
-/// A fan-out whose sender is a far end (a pull, remote to remote): the chain after the
-/// first receiver, how the first is named, and what the far sender's `Done` said became
-/// of each receiver.
-pub struct Fanned {
-    /// The receivers after the first (None: no fan-out).
-    pub chain: Option<crate::protocol::Chain>,
-    /// The first receiver's name in messages.
-    pub label: String,
-    /// What became of the receivers, as the far sender reported.
-    pub replicas: Vec<crate::protocol::Replica>,
 }
 
 /// Runs a remote copy with the sender options `opts` (`encrypt`: TLS on the data streams).
@@ -147,24 +114,6 @@ pub fn run(
             dest,
             also,
         } => between(&rsh, sources, dest, also, opts, &far).map(Outcome::Between),
-    }
-}
-
-fn unexpected(far: &FarEnd, what: &str) -> Error {
-    Error::Host {
-        host: far.host.clone(),
-        message: format!("unexpected answer from the far end ({what})"),
-        code: exit::INTEGRITY,
-    }
-}
-
-/// The local error, unless it only says the peer failed or vanished and the far end's
-/// `Done` says why (that one names the cause and the host).
-fn prefer_far(local: Error, far: &FarEnd, done: Option<&Done>) -> Error {
-    let peer_side = matches!(local, Error::Remote { .. } | Error::Transport(_));
-    match done {
-        Some(d) if d.code != exit::OK && peer_side => far.done_error(d),
-        _ => local,
     }
 }
 
@@ -274,56 +223,6 @@ impl Further {
         for f in &mut self.fars {
             f.finish(Some(FAILED_WAIT));
         }
-    }
-}
-
-/// What a receiving far end at `at` is told; `everywhere`: it is dialed by another far
-/// host (a fan-out's further hop, a remote-to-remote receiver), not by this one.
-fn receive_request(
-    at: &RemotePath,
-    single_file: bool,
-    everywhere: bool,
-    opts: &SendOptions,
-    f: &FarOptions<'_>,
-) -> Request {
-    Request::Receive {
-        dest: at.path_or_home(),
-        single_file,
-        advertise: f.ssh.advertise,
-        everywhere,
-        accept: f.accept.clone(),
-        dry_run: opts.sync.dry_run,
-        keep_cache: opts.keep_cache,
-    }
-}
-
-fn send_request(
-    sources: &[RemotePath],
-    t: &SendOptions,
-    listen: bool,
-    advertise: Option<IpAddr>,
-) -> Request {
-    Request::Send {
-        paths: sources.iter().map(RemotePath::path_or_home).collect(),
-        // Lossless: validated to be at most MAX_STREAMS.
-        streams: t.streams as u16,
-        compress: t.compress.to_string(),
-        block_size: t.block_size,
-        // A pull's local receiver prints itself; remote to remote, the far sender does
-        // (its stderr is shown here with its host name).
-        sync: SyncOptions {
-            items: !listen && t.listing.is_on(),
-            ..t.sync
-        },
-        listen,
-        advertise,
-        select: t.select.clone(),
-        limit: t.limit,
-        listing: Listing {
-            stderr: true,
-            ..t.listing
-        },
-        keep_cache: t.keep_cache,
     }
 }
 

@@ -12,11 +12,11 @@ use super::fanout;
 use super::farend::{Done, FarEnd};
 use super::route::Route;
 use super::rsh::Rsh;
-use super::wire::Request;
-use super::{
+use super::shared::{
     done_wait, prefer_far, receive_request, send_request, unexpected, Fanned, FarOptions,
     FAILED_WAIT,
 };
+use super::wire::Request;
 use crate::config::{RemotePath, DEFAULT_TIMEOUT};
 use crate::error::{exit, Error, Result};
 use crate::plan::layout::dest_layout;
