@@ -1,6 +1,7 @@
 //! The walk's order, links and selection rules, on small trees in temporary directories.
 
 use super::*;
+use crate::protocol::EntryKind;
 
 #[test]
 fn rsync_trailing_slash_rule() {

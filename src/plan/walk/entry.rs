@@ -1,0 +1,166 @@
+//! What one walked thing becomes: its manifest entry (kind, mode, times, owner, xattrs),
+//! the hardlink it may be, where its data is, and the warning for a symlink leading
+//! outside the source.
+
+use std::fs;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
+
+use crate::protocol::{Entry, EntryKind};
+
+use super::super::extents::{data_extents, source_xattrs};
+use super::{FileData, Skipped, Stamp, Walked, Walker, OUTSIDE_NAMED};
+
+/// The entry for one regular file, walked again (after it changed while being read).
+/// `None` if it is no longer a regular file.
+pub fn file_again(id: u64, path: &Path, dest: Vec<u8>, xattrs: bool) -> io::Result<Option<Walked>> {
+    let meta = fs::symlink_metadata(path)?;
+    if !meta.is_file() {
+        return Ok(None);
+    }
+    let extents = data_extents(path, &meta)?;
+    let data_bytes = extents.iter().map(|(a, b)| b - a).sum();
+    let size = meta.len();
+    let mut entry = make_entry(
+        id,
+        dest.clone(),
+        EntryKind::File { size, data_bytes },
+        &meta,
+    );
+    entry.xattrs = xattrs.then(|| source_xattrs(path, &meta)).flatten();
+    Ok(Some(Walked {
+        entry,
+        data: Some(FileData {
+            path: path.to_path_buf(),
+            size,
+            extents,
+            stamp: Stamp::of(&meta),
+            dest,
+        }),
+    }))
+}
+
+impl Walker<'_> {
+    /// Warns (the first few times) that the symlink at `rel` points outside its source,
+    /// so what it points to is not sent.
+    fn note_outside(&mut self, rel: &[u8], target: &[u8]) {
+        let inside = rel.get(self.base..).unwrap_or_default();
+        if !super::super::select::unsafe_symlink(target, inside) {
+            return;
+        }
+        self.outside += 1;
+        if self.outside <= OUTSIDE_NAMED && !self.select.quiet {
+            crate::progress::warn(&format!(
+                "{} is a symlink to {}, outside the source: sent as a link, without what it \
+                 points to (-L or --copy-unsafe-links send that)",
+                crate::progress::escape(&String::from_utf8_lossy(rel)),
+                crate::progress::escape(&String::from_utf8_lossy(target)),
+            ));
+        }
+    }
+
+    /// The entry for `path`, which `meta` describes; `None` (reported through `skip`, or
+    /// warned for a socket) when it is not sent.
+    pub(super) fn entry(
+        &mut self,
+        path: &Path,
+        rel: Vec<u8>,
+        meta: &fs::Metadata,
+        skip: &mut impl FnMut(Skipped),
+    ) -> Option<Walked> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let ft = meta.file_type();
+        let mut data = None;
+        let kind = if ft.is_dir() {
+            EntryKind::Dir
+        } else if ft.is_symlink() {
+            match fs::read_link(path) {
+                Ok(t) => {
+                    let target = t.as_os_str().as_bytes().to_vec();
+                    self.note_outside(&rel, &target);
+                    EntryKind::Symlink { target }
+                }
+                Err(e) => {
+                    skip(Skipped {
+                        path: path.to_path_buf(),
+                        error: e,
+                    });
+                    return None;
+                }
+            }
+        } else if ft.is_file() {
+            if meta.nlink() > 1 {
+                let key = (meta.dev(), meta.ino());
+                if let Some(target) = self.inodes.get(&key) {
+                    return Some(Walked {
+                        entry: make_entry(
+                            id,
+                            rel,
+                            EntryKind::Hardlink {
+                                target: target.clone(),
+                            },
+                            meta,
+                        ),
+                        data: None,
+                    });
+                }
+                self.inodes.insert(key, rel.clone());
+            }
+            let size = meta.len();
+            let extents = match data_extents(path, meta) {
+                Ok(x) => x,
+                Err(e) => {
+                    skip(Skipped {
+                        path: path.to_path_buf(),
+                        error: e,
+                    });
+                    return None;
+                }
+            };
+            let data_bytes = extents.iter().map(|(a, b)| b - a).sum();
+            data = Some(FileData {
+                path: path.to_path_buf(),
+                size,
+                extents,
+                stamp: Stamp::of(meta),
+                dest: rel.clone(),
+            });
+            EntryKind::File { size, data_bytes }
+        } else if ft.is_fifo() {
+            EntryKind::Fifo
+        } else if ft.is_block_device() || ft.is_char_device() {
+            EntryKind::Device {
+                block: ft.is_block_device(),
+                rdev: meta.rdev(),
+            }
+        } else {
+            crate::progress::warn(&format!(
+                "skipping socket {}",
+                crate::progress::shown_path(path)
+            ));
+            return None;
+        };
+        let mut entry = make_entry(id, rel, kind, meta);
+        if !self.select.no_xattrs {
+            entry.xattrs = source_xattrs(path, meta);
+        }
+        Some(Walked { entry, data })
+    }
+}
+
+fn make_entry(id: u64, path: Vec<u8>, kind: EntryKind, meta: &fs::Metadata) -> Entry {
+    Entry {
+        id,
+        path,
+        kind,
+        mode: meta.mode() & 0o7777,
+        mtime_sec: meta.mtime(),
+        mtime_nsec: meta.mtime_nsec().clamp(0, 999_999_999) as u32,
+        uid: meta.uid(),
+        gid: meta.gid(),
+        xattrs: None,
+    }
+}
