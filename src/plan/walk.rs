@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::fs;
 use std::io;
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -310,8 +311,8 @@ impl Walker<'_> {
         });
         let mut long = false;
         let (dir, names) = match at.open_dir(meta) {
-            Ok(mut dir) => {
-                let (names, error) = at::names(&mut dir);
+            Ok(dir) => {
+                let (names, error) = at::names(&dir);
                 if let Some(error) = error {
                     skip(Skipped {
                         path: at.path.to_path_buf(),
@@ -330,7 +331,7 @@ impl Walker<'_> {
                 (None, Vec::new())
             }
         };
-        let dir = dir.as_ref().and_then(|d| d.fd().ok());
+        let dir = dir.as_ref().map(|d| d.as_fd());
         self.ancestors.push(key);
         let mut go_on = true;
         for name in names {

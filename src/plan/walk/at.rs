@@ -6,11 +6,11 @@
 
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
 
-use rustix::fs::{Dir, Mode, OFlags, CWD};
+use rustix::fs::{Mode, OFlags, RawDir, CWD};
 
 use super::super::meta::Meta;
 
@@ -58,7 +58,7 @@ impl At<'_> {
     /// Opens the directory it is, checked to be the inode `meta` describes: a directory
     /// replaced by a symlink (or by another directory) since it was stat'ed is not
     /// walked.
-    pub fn open_dir(&self, meta: &Meta) -> io::Result<Dir> {
+    pub fn open_dir(&self, meta: &Meta) -> io::Result<OwnedFd> {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let fd = match self.dir {
             Some(d) => rustix::fs::openat(d, self.name(), flags, Mode::empty()),
@@ -74,15 +74,18 @@ impl At<'_> {
         if (now.dev(), now.ino()) != (meta.dev(), meta.ino()) {
             return Err(replaced());
         }
-        Ok(Dir::new(fd)?)
+        Ok(fd)
     }
 }
 
-/// The entry names `dir` lists, sorted, without `.` and `..`; after an error, what could
-/// be read and the error.
-pub(super) fn names(dir: &mut Dir) -> (Vec<OsString>, Option<io::Error>) {
+/// The entry names the open directory `dir` lists, sorted, without `.` and `..`; after an
+/// error, what could be read and the error.
+pub(super) fn names(dir: &OwnedFd) -> (Vec<OsString>, Option<io::Error>) {
+    // As glibc's readdir: 32 KiB per getdents64, some 1,000 names of a large directory.
+    let mut buf = Vec::with_capacity(32 << 10);
+    let mut dir = RawDir::new(dir, buf.spare_capacity_mut());
     let mut names = Vec::new();
-    while let Some(d) = dir.read() {
+    while let Some(d) = dir.next() {
         match d {
             Ok(d) => {
                 let name = d.file_name().to_bytes();
