@@ -17,7 +17,9 @@
 //!   [`LOOKAHEAD`] past the range and `after` drops what came in there too, which ends
 //!   the chain; the pages of that window may be read twice, once. Where nothing around
 //!   the range was cached there is no marked page and only the range itself is dropped
-//!   (the lookahead would hold the blocks the other streams are reading).
+//!   (the lookahead would hold the blocks the other streams are reading). Streams
+//!   reading blocks of one file share what they first saw of it ([`Seen`]): a page one
+//!   stream's readahead brought in is not taken for cached by the stream that reads it.
 //! - **Writing:** [`drop_written`] waits for a written range's writeback and drops it.
 //!   The pages are new data that nobody else had cached.
 //!
@@ -33,36 +35,70 @@ use std::os::fd::AsRawFd;
 use rustix::fs::{fadvise, Advice};
 
 mod cachestat;
+mod seen;
+
+pub use seen::Seen;
 
 /// How far past a range read its readahead may reach (the kernel's window is at most the
 /// device's `read_ahead_kb`: 128 KiB by default, 8 MiB on some virtual disks).
 pub const LOOKAHEAD: u64 = 16 << 20;
 
 /// Page residency of the range being read, noted before reading it.
-#[derive(Debug, Default)]
-pub struct Reader {
+#[derive(Debug)]
+pub struct Reader<'a> {
     /// Do nothing (`--keep-cache`).
     keep: bool,
+    /// What the streams reading the same files saw first, and the file open now.
+    shared: Option<(&'a Seen, Option<u64>)>,
     /// Page-aligned start of the noted range.
     start: u64,
     /// One byte per page: bit 0 set when the page was cached before.
     resident: Vec<u8>,
 }
 
-impl Reader {
+impl<'a> Reader<'a> {
     /// A reader that drops what it brings in, or (`keep`) leaves the cache alone.
-    pub fn new(keep: bool) -> Reader {
+    pub fn new(keep: bool) -> Reader<'static> {
         Reader {
             keep,
-            ..Reader::default()
+            shared: None,
+            start: 0,
+            resident: Vec::new(),
+        }
+    }
+
+    /// A reader of one of several streams reading blocks of the same files: they share
+    /// what they saw first in `seen` (see [`Seen`]).
+    pub fn shared(keep: bool, seen: &'a Seen) -> Reader<'a> {
+        Reader {
+            keep,
+            shared: (!keep).then_some((seen, None)),
+            start: 0,
+            resident: Vec::new(),
         }
     }
 
     /// Advises the kernel not to read ahead of what haul asks for on `file` (a descriptor
-    /// of this run's own: the advice belongs to the open file, not to the inode).
-    pub fn open(&self, file: &File) {
-        if !self.keep {
-            let _ = fadvise(file, 0, None, Advice::Random);
+    /// of this run's own: the advice belongs to the open file, not to the inode), and
+    /// notes that this reader now reads file `id` (of the transfer's manifest).
+    pub fn open(&mut self, file: &File, id: u64) {
+        if self.keep {
+            return;
+        }
+        let _ = fadvise(file, 0, None, Advice::Random);
+        self.close();
+        if let Some((seen, open)) = &mut self.shared {
+            seen.enter(id);
+            *open = Some(id);
+        }
+    }
+
+    /// This reader is done with the file it opened last.
+    pub fn close(&mut self) {
+        if let Some((seen, open)) = &mut self.shared {
+            if let Some(id) = open.take() {
+                seen.leave(id);
+            }
         }
     }
 
@@ -84,6 +120,9 @@ impl Reader {
             Some(n) if n >= pages as u64 => self.resident.fill(1),
             // Partly cached, or unknown to cachestat: which pages, from mincore.
             _ => self.note_pages(file, page),
+        }
+        if let Some((seen, Some(id))) = self.shared {
+            seen.merge(id, self.start / page, &mut self.resident);
         }
         // Nothing cached around: no page another reader's readahead marked, so no chain
         // to end. Keep to the range itself then, or the lookahead would drop the blocks
@@ -126,6 +165,12 @@ impl Reader {
             i += run;
         }
         self.resident.clear();
+    }
+}
+
+impl Drop for Reader<'_> {
+    fn drop(&mut self) {
+        self.close();
     }
 }
 
@@ -249,7 +294,7 @@ mod tests {
         other.read_exact_at(&mut half, 0).unwrap();
         let before = resident_pages(&f, len);
         let mut r = Reader::new(false);
-        r.open(&f);
+        r.open(&f, 0);
         r.before(&f, 0, len, len);
         let mut all = vec![0u8; len as usize];
         f.read_exact_at(&mut all, 0).unwrap();
@@ -261,6 +306,55 @@ mod tests {
             after * 4 >= before * 3,
             "{after} pages resident, {before} before"
         );
+    }
+
+    /// Two streams reading neighbouring blocks of a cold file: the first one's readahead
+    /// (played here by a read through another descriptor) brings in the second's block
+    /// before the second notes it. Alone, the second takes those pages for cached before
+    /// and keeps them; sharing what was seen first, it drops them.
+    #[test]
+    fn a_block_another_streams_readahead_brought_in_is_dropped_by_its_reader() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let (len, mib) = (8u64 << 20, 1u64 << 20);
+        std::fs::write(&p, vec![3u8; len as usize]).unwrap();
+        let f = File::open(&p).unwrap();
+        f.sync_all().unwrap();
+        let pages_of_second = |f: &File| {
+            let mut v = vec![0u8; (mib / page_size()) as usize];
+            assert!(mincore(f, mib, mib, &mut v));
+            v.iter().filter(|b| *b & 1 != 0).count()
+        };
+        let readahead = File::open(&p).unwrap();
+        fadvise(&readahead, 0, None, Advice::Random).unwrap();
+        let mut buf = vec![0u8; mib as usize];
+        for share in [false, true] {
+            drop_all(&f);
+            if resident_pages(&f, len) > 0 {
+                return; // tmpfs and the like: nothing can be dropped.
+            }
+            let seen = Seen::default();
+            let (mut a, mut b) = if share {
+                (Reader::shared(false, &seen), Reader::shared(false, &seen))
+            } else {
+                (Reader::new(false), Reader::new(false))
+            };
+            a.open(&f, 1);
+            b.open(&f, 1);
+            a.before(&f, 0, mib, len);
+            readahead.read_exact_at(&mut buf, mib).unwrap();
+            b.before(&f, mib, mib, len);
+            f.read_exact_at(&mut buf, 0).unwrap();
+            a.after(&f);
+            f.read_exact_at(&mut buf, mib).unwrap();
+            b.after(&f);
+            let left = pages_of_second(&f);
+            if share {
+                assert_eq!(left, 0, "pages of the second block left cached");
+            } else {
+                assert!(left > 0, "alone, the second reader keeps what it found");
+            }
+        }
     }
 
     #[test]

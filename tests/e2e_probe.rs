@@ -132,13 +132,8 @@ fn probe_refuses_what_it_cannot_measure() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // Far sources are measured where they are, to a destination here only: remote to
-    // remote, mixed, or far sources to a ticket are usage errors.
-    for args in [
-        &["db2:/x", "db3:/y"][..],
-        &["db2:/x", "/a", "/tmp"],
-        &["db2:/x", "--to", "-"],
-    ] {
+    // Far and local sources mixed, or far sources to a ticket, are usage errors.
+    for args in [&["db2:/x", "/a", "/tmp"][..], &["db2:/x", "--to", "-"]] {
         let out = Command::new(haul_bin())
             .arg("probe")
             .args(args)
@@ -300,4 +295,75 @@ fn probe_measures_a_far_destination_over_ssh() {
     );
     assert_eq!(names(&dst), before, "the probe changed the far destination");
     assert!(!dst.join("new").exists());
+}
+
+/// `haul probe h1:SRC h2:DST` (remote to remote) through a real sshd, both hosts this one:
+/// the sources are walked and their codecs measured at h1, the destination at h2, and the
+/// network by h1's probe streams to h2 (dialed directly, as a remote-to-remote copy's
+/// sender does). Nothing changes on either side, nor here.
+#[test]
+fn probe_measures_remote_to_remote_over_ssh() {
+    let Some(sshd) = support::sshd::Sshd::start("probe_measures_remote_to_remote_over_ssh") else {
+        return;
+    };
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    write_random_file(&src.join("random"), 4 * MIB, 5);
+    std::fs::write(src.join("zeros"), vec![0u8; 8 << 20]).unwrap();
+    std::fs::write(src.join("small"), vec![b'x'; 3000]).unwrap();
+    let dst = tmp.path().join("dst");
+    std::fs::create_dir(&dst).unwrap();
+    std::fs::write(dst.join("kept"), b"was here").unwrap();
+    let here = tmp.path().join("here");
+    std::fs::create_dir(&here).unwrap();
+    let (src_before, dst_before) = (names(&src), names(&dst));
+    let started = Instant::now();
+    let out = Command::new(haul_bin())
+        .current_dir(&here)
+        .args(["probe", "--json", "--streams", "2", "-e"])
+        .arg(sshd.rsh())
+        .arg("--remote-haul")
+        .arg(haul_bin())
+        .arg(format!("127.0.0.1:{}", src.display()))
+        .arg(format!("127.0.0.1:{}", dst.join("new").display()))
+        .output()
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(120), "a hang");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{text}{}\nsshd log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        sshd.log()
+    );
+    eprintln!("probe: {text}");
+    // The source, walked at h1.
+    assert_eq!(field(&text, "files"), 3.0, "{text}");
+    assert_eq!(field(&text, "bytes"), (12 * MIB + 3000) as f64, "{text}");
+    assert_eq!(field(&text, "small_files"), 1.0, "{text}");
+    for key in [
+        "read_rate",
+        "write_rate",
+        "network_rate",
+        "file_seconds",
+        "predicted_rate",
+        "predicted_seconds",
+    ] {
+        assert!(field(&text, key) > 0.0, "{key} in {text}");
+    }
+    assert_eq!(field(&text, "streams"), 2.0);
+    // The predicted time is the bytes at the predicted rate.
+    let (bytes, rate) = (field(&text, "bytes"), field(&text, "predicted_rate"));
+    let secs = field(&text, "predicted_seconds");
+    assert!((bytes / rate - secs).abs() <= secs * 0.01 + 0.002, "{text}");
+    assert!(
+        ["none", "lz4", "zstd:1", "zstd:3"]
+            .contains(&json_field(&text, "compress").unwrap().as_str()),
+        "{text}"
+    );
+    assert_eq!(names(&src), src_before, "the probe changed the source");
+    assert_eq!(names(&dst), dst_before, "the probe changed the destination");
+    assert!(!dst.join("new").exists());
+    assert!(dir_names(&here).is_empty());
 }

@@ -1,6 +1,7 @@
 //! `haul probe SRC... DST` and `haul probe PATH... --to TICKET`: runs the measurements of
-//! `probe` (a far destination's through `remote::probe`, a waiting receiver's through
-//! `send::probe`) and prints what bounds the copy, the settings to use and the predicted
+//! `probe` (a far destination's through `remote::probe`, a far source's through
+//! `remote::probe_source`, both far through `remote::probe_between`, a waiting
+//! receiver's through `send::probe`) and prints what bounds the copy, the settings to use and the predicted
 //! time (or one JSON object with `--json`).
 
 use std::os::fd::AsFd;
@@ -31,6 +32,23 @@ struct Outcome {
 /// Measures and prints.
 pub(super) fn run_probe(p: &Probe, ssh: &SshOptions, cfg: &Config) -> Result<()> {
     let started = Instant::now();
+    // Remote to remote: everything is measured on the two far hosts.
+    if let (false, ProbeDest::Path(Location::Remote(r))) = (p.far.is_empty(), &p.dest) {
+        let (far, m) = crate::remote::probe_between::measure(&p.far, r, p.streams, ssh, cfg.quiet)?;
+        let shown = format!(
+            "{}:{}",
+            escape(&r.host),
+            escape(&String::from_utf8_lossy(&r.path))
+        );
+        let measured = Measured {
+            dest: shown,
+            write: m.write_rate,
+            per_file: m.per_file,
+            network: Some(far.network_rate),
+            same_device: false,
+        };
+        return report(far.src, far.codecs, measured, p.streams, started, cfg);
+    }
     // A far source measures its walk, sample and codecs there, and the network from it.
     let (src, codecs, from_far) = if p.far.is_empty() {
         let src = probe::sample_sources(&p.sources, p.streams).map_err(|e| Error::Source {
@@ -101,6 +119,42 @@ pub(super) fn run_probe(p: &Probe, ssh: &SshOptions, cfg: &Config) -> Result<()>
             (shown, m.write_rate, m.per_file, Some(m.network_rate), false)
         }
     };
+    let measured = Measured {
+        dest,
+        write,
+        per_file,
+        network,
+        same_device: same,
+    };
+    report(src, codecs, measured, p.streams, started, cfg)
+}
+
+/// What the destination and the network measured.
+struct Measured {
+    /// The destination, escaped for printing.
+    dest: String,
+    write: Option<f64>,
+    per_file: Option<f64>,
+    network: Option<f64>,
+    same_device: bool,
+}
+
+/// Picks the setting from the measurements and prints.
+fn report(
+    src: Sources,
+    codecs: Vec<CodecRate>,
+    m: Measured,
+    streams: usize,
+    started: Instant,
+    cfg: &Config,
+) -> Result<()> {
+    let Measured {
+        dest,
+        write,
+        per_file,
+        network,
+        same_device: same,
+    } = m;
     let job = probe::Job {
         files: src.files,
         bytes: src.bytes,
@@ -123,7 +177,7 @@ pub(super) fn run_probe(p: &Probe, ssh: &SshOptions, cfg: &Config) -> Result<()>
         per_file,
         codecs,
         choice,
-        streams: p.streams,
+        streams,
         seconds: started.elapsed().as_secs_f64(),
     };
     if cfg.json {

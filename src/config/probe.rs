@@ -1,6 +1,6 @@
 //! `probe SRC... DST`: the paths in `copy`'s forms, checked; what to measure. The sources
-//! are on this host, or all on one far host (`host:path`, a pull: then DST is here); DST
-//! may be a far `host:path` (then ssh starts a far end there, as for `copy`), or, with
+//! are on this host, or all on one far host (`host:path`: a pull, or remote to remote);
+//! DST may be a far `host:path` (then ssh starts a far end there, as for `copy`), or, with
 //! `--to TICKET` / `--ticket-file`, a waiting `haul recv` (then every path is a source).
 
 use std::path::PathBuf;
@@ -81,12 +81,8 @@ pub fn probe(paths: &[PathBuf], streams: usize, ticket: Option<TicketFrom>) -> R
         }
         match &dest {
             ProbeDest::Path(Location::Local(_)) => {}
-            ProbeDest::Path(Location::Remote(_)) => {
-                return usage(
-                    "far sources to a far destination (remote to remote) are not measured; \
-                     run probe on the sources' host",
-                )
-            }
+            // Remote to remote: measured on both hosts and between them.
+            ProbeDest::Path(Location::Remote(_)) => {}
             ProbeDest::Ticket(_) => {
                 return usage("--to: the sources must be on this host (run probe on theirs)")
             }
@@ -124,13 +120,14 @@ mod tests {
             (p.far[0].host.as_str(), &p.far[1].path[..]),
             ("h", &b"b/"[..])
         );
-        let bad: [&[&str]; 5] = [
-            &["/a"],
-            &["h:/a", "g:/b", "/c"],
-            &["h:/a", "/b", "/c"],
-            &["h:/a", "g:/b"],
-            &["h:/a", "h:/b"],
-        ];
+        // Remote to remote, as for copy (one host may be both).
+        for between in [["h:/a", "g:/b"], ["h:/a", "h:/b"]] {
+            let paths: Vec<PathBuf> = between.iter().map(PathBuf::from).collect();
+            let p = probe(&paths, 4, None).unwrap();
+            assert!(p.sources.is_empty() && p.far.len() == 1);
+            assert!(matches!(p.dest, ProbeDest::Path(Location::Remote(_))));
+        }
+        let bad: [&[&str]; 3] = [&["/a"], &["h:/a", "g:/b", "/c"], &["h:/a", "/b", "/c"]];
         for bad in bad {
             let paths: Vec<PathBuf> = bad.iter().map(PathBuf::from).collect();
             assert!(probe(&paths, 4, None).is_err(), "{bad:?}");

@@ -28,6 +28,7 @@ pub mod fanout;
 pub mod farend;
 pub mod pipe;
 pub mod probe;
+pub mod probe_between;
 pub mod probe_source;
 pub mod route;
 pub mod rsh;

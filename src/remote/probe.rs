@@ -33,6 +33,7 @@ pub fn measure(
         // Lossless: validated to be at most MAX_STREAMS.
         streams: streams as u16,
         advertise: ssh.advertise,
+        everywhere: false,
     })?;
     let ready = far.ready("measuring the destination")?;
     let Some(ticket) = ready.ticket else {

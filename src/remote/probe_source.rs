@@ -53,29 +53,9 @@ pub fn measure(
         // Lossless: validated to be at most MAX_STREAMS.
         streams: streams as u16,
         advertise: ssh.advertise,
+        listen: true,
     })?;
-    let report = match far.recv("measuring the sources")? {
-        Reply::SourceProbed(r) => r,
-        Reply::Done {
-            code,
-            message,
-            files,
-            bytes,
-            deleted,
-        } => {
-            return Err(far.done_error(&Done {
-                code,
-                message,
-                files,
-                bytes,
-                deleted,
-            }))
-        }
-        Reply::Ready { .. } | Reply::Probed { .. } => {
-            return Err(unexpected(&far, "no measurement of the sources"))
-        }
-    };
-    let (src, codecs) = from_report(&report).map_err(|m| unexpected(&far, &m))?;
+    let (src, codecs) = measured(&mut far)?;
     let ready = far.ready("measuring the sources")?;
     let Some(ticket) = ready.ticket else {
         return Err(unexpected(&far, "no ticket"));
@@ -97,6 +77,33 @@ pub fn measure(
             network_rate,
         },
     )
+}
+
+/// Reads what a far source measured (its `SourceProbed`); its error, or what is wrong
+/// with the report, otherwise.
+pub(super) fn measured(far: &mut FarEnd) -> Result<(Sources, Vec<CodecRate>)> {
+    let report = match far.recv("measuring the sources")? {
+        Reply::SourceProbed(r) => r,
+        Reply::Done {
+            code,
+            message,
+            files,
+            bytes,
+            deleted,
+        } => {
+            return Err(far.done_error(&Done {
+                code,
+                message,
+                files,
+                bytes,
+                deleted,
+            }))
+        }
+        Reply::Ready { .. } | Reply::Probed { .. } => {
+            return Err(unexpected(far, "no measurement of the sources"))
+        }
+    };
+    from_report(&report).map_err(|m| unexpected(far, &m))
 }
 
 /// The report a far source sends of what it measured.

@@ -12,7 +12,7 @@
 //!
 //! Not here: how the far end was started or uploaded (`session`).
 
-use std::io::{self, BufRead, Read, Write};
+use std::io;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -35,8 +35,10 @@ use crate::transport::{Role, Ticket};
 mod endpoint;
 mod pipe;
 mod probe;
+mod stdin;
 
 use endpoint::{listen, path_of, AcceptPool, Out};
+use stdin::{read_request, watch_stdin};
 
 /// Runs `haul serve`; returns the exit code. `uploaded`: this binary was just copied here
 /// by the local side, which wants its hash in the greeting to check the copy.
@@ -146,18 +148,18 @@ pub fn run(uploaded: bool) -> i32 {
             dest,
             streams,
             advertise,
+            everywhere,
         }) => {
             watch_stdin(input, Arc::clone(&finished));
-            probe::serve_probe(&out, &dest, streams, advertise).map(|()| (0, 0, 0))
+            probe::serve_probe(&out, &dest, streams, advertise, everywhere).map(|()| (0, 0, 0))
         }
         Ok(Request::ProbeSource {
             paths,
             streams,
             advertise,
-        }) => {
-            watch_stdin(input, Arc::clone(&finished));
-            probe::serve_probe_source(&out, &paths, streams, advertise).map(|()| (0, 0, 0))
-        }
+            listen,
+        }) => probe::serve_probe_source(&out, input, &finished, &paths, streams, advertise, listen)
+            .map(|()| (0, 0, 0)),
         Ok(Request::Go { .. }) => Err(Error::Usage("Go before Send".into())),
         // The local side went away before saying anything: nobody to tell.
         Err(None) => return exit::NETWORK,
@@ -176,43 +178,6 @@ pub fn run(uploaded: bool) -> i32 {
         deleted,
     }));
     code
-}
-
-/// The next request; `Err(None)` at end of input.
-fn read_request(input: &mut impl BufRead) -> std::result::Result<Request, Option<Error>> {
-    let mut line = Vec::new();
-    let n = Read::take(&mut *input, wire::MAX_LINE as u64)
-        .read_until(b'\n', &mut line)
-        .map_err(|e| Some(Error::io("reading instructions", e)))?;
-    if n == 0 {
-        return Err(None);
-    }
-    let text = String::from_utf8_lossy(&line);
-    wire::decode(&text).map_err(|m| {
-        Some(Error::Protocol(crate::protocol::ProtocolError::Unexpected(
-            format!("instructions from the local haul: {m}"),
-        )))
-    })
-}
-
-/// Once the instructions are read, stdin only tells us when the local side is gone.
-fn watch_stdin(mut input: impl BufRead + Send + 'static, finished: Arc<AtomicBool>) {
-    let r = std::thread::Builder::new()
-        .name("haul-stdin".into())
-        .spawn(move || {
-            let mut sink = [0u8; 4096];
-            while matches!(input.read(&mut sink), Ok(n) if n > 0) {}
-            if !finished.load(Ordering::SeqCst) {
-                // Not eprintln!: when the ssh session is gone stderr is closed too, and a
-                // failed print would panic this thread before the exit (the far end then
-                // listened on for ever).
-                let _ = writeln!(io::stderr(), "haul: the local haul went away; stopping");
-                std::process::exit(exit::NETWORK);
-            }
-        });
-    // Without the watcher the far end still ends: its connections fail when the local
-    // side goes.
-    drop(r);
 }
 
 fn serve_receive(

@@ -30,9 +30,10 @@ use crate::protocol::{Accept, Listing, SyncOptions};
 use crate::transport::PROTOCOL_VERSION;
 
 /// Version of this line protocol; bumped whenever `Request` or `Reply` change shape.
+/// 8: `Probe` says `everywhere`, `ProbeSource` says `listen` (a remote-to-remote probe).
 /// 7: `ProbeSource`, `SourceProbed` (a far source's probe). 6: `Request::ReceiveStream`
 /// says `everywhere` (a stream's fan-out); `Probe`, `Probed`.
-pub const SERVE_VERSION: u16 = 7;
+pub const SERVE_VERSION: u16 = 8;
 /// Every message line starts with this.
 const MSG_PREFIX: &str = "haul-msg ";
 /// Greeting lines start with this.
@@ -144,19 +145,25 @@ pub enum Request {
         streams: u16,
         /// Advertise this address in the ticket instead of our own.
         advertise: Option<IpAddr>,
+        /// Listen on every address: the far source dials (remote to remote).
+        everywhere: bool,
     },
     /// `haul probe host:SRC... DST`: walk and sample `paths` here as a local probe does,
     /// measure each codec on the sample, answer `SourceProbed`, then `Ready` with a
     /// ticket, and write incompressible blocks on each of the `streams` data connections
     /// the local side opens, for a few seconds (the network in the direction data would
-    /// flow; the local side counts).
+    /// flow; the local side counts). Remote to remote (`listen` false): `Ready` without a
+    /// ticket, then wait for `Go` with the far destination's ticket and write the blocks
+    /// on `streams` connections dialed to it (it counts).
     ProbeSource {
         /// Source paths on the far host (raw bytes).
         paths: Vec<Vec<u8>>,
-        /// Data connections the local side opens.
+        /// Data connections.
         streams: u16,
         /// Advertise this address in the ticket instead of our own.
         advertise: Option<IpAddr>,
+        /// Listen for the local side's connections; `false`: dial the ticket `Go` brings.
+        listen: bool,
     },
     /// Sender only: start.
     Go {
@@ -399,11 +406,13 @@ mod tests {
                 dest: b"/var/lib/\xfe".to_vec(),
                 streams: 8,
                 advertise: Some("2001:db8::1".parse().unwrap()),
+                everywhere: true,
             },
             Request::ProbeSource {
                 paths: vec![b"/var/lib/\xfe".to_vec(), b"b/".to_vec()],
                 streams: 3,
                 advertise: None,
+                listen: false,
             },
         ];
         for r in reqs {
@@ -474,12 +483,13 @@ mod tests {
         let g = parse_greeting(&greeting(Some("ab12"))).unwrap();
         assert_eq!(g.hash.as_deref(), Some("ab12"));
         assert!(!parse_greeting("haul-serve 9 1").unwrap().compatible());
-        // Version 7: `ProbeSource`/`SourceProbed`; 6: ReceiveStream says `everywhere`, and
+        // Version 8: `Probe` says `everywhere`, `ProbeSource` `listen`; 7:
+        // `ProbeSource`/`SourceProbed`; 6: ReceiveStream says `everywhere`, and
         // `Probe`/`Probed` (5: `compress`
         // may be "auto" and every request carries keep_cache; 4 added dry_run, a listing, a
         // cap and deleted; 3 the walk's selection); an older far end cannot read them and is
         // replaced by an upload.
-        assert_eq!(SERVE_VERSION, 7);
+        assert_eq!(SERVE_VERSION, 8);
         for old in 2..SERVE_VERSION {
             let line = format!("haul-serve {old} {PROTOCOL_VERSION}");
             assert!(!parse_greeting(&line).unwrap().compatible());

@@ -86,12 +86,14 @@ where
     }
     let queue = WorkQueue::new(opts.block_size);
     let failures = Mutex::new(Failures::default());
+    let seen = crate::pagecache::Seen::default();
     let mut registry = HashMap::new();
 
     let result = std::thread::scope(|s| {
         let mut workers = Vec::new();
         for i in 0..opts.streams {
             let (queue, failures, counters, target) = (&queue, &failures, &counters, &target);
+            let seen = &seen;
             let h = std::thread::Builder::new()
                 .name(format!("haul-send-{i}"))
                 .spawn_scoped(s, move || {
@@ -101,7 +103,7 @@ where
                         stream: i,
                         pace,
                     };
-                    let r = worker::run(&link, queue, opts, counters, failures);
+                    let r = worker::run(&link, queue, opts, counters, failures, seen);
                     if r.is_err() {
                         queue.abort();
                     }

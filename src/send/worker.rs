@@ -47,7 +47,7 @@ struct Worker<'a> {
     /// Files whose last bytes are in the current unit.
     files: u64,
     /// Drops from the page cache what this stream brought in (unless `--keep-cache`).
-    cache: pagecache::Reader,
+    cache: pagecache::Reader<'a>,
 }
 
 /// Runs one data stream until the queue is closed and empty, then ends the stream.
@@ -57,6 +57,7 @@ pub(super) fn run(
     opts: &SendOptions,
     counters: &Counters,
     failures: &Mutex<Failures>,
+    seen: &pagecache::Seen,
 ) -> Result<()> {
     let mut w = Worker {
         key: link.target.key(),
@@ -66,7 +67,7 @@ pub(super) fn run(
         open: None,
         read: 0,
         files: 0,
-        cache: pagecache::Reader::new(opts.keep_cache),
+        cache: pagecache::Reader::shared(opts.keep_cache, seen),
     };
     let mut cbuf = Vec::new();
     let mut hdr = Vec::new();
@@ -229,7 +230,7 @@ impl Worker<'_> {
         if self.open.as_ref().map(|(id, _)| *id) != Some(job.id) {
             self.open = match open_source(&job.path).and_then(|f| stamp_of(&f).map(|s| (f, s))) {
                 Ok((f, now)) if now.same_file(&job.stamp) => {
-                    self.cache.open(&f);
+                    self.cache.open(&f, job.id);
                     Some((job.id, f))
                 }
                 // Replaced since the walk (by another file, a symlink, a FIFO...).
@@ -305,6 +306,11 @@ impl Worker<'_> {
 
     /// Reads several whole small files into the buffer, one segment each.
     fn read_pack(&mut self, files: &[std::sync::Arc<FileJob>]) {
+        // Small files are read whole by one stream each: nothing shared to note, and the
+        // big file this stream had open must not take their pages for its own.
+        if self.open.take().is_some() {
+            self.cache.close();
+        }
         for job in files {
             let start = self.raw.len();
             let r = read_whole(

@@ -35,7 +35,7 @@ pub(super) struct Input {
     reader: Reader,
     what: String,
     /// A file's page-cache residency (not `--keep-cache`), and where the next read starts.
-    cache: Option<(pagecache::Reader, u64)>,
+    cache: Option<(pagecache::Reader<'static>, u64)>,
 }
 
 /// The command producing the stream, if any: its exit status decides whether the end of
@@ -59,12 +59,13 @@ impl Input {
                 stdio::widen_pipe(&f);
                 // `< FILE`: its pages are handled as a named file's are, from where it
                 // is read now.
-                let cache = (!keep_cache && stdio::kind(&f) == stdio::Kind::Regular).then(|| {
-                    let at = rustix::fs::seek(&f, rustix::fs::SeekFrom::Current(0));
-                    (pagecache::Reader::new(false), at.unwrap_or(0))
-                });
-                if let Some((c, _)) = &cache {
-                    c.open(&f);
+                let mut cache =
+                    (!keep_cache && stdio::kind(&f) == stdio::Kind::Regular).then(|| {
+                        let at = rustix::fs::seek(&f, rustix::fs::SeekFrom::Current(0));
+                        (pagecache::Reader::new(false), at.unwrap_or(0))
+                    });
+                if let Some((c, _)) = &mut cache {
+                    c.open(&f, 0);
                 }
                 let input = Input {
                     reader: Reader::Plain(f),
@@ -78,9 +79,9 @@ impl Input {
                     path: p.clone(),
                     source: e,
                 })?;
-                let cache = (!keep_cache).then(|| (pagecache::Reader::new(false), 0));
-                if let Some((c, _)) = &cache {
-                    c.open(&f);
+                let mut cache = (!keep_cache).then(|| (pagecache::Reader::new(false), 0));
+                if let Some((c, _)) = &mut cache {
+                    c.open(&f, 0);
                 }
                 let input = Input {
                     reader: Reader::Plain(f),
