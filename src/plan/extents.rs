@@ -12,6 +12,7 @@ use std::os::fd::AsFd;
 
 use rustix::fs::{OFlags, SeekFrom};
 
+use super::meta::Meta;
 use crate::protocol::Xattrs;
 use crate::store::xattr;
 
@@ -45,6 +46,17 @@ impl Stamp {
             ctime: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
         }
     }
+
+    /// The stamp of what the walk read, `meta`.
+    pub fn of_meta(meta: &Meta) -> Stamp {
+        let ns = |(s, n): (i64, u32)| i128::from(s) * 1_000_000_000 + i128::from(n);
+        Stamp {
+            inode: (meta.dev(), meta.ino()),
+            size: meta.len(),
+            mtime: ns(meta.mtime()),
+            ctime: ns(meta.ctime()),
+        }
+    }
 }
 
 /// Opens a source file for reading as the walk saw it: never through a symlink that
@@ -64,13 +76,12 @@ pub fn open_source(path: &Path) -> io::Result<File> {
 /// opened without following a symlink or blocking, a symlink as `O_PATH` (see
 /// `store::xattr`). Most files have none, which one `llistxattr` on the name (following
 /// nothing) says without opening anything.
-pub(super) fn source_xattrs(path: &Path, meta: &fs::Metadata) -> Option<Xattrs> {
-    let ft = meta.file_type();
-    let flags = if ft.is_symlink() {
+pub(super) fn source_xattrs(path: &Path, meta: &Meta) -> Option<Xattrs> {
+    let flags = if meta.is_symlink() {
         OFlags::PATH
-    } else if ft.is_dir() {
+    } else if meta.is_dir() {
         OFlags::RDONLY | OFlags::DIRECTORY
-    } else if ft.is_file() {
+    } else if meta.is_file() {
         OFlags::RDONLY | OFlags::NONBLOCK
     } else {
         return None;
@@ -86,7 +97,7 @@ pub(super) fn source_xattrs(path: &Path, meta: &fs::Metadata) -> Option<Xattrs> 
         if (st.st_dev, st.st_ino) != (meta.dev(), meta.ino()) {
             return Err(io::Error::other("replaced while being read"));
         }
-        xattr::read(match ft.is_symlink() {
+        xattr::read(match meta.is_symlink() {
             true => xattr::Target::Path(fd.as_fd()),
             false => xattr::Target::Fd(fd.as_fd()),
         })
@@ -105,7 +116,7 @@ pub(super) fn source_xattrs(path: &Path, meta: &fs::Metadata) -> Option<Xattrs> 
 
 /// The byte ranges of `path` that hold data. A file whose allocated blocks cover its
 /// size is one range without a syscall; others are mapped with SEEK_DATA/SEEK_HOLE.
-pub(super) fn data_extents(path: &Path, meta: &fs::Metadata) -> io::Result<Vec<(u64, u64)>> {
+pub(super) fn data_extents(path: &Path, meta: &Meta) -> io::Result<Vec<(u64, u64)>> {
     let size = meta.len();
     if size == 0 {
         return Ok(Vec::new());
@@ -114,7 +125,7 @@ pub(super) fn data_extents(path: &Path, meta: &fs::Metadata) -> io::Result<Vec<(
         return Ok(vec![(0, size)]);
     }
     let f = open_source(path)?;
-    if !Stamp::of(&f.metadata()?).same_file(&Stamp::of(meta)) {
+    if !Stamp::of(&f.metadata()?).same_file(&Stamp::of_meta(meta)) {
         return Err(io::Error::other("replaced while being read"));
     }
     let mut out = Vec::new();
@@ -160,7 +171,7 @@ mod tests {
         f.seek(io::SeekFrom::Start(8 << 20)).unwrap();
         f.write_all(&vec![1u8; 1 << 20]).unwrap();
         f.sync_all().unwrap();
-        let meta = fs::metadata(&p).unwrap();
+        let meta = Meta::stat(&p).unwrap();
         let x = data_extents(&p, &meta).unwrap();
         let total: u64 = x.iter().map(|(a, b)| b - a).sum();
         assert!((1 << 20..4 << 20).contains(&total), "{x:?}");

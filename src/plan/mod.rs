@@ -6,6 +6,7 @@
 pub mod balance;
 mod extents;
 pub mod layout;
+pub mod meta;
 pub mod queue;
 pub mod select;
 pub mod shard;

@@ -8,8 +8,8 @@
 use std::collections::HashMap;
 use std::fs;
 use std::io;
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
@@ -18,8 +18,11 @@ use crate::protocol::Entry;
 use super::select::{Links, Listed, Selection};
 
 pub use super::extents::{open_source, Stamp};
+use super::meta::Meta;
 
+mod at;
 mod entry;
+use at::At;
 pub use entry::file_again;
 
 /// One thing to send, as the user named it.
@@ -166,7 +169,7 @@ pub fn walk_from(
         pending: Vec::new(),
     };
     for (i, s) in sources.iter().enumerate() {
-        let meta = fs::symlink_metadata(&s.path).map_err(|e| Error::Source {
+        let meta = Meta::lstat(&s.path).map_err(|e| Error::Source {
             path: s.path.clone(),
             source: e,
         })?;
@@ -177,9 +180,14 @@ pub fn walk_from(
         };
         let base = if rel.is_empty() { 0 } else { rel.len() + 1 };
         (w.base, w.source) = (base, i);
-        let Some((path, meta)) = w.follow(s.path.clone(), &rel, meta, &mut skip) else {
+        let root = At {
+            path: &s.path,
+            dir: None,
+        };
+        let Some((real, meta)) = w.follow(root, &rel, meta, &mut skip) else {
             continue;
         };
+        let path = real.unwrap_or_else(|| s.path.clone());
         if let Some(list) = &select.files_from {
             if !meta.is_dir() {
                 return Err(Error::Usage(
@@ -201,7 +209,11 @@ pub fn walk_from(
         }
         w.root_dev = meta.dev();
         let origin = Origin { source: i, base };
-        if !w.visit(&path, rel, &meta, &mut |x| emit(origin, x), &mut skip) {
+        let at = At {
+            path: &path,
+            dir: None,
+        };
+        if !w.visit(at, rel, &meta, &mut |x| emit(origin, x), &mut skip) {
             return Ok(());
         }
     }
@@ -270,16 +282,16 @@ fn is_too_long(e: &io::Error) -> bool {
 }
 
 impl Walker<'_> {
-    /// Emits `path` (and, for a directory, everything below it). False: stop.
+    /// Emits what is `at` (and, for a directory, everything below it). False: stop.
     fn visit(
         &mut self,
-        path: &Path,
+        at: At<'_>,
         rel: Vec<u8>,
-        meta: &fs::Metadata,
+        meta: &Meta,
         emit: &mut impl FnMut(Walked) -> bool,
         skip: &mut impl FnMut(Skipped),
     ) -> bool {
-        let Some(walked) = self.entry(path, rel.clone(), meta, skip) else {
+        let Some(walked) = self.entry(at, rel.clone(), meta, skip) else {
             return true;
         };
         if !meta.is_dir() || (self.select.one_file_system && meta.dev() != self.root_dev) {
@@ -288,7 +300,7 @@ impl Walker<'_> {
         let key = (meta.dev(), meta.ino());
         if self.ancestors.contains(&key) {
             skip(Skipped {
-                path: path.to_path_buf(),
+                path: at.path.to_path_buf(),
                 error: io::Error::other("a followed symlink leads back to a directory above it"),
             });
             return self.emit_with_parents(walked, emit);
@@ -298,10 +310,28 @@ impl Walker<'_> {
             too_long: false,
         });
         let mut long = false;
-        let names = self.names(path, &mut |s: Skipped| {
-            long |= is_too_long(&s.error);
-            skip(s)
-        });
+        let (dir, names) = match at.open_dir(meta) {
+            Ok(dir) => {
+                let (names, error) = at::names(&dir);
+                if let Some(error) = error {
+                    skip(Skipped {
+                        path: at.path.to_path_buf(),
+                        error,
+                    });
+                }
+                (
+                    Some(dir).filter(|_| self.ancestors.len() < at::HELD_DIRS),
+                    names,
+                )
+            }
+            Err(error) => {
+                long |= is_too_long(&error);
+                let path = at.path.to_path_buf();
+                skip(Skipped { path, error });
+                (None, Vec::new())
+            }
+        };
+        let dir = dir.as_ref().map(|d| d.as_fd());
         self.ancestors.push(key);
         let mut go_on = true;
         for name in names {
@@ -310,14 +340,24 @@ impl Walker<'_> {
                 child_rel.push(b'/');
             }
             child_rel.extend_from_slice(name.as_bytes());
-            let admitted = self.admit(path.join(&name), &child_rel, &mut |s: Skipped| {
+            let path = at.path.join(&name);
+            let child = At { path: &path, dir };
+            let admitted = self.admit(child, &child_rel, &mut |s: Skipped| {
                 long |= is_too_long(&s.error);
                 skip(s)
             });
-            let Some((child, meta)) = admitted else {
+            let Some((real, meta)) = admitted else {
                 continue;
             };
-            if !self.visit(&child, child_rel, &meta, emit, skip) {
+            // What a followed symlink leads to is reached by its own path.
+            let child = match &real {
+                Some(real) => At {
+                    path: real,
+                    dir: None,
+                },
+                None => child,
+            };
+            if !self.visit(child, child_rel, &meta, emit, skip) {
                 go_on = false;
                 break;
             }
@@ -327,31 +367,6 @@ impl Walker<'_> {
             p.too_long |= long;
         }
         go_on && self.close_dir(emit)
-    }
-
-    /// A directory's entry names, sorted; what could be read of them after an error.
-    fn names(&self, path: &Path, skip: &mut impl FnMut(Skipped)) -> Vec<std::ffi::OsString> {
-        let mut names = Vec::new();
-        match fs::read_dir(path) {
-            Ok(rd) => {
-                for d in rd {
-                    match d {
-                        Ok(d) => names.push(d.file_name()),
-                        Err(error) => {
-                            let path = path.to_path_buf();
-                            skip(Skipped { path, error });
-                            break;
-                        }
-                    }
-                }
-            }
-            Err(error) => {
-                let path = path.to_path_buf();
-                skip(Skipped { path, error });
-            }
-        }
-        names.sort();
-        names
     }
 
     /// Ends a directory's walk: sends its entry if no descendant did, unless all it held
@@ -386,61 +401,65 @@ impl Walker<'_> {
     }
 
     /// Stats a directory's child and decides whether it is sent: `None` when the
-    /// selection leaves it out or it cannot be read.
+    /// selection leaves it out or it cannot be read. With the path of what it leads to
+    /// when it is a symlink the selection follows.
     fn admit(
         &mut self,
-        path: PathBuf,
+        at: At<'_>,
         rel: &[u8],
         skip: &mut impl FnMut(Skipped),
-    ) -> Option<(PathBuf, fs::Metadata)> {
+    ) -> Option<(Option<PathBuf>, Meta)> {
         let listed = self.select.listed(self.source, rel, self.base);
         if listed == Listed::No {
             return None;
         }
-        let meta = match fs::symlink_metadata(&path) {
+        let meta = match at.stat() {
             Ok(m) => m,
             Err(error) => {
+                let path = at.path.to_path_buf();
                 skip(Skipped { path, error });
                 return None;
             }
         };
-        let (path, meta) = self.follow(path, rel, meta, skip)?;
+        let (real, meta) = self.follow(at, rel, meta, skip)?;
         if (listed == Listed::Parent && !meta.is_dir())
             || self.select.filter.excluded(rel, meta.is_dir())
         {
             return None;
         }
-        Some((path, meta))
+        Some((real, meta))
     }
 
     /// For a symlink the selection follows (-L, --copy-unsafe-links): the real path of
     /// what it points to and its metadata; a file read later is opened there with the
-    /// usual checks. Anything else is returned as it is.
+    /// usual checks. Anything else is returned as it is, without a path.
     fn follow(
         &mut self,
-        path: PathBuf,
+        at: At<'_>,
         rel: &[u8],
-        meta: fs::Metadata,
+        meta: Meta,
         skip: &mut impl FnMut(Skipped),
-    ) -> Option<(PathBuf, fs::Metadata)> {
-        if !meta.file_type().is_symlink() || self.select.links == Links::Keep {
-            return Some((path, meta));
+    ) -> Option<(Option<PathBuf>, Meta)> {
+        if !meta.is_symlink() || self.select.links == Links::Keep {
+            return Some((None, meta));
         }
-        let target = match fs::read_link(&path) {
+        let path = at.path;
+        let target = match at.read_link() {
             Ok(t) => t,
             Err(error) => {
+                let path = path.to_path_buf();
                 skip(Skipped { path, error });
                 return None;
             }
         };
-        if !self.select.follows(rel, target.as_os_str().as_bytes()) {
-            return Some((path, meta));
+        if !self.select.follows(rel, &target) {
+            return Some((None, meta));
         }
-        match fs::metadata(&path).and_then(|m| Ok((fs::canonicalize(&path)?, m))) {
-            Ok((real, m)) => Some((real, m)),
+        match Meta::stat(path).and_then(|m| Ok((fs::canonicalize(path)?, m))) {
+            Ok((real, m)) => Some((Some(real), m)),
             Err(e) => {
                 skip(Skipped {
-                    path,
+                    path: path.to_path_buf(),
                     error: io::Error::new(e.kind(), format!("symlink has no referent ({e})")),
                 });
                 None

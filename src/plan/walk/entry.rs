@@ -2,21 +2,21 @@
 //! the hardlink it may be, where its data is, and the warning for a symlink leading
 //! outside the source.
 
-use std::fs;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
+
+use rustix::fs::FileType;
 
 use crate::protocol::{Entry, EntryKind};
 
 use super::super::extents::{data_extents, source_xattrs};
-use super::{FileData, Skipped, Stamp, Walked, Walker, OUTSIDE_NAMED};
+use super::super::meta::Meta;
+use super::{At, FileData, Skipped, Stamp, Walked, Walker, OUTSIDE_NAMED};
 
 /// The entry for one regular file, walked again (after it changed while being read).
 /// `None` if it is no longer a regular file.
 pub fn file_again(id: u64, path: &Path, dest: Vec<u8>, xattrs: bool) -> io::Result<Option<Walked>> {
-    let meta = fs::symlink_metadata(path)?;
+    let meta = Meta::lstat(path)?;
     if !meta.is_file() {
         return Ok(None);
     }
@@ -36,7 +36,7 @@ pub fn file_again(id: u64, path: &Path, dest: Vec<u8>, xattrs: bool) -> io::Resu
             path: path.to_path_buf(),
             size,
             extents,
-            stamp: Stamp::of(&meta),
+            stamp: Stamp::of_meta(&meta),
             dest,
         }),
     }))
@@ -65,21 +65,19 @@ impl Walker<'_> {
     /// warned for a socket) when it is not sent.
     pub(super) fn entry(
         &mut self,
-        path: &Path,
+        at: At<'_>,
         rel: Vec<u8>,
-        meta: &fs::Metadata,
+        meta: &Meta,
         skip: &mut impl FnMut(Skipped),
     ) -> Option<Walked> {
+        let path = at.path;
         let id = self.next_id;
         self.next_id += 1;
-        let ft = meta.file_type();
         let mut data = None;
-        let kind = if ft.is_dir() {
-            EntryKind::Dir
-        } else if ft.is_symlink() {
-            match fs::read_link(path) {
-                Ok(t) => {
-                    let target = t.as_os_str().as_bytes().to_vec();
+        let kind = match meta.kind() {
+            FileType::Directory => EntryKind::Dir,
+            FileType::Symlink => match at.read_link() {
+                Ok(target) => {
                     self.note_outside(&rel, &target);
                     EntryKind::Symlink { target }
                 }
@@ -90,58 +88,58 @@ impl Walker<'_> {
                     });
                     return None;
                 }
-            }
-        } else if ft.is_file() {
-            if meta.nlink() > 1 {
-                let key = (meta.dev(), meta.ino());
-                if let Some(target) = self.inodes.get(&key) {
-                    return Some(Walked {
-                        entry: make_entry(
-                            id,
-                            rel,
-                            EntryKind::Hardlink {
-                                target: target.clone(),
-                            },
-                            meta,
-                        ),
-                        data: None,
-                    });
+            },
+            FileType::RegularFile => {
+                if meta.nlink() > 1 {
+                    let key = (meta.dev(), meta.ino());
+                    if let Some(target) = self.inodes.get(&key) {
+                        return Some(Walked {
+                            entry: make_entry(
+                                id,
+                                rel,
+                                EntryKind::Hardlink {
+                                    target: target.clone(),
+                                },
+                                meta,
+                            ),
+                            data: None,
+                        });
+                    }
+                    self.inodes.insert(key, rel.clone());
                 }
-                self.inodes.insert(key, rel.clone());
+                let size = meta.len();
+                let extents = match data_extents(path, meta) {
+                    Ok(x) => x,
+                    Err(e) => {
+                        skip(Skipped {
+                            path: path.to_path_buf(),
+                            error: e,
+                        });
+                        return None;
+                    }
+                };
+                let data_bytes = extents.iter().map(|(a, b)| b - a).sum();
+                data = Some(FileData {
+                    path: path.to_path_buf(),
+                    size,
+                    extents,
+                    stamp: Stamp::of_meta(meta),
+                    dest: rel.clone(),
+                });
+                EntryKind::File { size, data_bytes }
             }
-            let size = meta.len();
-            let extents = match data_extents(path, meta) {
-                Ok(x) => x,
-                Err(e) => {
-                    skip(Skipped {
-                        path: path.to_path_buf(),
-                        error: e,
-                    });
-                    return None;
-                }
-            };
-            let data_bytes = extents.iter().map(|(a, b)| b - a).sum();
-            data = Some(FileData {
-                path: path.to_path_buf(),
-                size,
-                extents,
-                stamp: Stamp::of(meta),
-                dest: rel.clone(),
-            });
-            EntryKind::File { size, data_bytes }
-        } else if ft.is_fifo() {
-            EntryKind::Fifo
-        } else if ft.is_block_device() || ft.is_char_device() {
-            EntryKind::Device {
-                block: ft.is_block_device(),
+            FileType::Fifo => EntryKind::Fifo,
+            k @ (FileType::BlockDevice | FileType::CharacterDevice) => EntryKind::Device {
+                block: k == FileType::BlockDevice,
                 rdev: meta.rdev(),
+            },
+            _ => {
+                crate::progress::warn(&format!(
+                    "skipping socket {}",
+                    crate::progress::shown_path(path)
+                ));
+                return None;
             }
-        } else {
-            crate::progress::warn(&format!(
-                "skipping socket {}",
-                crate::progress::shown_path(path)
-            ));
-            return None;
         };
         let mut entry = make_entry(id, rel, kind, meta);
         if !self.select.no_xattrs {
@@ -151,14 +149,15 @@ impl Walker<'_> {
     }
 }
 
-fn make_entry(id: u64, path: Vec<u8>, kind: EntryKind, meta: &fs::Metadata) -> Entry {
+fn make_entry(id: u64, path: Vec<u8>, kind: EntryKind, meta: &Meta) -> Entry {
+    let (mtime_sec, mtime_nsec) = meta.mtime();
     Entry {
         id,
         path,
         kind,
         mode: meta.mode() & 0o7777,
-        mtime_sec: meta.mtime(),
-        mtime_nsec: meta.mtime_nsec().clamp(0, 999_999_999) as u32,
+        mtime_sec,
+        mtime_nsec: mtime_nsec.min(999_999_999),
         uid: meta.uid(),
         gid: meta.gid(),
         xattrs: None,

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::protocol::EntryKind;
+use std::os::unix::fs::MetadataExt;
 
 #[test]
 fn rsync_trailing_slash_rule() {
@@ -101,4 +102,77 @@ fn one_file_system_stops_at_mount_points() {
         &Selection::default(),
     );
     assert!(all.iter().any(|p| p.starts_with("pts/")), "{all:?}");
+}
+
+/// A directory swapped for a symlink while its entries are walked: the rest of its
+/// entries are read from the directory that was opened, never through the symlink.
+#[test]
+fn a_directory_swapped_for_a_symlink_mid_walk_is_not_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("t");
+    fs::create_dir_all(root.join("a")).unwrap();
+    fs::write(root.join("a/1"), b"1").unwrap();
+    fs::write(root.join("a/2"), b"22").unwrap();
+    let elsewhere = dir.path().join("elsewhere");
+    fs::create_dir(&elsewhere).unwrap();
+    fs::write(elsewhere.join("2"), b"secret").unwrap();
+    fs::write(elsewhere.join("3"), b"secret").unwrap();
+    let mut got = Vec::new();
+    walk(
+        &[Source::from_arg(&root)],
+        &Selection::default(),
+        |w| {
+            if w.entry.path == b"t/a/1" {
+                fs::rename(root.join("a"), root.join("a.old")).unwrap();
+                std::os::unix::fs::symlink(&elsewhere, root.join("a")).unwrap();
+            }
+            got.push(w.entry);
+            true
+        },
+        |s| panic!("{s:?}"),
+    )
+    .unwrap();
+    let paths: Vec<_> = got.iter().map(|e| e.path.as_slice()).collect();
+    assert_eq!(paths, [&b"t"[..], b"t/a", b"t/a/1", b"t/a/2"]);
+    assert!(
+        matches!(got[3].kind, EntryKind::File { size: 2, .. }),
+        "{:?}",
+        got[3]
+    );
+}
+
+/// A directory replaced (by a symlink, or by another directory) between its stat and its
+/// opening is not walked; a path over 4096 bytes fails as it would by path.
+#[test]
+fn a_directory_replaced_after_its_stat_is_not_opened() {
+    use std::os::fd::AsFd;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    fs::create_dir(d.join("a")).unwrap();
+    fs::create_dir(d.join("other")).unwrap();
+    let fd = fs::File::open(d).unwrap();
+    let path = d.join("a");
+    let at = at::At {
+        path: &path,
+        dir: Some(fd.as_fd()),
+    };
+    let meta = at.stat().unwrap();
+    assert!(meta.is_dir());
+    assert!(at.open_dir(&meta).is_ok());
+    fs::rename(d.join("a"), d.join("a.old")).unwrap();
+    std::os::unix::fs::symlink("other", d.join("a")).unwrap();
+    let e = at.open_dir(&meta).unwrap_err();
+    assert!(e.to_string().contains("replaced"), "{e}");
+    fs::remove_file(d.join("a")).unwrap();
+    fs::rename(d.join("other"), d.join("a")).unwrap();
+    let e = at.open_dir(&meta).unwrap_err();
+    assert!(e.to_string().contains("replaced"), "{e}");
+    let long = d.join("x".repeat(4096));
+    let e = at::At {
+        path: &long,
+        dir: Some(fd.as_fd()),
+    }
+    .stat()
+    .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENAMETOOLONG));
 }
