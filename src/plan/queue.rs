@@ -367,6 +367,7 @@ mod tests {
                 ctime: 0,
             },
             dest: b"x".to_vec(),
+            parent: None,
         }
     }
 

@@ -77,6 +77,10 @@ pub struct FileData {
     pub stamp: Stamp,
     /// Its path at the destination (for re-sending it if it changes while read).
     pub dest: Vec<u8>,
+    /// (dev, ino) of the directory the walk found it in; `None` for a source named by
+    /// itself. A file walked again must be found in the same directory (see
+    /// [`file_again`]).
+    pub parent: Option<(u64, u64)>,
 }
 
 /// Something the walk could not read; the transfer goes on without it.

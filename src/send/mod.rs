@@ -378,8 +378,12 @@ fn resend_changed(
         if changed.is_empty() {
             return Ok(());
         }
+        // Where the walk found each: a file walked again must be in the same directory.
+        let mut parents = HashMap::new();
         for id in changed.keys() {
-            registry.remove(id);
+            if let Some(d) = registry.remove(id) {
+                parents.insert(*id, d.parent);
+            }
         }
         link.tell(&Control::Forget(changed.keys().copied().collect()))?;
         if round == CHANGE_RETRIES {
@@ -396,8 +400,9 @@ fn resend_changed(
         }
         let mut entries: Vec<Entry> = Vec::new();
         let mut data = HashMap::new();
-        for (path, dest) in changed.into_values() {
-            match walk::file_again(next_id, &path, dest, xattrs) {
+        for (id, (path, dest)) in changed {
+            let parent = parents.get(&id).copied().flatten();
+            match walk::file_again(next_id, &path, dest, xattrs, parent) {
                 Ok(Some(w)) => {
                     if let Some(d) = w.data {
                         data.insert(next_id, d);

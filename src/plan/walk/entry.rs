@@ -3,9 +3,10 @@
 //! outside the source.
 
 use std::io;
+use std::os::fd::OwnedFd;
 use std::path::Path;
 
-use rustix::fs::FileType;
+use rustix::fs::{FileType, Mode, OFlags};
 
 use crate::protocol::{Entry, EntryKind};
 
@@ -14,9 +15,25 @@ use super::super::meta::Meta;
 use super::{At, FileData, Skipped, Stamp, Walked, Walker, OUTSIDE_NAMED};
 
 /// The entry for one regular file, walked again (after it changed while being read).
-/// `None` if it is no longer a regular file.
-pub fn file_again(id: u64, path: &Path, dest: Vec<u8>, xattrs: bool) -> io::Result<Option<Walked>> {
-    let meta = Meta::lstat(path)?;
+/// `None` if it is no longer a regular file. With `parent` (where the walk found it), the
+/// file is looked up only in that same directory, opened without following a symlink: a
+/// directory swapped for a symlink (or another directory) since the walk fails here
+/// instead of sending a file from outside the source.
+pub fn file_again(
+    id: u64,
+    path: &Path,
+    dest: Vec<u8>,
+    xattrs: bool,
+    parent: Option<(u64, u64)>,
+) -> io::Result<Option<Walked>> {
+    let meta = match parent {
+        Some(p) => {
+            let dir = open_parent(path, p)?;
+            let name = path.file_name().map(Path::new).unwrap_or(path);
+            Meta::at(&dir, name)?
+        }
+        None => Meta::lstat(path)?,
+    };
     if !meta.is_file() {
         return Ok(None);
     }
@@ -38,8 +55,35 @@ pub fn file_again(id: u64, path: &Path, dest: Vec<u8>, xattrs: bool) -> io::Resu
             extents,
             stamp: Stamp::of_meta(&meta),
             dest,
+            parent,
         }),
     }))
+}
+
+/// The directory holding `path`, checked to be the directory `(dev, ino)` the walk listed
+/// (whatever path leads there now: with `-L` that may be through a symlink).
+fn open_parent(path: &Path, (dev, ino): (u64, u64)) -> io::Result<OwnedFd> {
+    let replaced = || {
+        io::Error::other("its directory was replaced since the walk (by a symlink?); not followed")
+    };
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let fd = rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| match e {
+        rustix::io::Errno::NOTDIR => replaced(),
+        e => e.into(),
+    })?;
+    let m = Meta::of_fd(&fd)?;
+    if (m.dev(), m.ino()) != (dev, ino) {
+        return Err(replaced());
+    }
+    Ok(fd)
 }
 
 impl Walker<'_> {
@@ -125,6 +169,7 @@ impl Walker<'_> {
                     extents,
                     stamp: Stamp::of_meta(meta),
                     dest: rel.clone(),
+                    parent: self.ancestors.last().copied(),
                 });
                 EntryKind::File { size, data_bytes }
             }

@@ -176,3 +176,47 @@ fn a_directory_replaced_after_its_stat_is_not_opened() {
     .unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::ENAMETOOLONG));
 }
+
+/// A file that changed while being read is walked again only in the directory the walk
+/// found it in: its directory swapped for a symlink (or for another directory) after the
+/// walk fails then, instead of sending a file from outside the source.
+#[test]
+fn a_file_walked_again_is_looked_up_only_in_the_directory_it_was_found_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("t");
+    fs::create_dir_all(root.join("a")).unwrap();
+    fs::write(root.join("a/f"), b"mine").unwrap();
+    let elsewhere = dir.path().join("elsewhere");
+    fs::create_dir(&elsewhere).unwrap();
+    fs::write(elsewhere.join("f"), b"secret!").unwrap();
+    let mut data = None;
+    walk(
+        &[Source::from_arg(&root)],
+        &Selection::default(),
+        |w| {
+            if w.entry.path == b"t/a/f" {
+                data = w.data;
+            }
+            true
+        },
+        |s| panic!("{s:?}"),
+    )
+    .unwrap();
+    let d = data.unwrap();
+    assert!(d.parent.is_some());
+    let again = |id| file_again(id, &d.path, d.dest.clone(), false, d.parent);
+    // Changed in place: found again, as it is now.
+    fs::write(root.join("a/f"), b"mine, longer").unwrap();
+    let w = again(9).unwrap().unwrap();
+    assert!(matches!(w.entry.kind, EntryKind::File { size: 12, .. }));
+    // Its directory swapped for a symlink to another one.
+    fs::rename(root.join("a"), root.join("a.old")).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, root.join("a")).unwrap();
+    let e = again(10).unwrap_err();
+    assert!(e.to_string().contains("replaced"), "{e}");
+    // Or for another directory.
+    fs::remove_file(root.join("a")).unwrap();
+    fs::create_dir(root.join("a")).unwrap();
+    fs::write(root.join("a/f"), b"other").unwrap();
+    assert!(again(11).is_err());
+}
