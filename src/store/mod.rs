@@ -40,6 +40,7 @@ mod partial;
 mod report;
 mod resume;
 mod state;
+mod stopping;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -54,7 +55,7 @@ pub use state::{Store, WriterCache};
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crossbeam_channel::Receiver;
@@ -142,6 +143,8 @@ impl Store {
             finish_tx: Mutex::new(Some(tx)),
             finish_rx: Mutex::new(Some(rx)),
             finishers: Mutex::new(Vec::new()),
+            writing: AtomicUsize::new(0),
+            closing: AtomicBool::new(false),
             error: Arc::new(Mutex::new(None)),
             other: AtomicU64::new(0),
             skipped: AtomicU64::new(0),

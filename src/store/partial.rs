@@ -64,6 +64,7 @@ impl Store {
         segments: impl Iterator<Item = Segment>,
         cache: &mut WriterCache,
     ) -> Result<()> {
+        let _writing = self.enter_write()?;
         let bytes = unit.bytes();
         let mut pos = 0usize;
         for seg in segments {
@@ -168,7 +169,7 @@ impl Store {
                 let file = Arc::try_unwrap(file)
                     .or_else(|shared| shared.try_clone())
                     .map_err(|x| self.dest_err(&state.path, x))?;
-                self.queue_finish(state, file)?;
+                self.queue_finish(state, file, Some((seg.offset, seg.len)))?;
             }
         }
         Ok(())
@@ -195,33 +196,9 @@ impl Store {
         Ok(())
     }
 
-    /// Makes every pending journal record durable-backed and written: used when the
-    /// transfer stops early, so the next run resumes from here. Files that arrived whole
-    /// are finished first: they have left the table of files in progress, and their
-    /// journal's last records with it, so a run that stopped before its finishers got to
-    /// them would send them again in full next time.
-    pub fn save_progress(&self) {
-        self.drain_finishers();
-        let states: Vec<Arc<FileState>> = self
-            .files
-            .lock()
-            .map(|m| m.values().cloned().collect())
-            .unwrap_or_default();
-        for s in states {
-            let Some(j) = &s.journal else { continue };
-            let Ok(mut g) = j.lock() else { continue };
-            if g.pending.is_empty() {
-                continue;
-            }
-            if let Ok(f) = self.open_work_file(&s) {
-                let _ = flush_journal(&mut g, &f);
-            }
-        }
-    }
-
     /// Opens the file `state` is written to: an anonymous file for a small one while the
     /// file system allows it, else its named partial file (created if not precreated).
-    fn open_work_file(&self, state: &FileState) -> Result<File> {
+    pub(super) fn open_work_file(&self, state: &FileState) -> Result<File> {
         let (parent, work) = state.work_name()?;
         let err = |x| self.dest_err(&state.path, x);
         if !state.precreated {
@@ -416,20 +393,6 @@ impl Store {
         let n = state.received.lock().map(|r| r.len() as u64).unwrap_or(0);
         self.count_ranges(n, 0);
     }
-
-    /// Hands a complete file to the finisher threads.
-    pub(super) fn queue_finish(&self, state: Arc<FileState>, file: File) -> Result<()> {
-        let tx = self.finish_tx.lock().ok().and_then(|g| g.clone());
-        match tx {
-            Some(tx) => tx
-                .send((state, file))
-                .map_err(|_| Error::io("finishing files", io::Error::other("finisher stopped"))),
-            None => Err(Error::io(
-                "finishing files",
-                io::Error::other("store closed"),
-            )),
-        }
-    }
 }
 
 /// Whether an `O_TMPFILE` open failed because the file system (or kernel) lacks it.
@@ -451,7 +414,7 @@ fn preallocate(file: &File, size: u64) -> io::Result<()> {
 
 /// Makes the data written so far durable, then appends the pending records to the journal
 /// (never the other way round: no record may claim bytes that are not on disk).
-fn flush_journal(g: &mut JournalState, file: &File) -> io::Result<()> {
+pub(super) fn flush_journal(g: &mut JournalState, file: &File) -> io::Result<()> {
     file.sync_data()?;
     let pending = std::mem::take(&mut g.pending);
     journal::append(&mut g.file, &pending)?;

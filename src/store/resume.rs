@@ -198,7 +198,7 @@ impl Store {
                     .create_work_file(pfd, &fsops::partial_name(&name), size)
                     .map_err(err)?,
             };
-            self.queue_finish(state, f)?;
+            self.queue_finish(state, f, None)?;
             return Ok(None);
         }
         // Resumed ranges count towards the bound on ranges held, like received ones.

@@ -13,7 +13,7 @@ use std::io;
 use std::ops::Bound;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -42,6 +42,10 @@ pub struct Store {
     pub(super) finish_tx: Mutex<Option<Sender<Completed>>>,
     pub(super) finish_rx: Mutex<Option<Receiver<Completed>>>,
     pub(super) finishers: Mutex<Vec<JoinHandle<()>>>,
+    /// `write_unit` calls under way, and set once the transfer stops: `save_progress`
+    /// waits for the first to reach 0 after setting the second.
+    pub(super) writing: AtomicUsize,
+    pub(super) closing: AtomicBool,
     pub(super) error: Arc<Mutex<Option<Error>>>,
     pub(super) other: AtomicU64,
     pub(super) skipped: AtomicU64,
