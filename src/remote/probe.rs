@@ -42,21 +42,24 @@ pub fn measure(
     let ticket = Ticket::parse(&ticket)?;
     let route = Route::new(&rsh, dest, ticket, ready.port, true, ssh.via_ssh);
     count::send_streams(streams, block, || route.dial(Role::ProbeData))?;
-    let measured = match far.recv("counting the probe's data")? {
+    let measured = probed(&mut far)?;
+    finish(far, measured)
+}
+
+/// Reads what a far destination measured and counted of the probe's data (its `Probed`).
+pub(super) fn probed(far: &mut FarEnd) -> Result<FarMeasure> {
+    match far.recv("counting the probe's data")? {
         Reply::Probed {
             write_rate,
             file_micros,
             received,
             micros,
-        } => match FarMeasure::from_report(write_rate, file_micros, received, micros) {
-            Some(m) => m,
-            None => return Err(unexpected(&far, "no probe data arrived")),
-        },
+        } => FarMeasure::from_report(write_rate, file_micros, received, micros)
+            .ok_or_else(|| unexpected(far, "no probe data arrived")),
         Reply::Done { .. } | Reply::Ready { .. } | Reply::SourceProbed(_) => {
-            return Err(unexpected(&far, "no probe result"));
+            Err(unexpected(far, "no probe result"))
         }
-    };
-    finish(far, measured)
+    }
 }
 
 /// Waits for the far end's `Done` after a probe; `value` when it succeeded.

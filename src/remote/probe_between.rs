@@ -12,11 +12,11 @@
 use std::time::Duration;
 
 use super::farend::FarEnd;
-use super::probe::finish;
+use super::probe::{finish, probed};
 use super::probe_source::{measured, FarSource};
 use super::rsh::Rsh;
 use super::unexpected;
-use super::wire::{Reply, Request};
+use super::wire::Request;
 use crate::config::{RemotePath, SshOptions};
 use crate::error::{exit, Error, Result};
 use crate::probe::FarMeasure;
@@ -97,20 +97,7 @@ pub fn measure(
             })
         }
     }
-    let far = match receiver.recv("counting the probe's data")? {
-        Reply::Probed {
-            write_rate,
-            file_micros,
-            received,
-            micros,
-        } => match FarMeasure::from_report(write_rate, file_micros, received, micros) {
-            Some(m) => m,
-            None => return Err(unexpected(&receiver, "no probe data arrived")),
-        },
-        Reply::Done { .. } | Reply::Ready { .. } | Reply::SourceProbed(_) => {
-            return Err(unexpected(&receiver, "no probe result"));
-        }
-    };
+    let far = probed(&mut receiver)?;
     let far = finish(receiver, far)?;
     Ok((
         FarSource {
