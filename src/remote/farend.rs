@@ -32,6 +32,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use super::rsh::{sh_quote, spawn_prefixer, Rsh};
 use super::upload::{self, Exe, Stopped};
+pub use super::wire::Done;
 use super::wire::{self, Reply, Request};
 use crate::config::{RemotePath, SshOptions};
 use crate::error::{exit, Error, Result};
@@ -260,21 +261,7 @@ impl FarEnd {
             Reply::Probed { .. } | Reply::SourceProbed(_) => Err(self.error(format!(
                 "a probe's result where it should be ready (while {doing})"
             ))),
-            Reply::Done {
-                code,
-                message,
-                files,
-                bytes,
-                deleted,
-                replicas,
-            } => Err(self.done_error(&Done {
-                code,
-                message,
-                files,
-                bytes,
-                deleted,
-                replicas,
-            })),
+            Reply::Done(d) => Err(self.done_error(&d)),
         }
     }
 
@@ -297,23 +284,8 @@ impl FarEnd {
                 }
             };
             let Some(line) = line else { break };
-            if let Ok(Reply::Done {
-                code,
-                message,
-                files,
-                bytes,
-                deleted,
-                replicas,
-            }) = wire::decode::<Reply>(&line)
-            {
-                done = Some(Done {
-                    code,
-                    message,
-                    files,
-                    bytes,
-                    deleted,
-                    replicas,
-                });
+            if let Ok(Reply::Done(d)) = wire::decode::<Reply>(&line) {
+                done = Some(d);
                 break;
             }
         }
@@ -363,23 +335,6 @@ impl Drop for FarEnd {
             let _ = self.child.wait();
         }
     }
-}
-
-/// The far end's final word.
-#[derive(Clone, Debug)]
-pub struct Done {
-    /// Its exit code.
-    pub code: i32,
-    /// Its error, when `code` is not 0.
-    pub message: String,
-    /// Files moved.
-    pub files: u64,
-    /// Bytes moved.
-    pub bytes: u64,
-    /// Entries removed by `--delete`.
-    pub deleted: u64,
-    /// A fan-out's sender: what became of each receiver.
-    pub replicas: Vec<crate::protocol::Replica>,
 }
 
 enum Greeted {

@@ -56,7 +56,7 @@ pub(super) fn probed(far: &mut FarEnd) -> Result<FarMeasure> {
             micros,
         } => FarMeasure::from_report(write_rate, file_micros, received, micros)
             .ok_or_else(|| unexpected(far, "no probe data arrived")),
-        Reply::Done { .. } | Reply::Ready { .. } | Reply::SourceProbed(_) => {
+        Reply::Done(_) | Reply::Ready { .. } | Reply::SourceProbed(_) => {
             Err(unexpected(far, "no probe result"))
         }
     }

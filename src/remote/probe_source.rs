@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use super::farend::{Done, FarEnd};
+use super::farend::FarEnd;
 use super::probe::finish;
 use super::route::Route;
 use super::rsh::Rsh;
@@ -84,23 +84,7 @@ pub fn measure(
 pub(super) fn measured(far: &mut FarEnd) -> Result<(Sources, Vec<CodecRate>)> {
     let report = match far.recv("measuring the sources")? {
         Reply::SourceProbed(r) => r,
-        Reply::Done {
-            code,
-            message,
-            files,
-            bytes,
-            deleted,
-            replicas,
-        } => {
-            return Err(far.done_error(&Done {
-                code,
-                message,
-                files,
-                bytes,
-                deleted,
-                replicas,
-            }))
-        }
+        Reply::Done(d) => return Err(far.done_error(&d)),
         Reply::Ready { .. } | Reply::Probed { .. } => {
             return Err(unexpected(far, "no measurement of the sources"))
         }

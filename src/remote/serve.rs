@@ -171,14 +171,14 @@ pub fn run(uploaded: bool) -> i32 {
         Ok(served) => (exit::OK, String::new(), served),
         Err(e) => (e.exit_code(), e.to_string(), (0, 0, 0, Vec::new())),
     };
-    out.line(&wire::encode(&Reply::Done {
+    out.line(&wire::encode(&Reply::Done(wire::Done {
         code,
         message,
         files,
         bytes,
         deleted,
         replicas,
-    }));
+    })));
     code
 }
 

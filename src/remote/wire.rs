@@ -210,22 +210,27 @@ pub enum Reply {
     },
     /// What a `ProbeSource` measured here (before its `Ready`).
     SourceProbed(SourceReport),
-    /// Finished; `code` is the far end's exit code.
-    Done {
-        /// Exit code (0: everything arrived).
-        code: i32,
-        /// One line for the user when `code` is not 0.
-        message: String,
-        /// Files and bytes moved (for the summary line).
-        files: u64,
-        /// Bytes of file data moved.
-        bytes: u64,
-        /// Entries removed by `--delete` (for the summary line).
-        #[serde(default)]
-        deleted: u64,
-        /// A fan-out's sender: what became of each receiver (the sender's report).
-        replicas: Vec<Replica>,
-    },
+    /// Finished; its `code` is the far end's exit code.
+    Done(Done),
+}
+
+/// The far end's final word. (A newtype variant of a struct encodes as the struct variant
+/// with the same fields did: one `Done` type on both sides, no wire change.)
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Done {
+    /// Exit code (0: everything arrived).
+    pub code: i32,
+    /// One line for the user when `code` is not 0.
+    pub message: String,
+    /// Files moved (for the summary line).
+    pub files: u64,
+    /// Bytes of file data moved.
+    pub bytes: u64,
+    /// Entries removed by `--delete` (for the summary line).
+    #[serde(default)]
+    pub deleted: u64,
+    /// A fan-out's sender: what became of each receiver (the sender's report).
+    pub replicas: Vec<Replica>,
 }
 
 /// A far source's measurements (`probe::Sources` and the codecs' rates, in integers).
@@ -437,7 +442,7 @@ mod tests {
             assert!(is_message(&line));
             assert_eq!(decode::<Request>(&line).unwrap(), r);
         }
-        let done = Reply::Done {
+        let done = Reply::Done(Done {
             code: 4,
             message: "disk full".into(),
             files: 1,
@@ -450,7 +455,7 @@ mod tests {
                     message: "gone".into(),
                 },
             }],
-        };
+        });
         assert_eq!(decode::<Reply>(&encode(&done)).unwrap(), done);
         let probed = Reply::Probed {
             write_rate: Some(400 << 20),
