@@ -5,11 +5,12 @@
 //!
 //! The model. A stream handles one unit at a time: it compresses it, then writes it (the
 //! write includes TLS, waiting for room in the socket, and any `--limit` pacing). Per raw
-//! byte at level `L` that is `a = cpu[L]` of compression and `b = ratio[L] * wire` of
-//! writing, where `ratio[L]` is output/input and `wire` the time the stream spends
-//! writing one byte on the wire. A slow link, a slow or busy receiver, or a cap makes
-//! `wire` large, and more compression pays; slow compression makes `cpu[L]` large, and
-//! less pays. Incompressible data makes every ratio 1 (units that do not shrink 3% go
+//! byte at level `L` that is `a = cpu[L]` of compression and `b = ratio[L] * wire + recv`
+//! of writing, where `ratio[L]` is output/input, `wire` the time the stream spends
+//! writing one byte on the wire, and `recv` the time per raw byte its writes waited for
+//! the receiver (below). A slow link or a cap makes `wire` large, and more compression
+//! pays; slow compression makes `cpu[L]` large, and less pays. Incompressible data makes
+//! every ratio 1 (units that do not shrink 3% go
 //! raw), so `none` wins. `cpu[L]` is the thread's CPU time (`codec::clock`: a wall-clock
 //! unit of a few ms was often preempted for a whole time slice, and levels timed at
 //! different moments were compared on that noise); the write is wall time, so contention
@@ -47,8 +48,26 @@
 //! times what the delivery rate says beyond it. Without samples (a tunnel, a local
 //! pair) `wire` is used alone.
 //!
+//! What the receiver costs. A write also waits when the receiver does not keep up
+//! (writing durably, decrypting, hashing, on cores it may share with us): its window
+//! fills and the kernel counts the time as receive-window-limited (`tcpi_rwnd_limited`,
+//! [`LinkSample::rwnd`]). That wait is per RAW byte, the same at every level (the
+//! receiver writes the same bytes whatever crossed the wire), so it must not scale with
+//! the ratio: charged to wire bytes, as before, it made a wire byte look dear on a fast
+//! link to a slow disk and sent streams to zstd:3, spending the sender's CPU on the
+//! receiver's shared cores for 6% fewer bytes. So each write is split: the rwnd-limited
+//! part goes into `recv` (seconds per raw byte, added to `b` at every level), the rest
+//! (the link's and TLS's) into `wire`; and a delivery sample counts as link-bound only
+//! for the share of its write the receiver was not the limit. One part of the receiver's
+//! work does follow the wire bytes: it decrypts and copies each of them. Where the
+//! receiver is the limit, a level that sends more would make it slower, which nothing
+//! measured at the current level shows (on loopback `none` looks free: no compression,
+//! writes as fast as TLS); so a level's `recv` moves by `RECV_WIRE` per wire byte it
+//! sends more or less than the current level, weighted by the share of the write time
+//! that was the receiver's.
+//!
 //! Not here: the stream's own reading (the same for every level), and the receiver's
-//! decompression except as it shows in `wire` when it slows the receiver down.
+//! decompression (cheaper than its decryption per byte, and absent at `none`).
 
 use std::time::Duration;
 
@@ -97,6 +116,9 @@ const PRIOR_WIRE: f64 = 2.0e-9;
 /// The most one unit's write time per wire byte counts for, as a multiple of the
 /// running mean (see `Tuner::observe`).
 const WIRE_STEP: f64 = 4.0;
+/// The receiver's work per wire byte, seconds: a TLS stream decrypted and copied on one
+/// core, ~1.8 GB/s (docs/design.md, *Performance choices*).
+const RECV_WIRE: f64 = 1.0 / 1.8e9;
 
 /// TCP's delivery-rate sample of a stream's connection after a unit's write.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -105,6 +127,9 @@ pub struct LinkSample {
     pub rate: f64,
     /// The stream had nothing more to send while it was taken: the link had room.
     pub app_limited: bool,
+    /// Of the unit's write, the time the connection was limited by the peer's receive
+    /// window: the receiver did not keep up (zero where the kernel does not say).
+    pub rwnd: Duration,
 }
 
 /// What a probe measured on one slice: the neighbour's and the current level's output
@@ -162,8 +187,12 @@ pub struct Tuner {
     cpu: [Mean; 5],
     /// Output bytes per raw byte, per level.
     ratio: [Mean; 5],
-    /// Write seconds per wire byte.
+    /// Write seconds per wire byte, the receiver's waits left out.
     wire: Mean,
+    /// Seconds per raw byte the writes waited for the receiver (its window was full).
+    recv: Mean,
+    /// The share of write time that waited for the receiver (0 to 1).
+    recv_share: Mean,
     /// Seconds per wire byte at TCP's delivery rate, from samples that were not
     /// app-limited.
     link: Mean,
@@ -191,6 +220,8 @@ impl Tuner {
             cpu: PRIOR_CPU.map(Mean::new),
             ratio: PRIOR_RATIO.map(Mean::new),
             wire: Mean::new(PRIOR_WIRE),
+            recv: Mean::new(0.0),
+            recv_share: Mean::new(0.0),
             link: Mean::new(0.0),
             bound: 0.0,
             written: 0,
@@ -231,7 +262,8 @@ impl Tuner {
 
     /// Learns from one unit sent at the current level: `raw` bytes became `wire` bytes on
     /// the wire, compressing took `cpu` and writing took `write`; `link` is TCP's
-    /// delivery sample after the write, when the connection has one.
+    /// delivery sample after the write (and the write's receiver-limited time), when the
+    /// connection has one.
     pub fn observe(
         &mut self,
         raw: usize,
@@ -255,6 +287,15 @@ impl Tuner {
             }
         }
         self.written = (self.written + wire as u64).min(WARMUP_WIRE);
+        // The receiver's part of the write (the kernel counts in 4 ms steps: at most the
+        // write), per raw byte; the rest is the link's, per wire byte.
+        let write_s = write.as_secs_f64();
+        let recv = link.map_or(0.0, |l| l.rwnd.as_secs_f64().min(write_s));
+        self.recv.add(recv, raw_f, KEEP);
+        if write_s > 0.0 {
+            self.recv_share.add(recv, write_s, KEEP);
+        }
+        let write = Duration::from_secs_f64(write_s - recv);
         if wire > 0 {
             // One unit's write may say at most WIRE_STEP times the running mean: a write
             // preempted for 34 ms carried 95 KB, which read as 360 ns per wire byte on a
@@ -266,10 +307,22 @@ impl Tuner {
                 .add(write.as_secs_f64().min(cap), wire as f64, KEEP);
         }
         if let Some(l) = link {
-            let limited = !l.app_limited && l.rate > 0.0;
-            self.bound = self.bound * KEEP + if limited { 1.0 - KEEP } else { 0.0 };
-            if limited && wire > 0 {
-                self.link.add(wire as f64 / l.rate, wire as f64, KEEP);
+            // A sample the receiver held back measures the receiver, not the link: it
+            // counts for the share of the write that waited for something else.
+            let weight = if write_s > 0.0 {
+                1.0 - recv / write_s
+            } else {
+                1.0
+            };
+            let limited = if !l.app_limited && l.rate > 0.0 {
+                weight
+            } else {
+                0.0
+            };
+            self.bound = self.bound * KEEP + limited * (1.0 - KEEP);
+            if limited > 0.0 && wire > 0 {
+                let w = wire as f64 * limited;
+                self.link.add(w / l.rate, w, KEEP);
             }
         }
         self.reconsider(false);
@@ -298,11 +351,18 @@ impl Tuner {
         wire + self.bound * (self.link.get() - wire).max(0.0)
     }
 
+    /// Seconds per raw byte the receiver would hold the stream back at `level` (see the
+    /// module's *what the receiver costs*).
+    fn recv_cost(&self, level: usize) -> f64 {
+        let more = self.ratio[level].get() - self.ratio[self.current].get();
+        (self.recv.get() + self.recv_share.get() * more * RECV_WIRE).max(0.0)
+    }
+
     /// Predicted seconds per raw byte at `level`.
     pub fn cost(&self, level: usize) -> f64 {
         let (a, b) = (
             self.cpu[level].get(),
-            self.ratio[level].get() * self.wire_cost(),
+            self.ratio[level].get() * self.wire_cost() + self.recv_cost(level),
         );
         a.max(b) + a.min(b) * self.overlap
     }

@@ -159,13 +159,16 @@ fn send_unit(
     };
     let body: &[u8] = if codec == Codec::Raw { raw } else { cbuf };
     encode_data_header(hdr, codec, raw.len() as u32, &w.segs);
+    let before = conn
+        .as_ref()
+        .and_then(|c| super::sample::before_write(enc, &c.conn));
     let started = std::time::Instant::now();
     // Hashed with the key of the receiver it goes to (another after a chain moved on).
     let hash = |key: &[u8; 32], hdr: &[u8]| unit_hash(key, hashed_parts(hdr), raw);
     let hashing = link.write_unit(conn, hdr, body, &hash, counters)?;
     let sample = conn
         .as_ref()
-        .and_then(|c| super::sample::link_sample(enc, &c.conn));
+        .and_then(|c| super::sample::link_sample(enc, &c.conn, before));
     enc.wrote(started.elapsed().saturating_sub(hashing), sample);
     if let Some(l) = enc.last_level() {
         Counters::add(&counters.codec_units[l], 1);

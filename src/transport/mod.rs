@@ -49,7 +49,7 @@ mod tunnel;
 pub use conn::Conn;
 pub use dial::{connect, connect_addr, connect_tunnel};
 pub use listen::{Accepted, AcceptorHandle, Listener};
-pub use sys::Delivery;
+pub use sys::{Chrono, Delivery};
 pub use ticket::{Secret, Ticket, MAX_TICKET_ADDRS};
 pub use tunnel::Tunnel;
 

@@ -96,7 +96,7 @@ pub(super) fn wait_acceptable(listeners: &[TcpListener], timeout: Duration) -> i
 /// The head of Linux's `struct tcp_info` (linux/tcp.h) up to the chrono counters of 4.10.
 /// libc's `tcp_info` stops before `tcpi_delivery_rate`, hence this copy; the layout is
 /// the kernel's ABI (fields are only ever appended), and a kernel that returns fewer
-/// bytes than `delivery_rate` needs is treated as not knowing it.
+/// bytes than a field needs is treated as not knowing it.
 #[repr(C)]
 #[derive(Default)]
 struct TcpInfoHead {
@@ -112,21 +112,61 @@ struct TcpInfoHead {
     bytes_received: u64,
     segs: [u32; 6],
     delivery_rate: u64,
+    /// µs with data to send (the two below included).
+    busy_time: u64,
+    /// µs of that limited by the peer's receive window.
+    rwnd_limited: u64,
+    /// µs of that limited by our send buffer.
+    sndbuf_limited: u64,
 }
 
 /// TCP's latest estimate of a connection's delivery rate (bytes per second acknowledged
-/// by the peer, over about a round trip), and whether the sender was short of data to
-/// send while it was taken (the link then had room to spare).
+/// by the peer, over about a round trip), whether the sender was short of data to send
+/// while it was taken (the link then had room to spare), and where the connection's time
+/// went so far.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Delivery {
     /// Bytes per second.
     pub rate: u64,
     /// The sample was limited by the application, not by the network or the peer.
     pub app_limited: bool,
+    /// The connection's chrono counters (Linux 4.10 and later).
+    pub chrono: Option<Chrono>,
 }
 
-/// `getsockopt(TCP_INFO)`'s delivery rate on `sock`; `None` when the kernel does not
-/// report it (before Linux 4.9) or the call fails.
+/// How long, since it opened, a connection had data to send, and why it could not send
+/// it faster (`tcpi_busy_time`, `tcpi_rwnd_limited`, `tcpi_sndbuf_limited`). The kernel
+/// counts in jiffies (4 ms at HZ=250), so only differences over many writes are precise.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Chrono {
+    /// Time with data to send (both limited times below included).
+    pub busy: Duration,
+    /// Of that, time the peer's receive window was full: the receiver did not keep up.
+    pub rwnd_limited: Duration,
+    /// Of that, time our send buffer held everything in flight (too small for the path).
+    pub sndbuf_limited: Duration,
+}
+
+impl Chrono {
+    /// The time this sample counts beyond an earlier one of the same connection; zero
+    /// per counter where `earlier` is not earlier (another connection).
+    pub fn since(&self, earlier: &Chrono) -> Chrono {
+        Chrono {
+            busy: self.busy.saturating_sub(earlier.busy),
+            rwnd_limited: self.rwnd_limited.saturating_sub(earlier.rwnd_limited),
+            sndbuf_limited: self.sndbuf_limited.saturating_sub(earlier.sndbuf_limited),
+        }
+    }
+}
+
+/// Bytes of `struct tcp_info` a kernel must return for `delivery_rate`, and for the chrono
+/// counters.
+const WITH_RATE: usize = std::mem::offset_of!(TcpInfoHead, busy_time);
+const WITH_CHRONO: usize = std::mem::size_of::<TcpInfoHead>();
+
+/// `getsockopt(TCP_INFO)`'s delivery rate and chrono counters on `sock`; `None` when the
+/// kernel does not report the rate (before Linux 4.9) or the call fails, no chrono
+/// counters before 4.10.
 pub(super) fn delivery(sock: &std::net::TcpStream) -> Option<Delivery> {
     let mut info = TcpInfoHead::default();
     let mut len = std::mem::size_of::<TcpInfoHead>() as libc::socklen_t;
@@ -142,12 +182,26 @@ pub(super) fn delivery(sock: &std::net::TcpStream) -> Option<Delivery> {
             &mut len,
         )
     };
-    if r != 0 || (len as usize) < std::mem::size_of::<TcpInfoHead>() {
+    if r != 0 {
         return None;
     }
+    from_info(&info, len as usize)
+}
+
+/// What `len` bytes of `info` the kernel wrote say (see [`delivery`]).
+fn from_info(info: &TcpInfoHead, len: usize) -> Option<Delivery> {
+    if len < WITH_RATE {
+        return None;
+    }
+    let chrono = (len >= WITH_CHRONO).then(|| Chrono {
+        busy: Duration::from_micros(info.busy_time),
+        rwnd_limited: Duration::from_micros(info.rwnd_limited),
+        sndbuf_limited: Duration::from_micros(info.sndbuf_limited),
+    });
     Some(Delivery {
         rate: info.delivery_rate,
         app_limited: info.flags & 1 != 0,
+        chrono,
     })
 }
 
@@ -177,6 +231,60 @@ mod tests {
         assert_eq!(std::mem::offset_of!(TcpInfoHead, u32s), 8);
         assert_eq!(std::mem::offset_of!(TcpInfoHead, pacing_rate), 104);
         assert_eq!(std::mem::offset_of!(TcpInfoHead, delivery_rate), 160);
+        assert_eq!(std::mem::offset_of!(TcpInfoHead, busy_time), 168);
+        assert_eq!(std::mem::offset_of!(TcpInfoHead, rwnd_limited), 176);
+        assert_eq!(std::mem::offset_of!(TcpInfoHead, sndbuf_limited), 184);
+        assert_eq!(WITH_CHRONO, 192);
+    }
+
+    /// A kernel older than 4.10 returns `struct tcp_info` up to `delivery_rate`: the rate
+    /// stands, the chrono counters are unknown (not zero); before 4.9, nothing.
+    #[test]
+    fn a_shorter_tcp_info_has_no_chrono_counters() {
+        let info = TcpInfoHead {
+            delivery_rate: 5,
+            busy_time: 7,
+            rwnd_limited: 3,
+            ..TcpInfoHead::default()
+        };
+        let full = from_info(&info, WITH_CHRONO).expect("rate");
+        let chrono = full.chrono.expect("chrono");
+        assert_eq!(chrono.busy, Duration::from_micros(7));
+        assert_eq!(chrono.rwnd_limited, Duration::from_micros(3));
+        let short = from_info(&info, WITH_RATE).expect("rate");
+        assert_eq!((short.rate, short.chrono), (5, None));
+        assert_eq!(
+            from_info(&info, WITH_CHRONO - 1).map(|d| d.chrono),
+            Some(None)
+        );
+        assert!(from_info(&info, WITH_RATE - 1).is_none());
+    }
+
+    /// A receiver that stops reading fills the window: the sender's connection counts
+    /// receive-window-limited time, which is what the adaptive codec charges to the
+    /// receiver instead of the link.
+    #[test]
+    fn a_receiver_that_does_not_read_shows_as_rwnd_limited() {
+        use std::io::{Read, Write};
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut b, _) = l.accept().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let chunk = vec![1u8; 1 << 16];
+        let mut w = &a;
+        // Fill the receiver's buffer and ours, then give the kernel's 4 ms clock time.
+        while w.write(&chunk).is_ok() {}
+        let before = delivery(&a)
+            .and_then(|d| d.chrono)
+            .expect("Linux 4.10 or later");
+        std::thread::sleep(Duration::from_millis(100));
+        let after = delivery(&a).and_then(|d| d.chrono).expect("chrono");
+        let d = after.since(&before);
+        assert!(d.rwnd_limited > Duration::ZERO, "{d:?}");
+        assert!(d.busy >= d.rwnd_limited, "{d:?}");
+        let mut buf = vec![0u8; 1 << 20];
+        drop(a);
+        while b.read(&mut buf).unwrap() > 0 {}
     }
 
     #[test]

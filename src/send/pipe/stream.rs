@@ -232,6 +232,7 @@ impl<'a> Stream<'a> {
         let hash = stream_unit_hash(&conn.key, hashed_parts(&self.hdr), &b.cv);
         set_hash(&mut self.hdr, &hash);
         let len = self.hdr.len() + body.len();
+        let before = crate::send::sample::before_write(&self.enc, &conn.conn);
         let started = std::time::Instant::now();
         self.link.pace.take(len + crate::protocol::FRAME_HEADER_LEN);
         put(
@@ -241,7 +242,7 @@ impl<'a> Stream<'a> {
             len,
             &mut self.head,
         )?;
-        let sample = crate::send::sample::link_sample(&self.enc, &conn.conn);
+        let sample = crate::send::sample::link_sample(&self.enc, &conn.conn, before);
         self.enc.wrote(started.elapsed(), sample);
         if let Some(l) = self.enc.last_level() {
             Counters::add(&self.counters.codec_units[l], 1);
