@@ -36,9 +36,12 @@ def rate_bits(link: str) -> int | None:
 
 
 class NetBed:
-    """hsrc (198.18.0.1) <-> hdst (198.18.0.2); `down` ends everything still running in them."""
+    """hsrc (198.18.0.1) <-> hdst (198.18.0.2); `down` ends everything still running in them.
+    $NETLAB_A and $NETLAB_B name the namespaces instead (two runs side by side)."""
 
-    def __init__(self, netlab: Path, src_ns: str = "hsrc", dst_ns: str = "hdst"):
+    def __init__(self, netlab: Path, src_ns: str | None = None, dst_ns: str | None = None):
+        src_ns = src_ns or os.environ.get("NETLAB_A", "hsrc")
+        dst_ns = dst_ns or os.environ.get("NETLAB_B", "hdst")
         self.netlab = netlab
         self.src_ns, self.dst_ns = src_ns, dst_ns
         self.src_dev = f"v-{src_ns}"
