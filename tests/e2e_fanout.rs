@@ -3,7 +3,8 @@
 //! re-run completes the one replica that lost something); three receivers in their own
 //! network namespaces, the middle one SIGKILLed mid-transfer: the chain re-forms, the other
 //! two complete, the sender exits 5 naming the failed host, and a re-run completes it; the
-//! same with the *first* receiver SIGKILLed (the sender goes on with the second).
+//! same with the *first* receiver SIGKILLed (the sender goes on with the second); later
+//! receivers given nothing for longer than their `--timeout` wait for the end.
 //! No timing is asserted; every wait is bounded against hangs.
 
 mod support;
@@ -104,6 +105,45 @@ fn three_receivers_get_identical_trees_and_a_rerun_completes_one() {
     }
     for d in &dsts {
         assert_trees_equal(&src, &d.join("tree"));
+    }
+}
+
+/// Regression: a later receiver given nothing for longer than its `--timeout` took its
+/// sender for gone and quit silently ("no data from the sender"), and the chain lost it:
+/// here the second and third have the tree already (a re-run that only the first needs),
+/// and the first takes about 6 s at 2 MB/s against their 2 s. The same happened to the
+/// hop after a SIGKILLed one when the rest of the run outlasted its timeout (a loaded
+/// pull, tests/e2e_fanout_pull.rs): what it missed is only asked for after `Finish`.
+#[test]
+fn later_receivers_given_nothing_for_a_while_wait_for_the_end() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = build_tree(tmp.path(), "tree", &TreeOptions::small());
+    write_random_file(&src.join("big"), 12 * MIB, 23);
+    let dsts: Vec<PathBuf> = (1..=3)
+        .map(|i| tmp.path().join(format!("dst{i}")))
+        .collect();
+    for d in &dsts[1..] {
+        copy(&[&src], d, &[]).assert_code(0);
+    }
+    let recvs: Vec<Recv> = dsts
+        .iter()
+        .enumerate()
+        .map(|(i, d)| recv(d, if i == 0 { &[] } else { &["--timeout", "2"] }))
+        .collect();
+    let tickets: Vec<&str> = recvs.iter().map(|r| r.ticket.as_str()).collect();
+    let sent = spawn_send(None, &src, &tickets, &["--limit", "2M"]).wait();
+    let outs: Vec<Outcome> = recvs.into_iter().map(Recv::wait).collect();
+    let all = outs
+        .iter()
+        .fold(sent.describe(), |a, o| a + "\n" + &o.describe());
+    assert_eq!(sent.code(), Some(0), "{all}");
+    for o in &outs {
+        assert_eq!(o.code(), Some(0), "{all}");
+    }
+    assert_eq!(stdout(&sent).matches("\"ok\":true").count(), 3, "{all}");
+    for d in &dsts {
+        assert_trees_equal(&src, &d.join("tree"));
+        assert_no_part_files(d);
     }
 }
 

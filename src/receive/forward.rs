@@ -5,7 +5,10 @@
 //!
 //! The units pass through a bounded channel to one writer thread per stream, so a slow
 //! next hop holds back the relay's receiving streams, and through them the sender, rather
-//! than filling memory: at most `2 × streams` units wait. A unit whose connection breaks,
+//! than filling memory: at most `2 × streams` units wait. Each writer opens its connection
+//! to a new next hop at once, before any unit is due to it, so that a hop given nothing
+//! for a while (it has everything, or what it lacks waits for `Finish`) still has its
+//! sender's connections and does not take it for gone. A unit whose connection breaks,
 //! or that was hashed for a hop the chain has since left behind, is dropped; the next hop
 //! asks for it again after `Finish` (the normal lost-data round).
 
@@ -194,13 +197,19 @@ impl Forward {
         Some(p)
     }
 
-    /// One writer: takes units and writes them to the current hop, (re)dialing as needed.
+    /// One writer: takes units and writes them to the current hop, (re)dialing as needed;
+    /// while it has none to write, it holds a connection to the current hop open.
     fn writer(&self) {
         let mut conn: Option<(u64, Conn, Sealer)> = None;
+        // The hop this writer last opened a connection to ahead of any unit.
+        let mut opened = 0u64;
         loop {
             let (generation, payload) = match self.rx.recv_timeout(TICK) {
                 Ok(u) => u,
-                Err(RecvTimeoutError::Timeout) if !self.stop.load(Ordering::Acquire) => continue,
+                Err(RecvTimeoutError::Timeout) if !self.stop.load(Ordering::Acquire) => {
+                    self.open(&mut conn, &mut opened);
+                    continue;
+                }
                 Err(_) => break,
             };
             self.write(&mut conn, generation, &payload);
@@ -209,6 +218,29 @@ impl Forward {
         if let Some((_, mut c, mut s)) = conn {
             let _ = c.write_all(&s.header(FrameKind::End, 0));
             let _ = c.shutdown_write();
+        }
+    }
+
+    /// Opens a connection to the current hop before it is given any unit, once per hop. A
+    /// receiver with no data connection that gets nothing for its `--timeout` takes its
+    /// sender for gone and quits without a word, and the next hop may be given nothing
+    /// for far longer: it has everything so far (a re-run that only an earlier replica
+    /// needs), or the chain re-formed around a failed hop before it and what it missed
+    /// waits for `Finish`. An open connection tells it that this relay is there. Failing
+    /// here is no failure of the hop: the first unit for it dials again.
+    fn open(&self, conn: &mut Option<(u64, Conn, Sealer)>, opened: &mut u64) {
+        let (generation, hop) = match self.target.read() {
+            Ok(t) => (t.generation, t.hop.as_ref().map(|(h, _)| h.clone())),
+            Err(_) => return,
+        };
+        let Some(hop) = hop else { return };
+        if *opened == generation || conn.as_ref().is_some_and(|(g, _, _)| *g == generation) {
+            return;
+        }
+        *opened = generation;
+        if let Ok(c) = transport::connect(&hop, Role::Data, self.encrypt) {
+            let s = sealer(&c);
+            *conn = Some((generation, c, s));
         }
     }
 
