@@ -154,9 +154,18 @@ fn run_command(cfg: &Config) -> Result<()> {
                         }
                     }
                 }
-                Outcome::Between(fanned) => {
-                    let states = fanout::far_states(&fanned, None);
-                    fanout::failed(states.as_deref().unwrap_or_default(), false)
+                Outcome::Between(between) => {
+                    let states = fanout::far_states(&between.fanned, None);
+                    if cfg.json {
+                        let mut j = fanout::far_report(&between.done, between.started);
+                        j.replicas = states.clone();
+                        println!("{}", j.to_json());
+                    }
+                    fanout::failed(states.as_deref().unwrap_or_default(), false)?;
+                    match between.partial {
+                        Some(e) => Err(e),
+                        None => Ok(()),
+                    }
                 }
             }
         }

@@ -224,6 +224,44 @@ fn copy_also_starts_at_the_next_destination_when_the_first_host_is_unreachable()
     for d in &dirs[1..] {
         assert!(std::fs::read(d.join("out")).unwrap() == want, "{d:?}");
     }
+
+    // Remote to remote the same way (it failed the whole run): the far sender starts the
+    // chain at the next destination, with one further (no chain left after it) or two.
+    let from = format!("127.0.0.1:{}", src.display());
+    for n in [2, 3] {
+        let ds: Vec<PathBuf> = (1..=n)
+            .map(|i| tmp.path().join(format!("between{n}-{i}")))
+            .collect();
+        for d in &ds {
+            std::fs::create_dir(d).unwrap();
+        }
+        let mut dsts = vec![format!("127.0.0.2:{}/", ds[0].display())];
+        dsts.extend(
+            ds[1..]
+                .iter()
+                .map(|d| format!("127.0.0.1:{}/", d.display())),
+        );
+        let out = copy_unreachable_first(&sshd, &[&from], &dsts);
+        let all = format!("{}\n--- sshd log ---\n{}", out.describe(), sshd.log());
+        assert_eq!(out.code(), Some(5), "{all}");
+        assert!(
+            out.stderr.contains(&format!("replica {}", dsts[0]))
+                && out.stderr.contains("ssh failed"),
+            "the error names {}\n{all}",
+            dsts[0]
+        );
+        let json = text(&out.stdout);
+        assert_eq!(json.matches("\"ok\":true").count(), n - 1, "{all}");
+        assert!(
+            json.contains(&format!("{{\"host\":\"{}\",\"ok\":false", dsts[0])),
+            "{all}"
+        );
+        for d in &ds[1..] {
+            assert_trees_equal(&src, &d.join("tree"));
+            assert_no_part_files(d);
+        }
+        assert!(!ds[0].join("tree").exists());
+    }
 }
 
 /// Blocks of the partial files under `dir`: how much data reached that receiver.

@@ -93,6 +93,30 @@ pub(super) fn far_states(
     states(&fanned.label, fanned.chain.as_ref(), &replicas)
 }
 
+/// A remote-to-remote copy's `--json` report: the far sender's counts (its `Done`).
+pub(super) fn far_report(
+    done: &crate::remote::farend::Done,
+    started: std::time::Instant,
+) -> crate::progress::Report {
+    let s = &done.stats;
+    crate::progress::Report {
+        files: done.files,
+        files_unchanged: s.files_unchanged,
+        bytes_read: s.bytes_read,
+        bytes_wire: s.bytes_wire,
+        bytes_skipped: s.bytes_skipped,
+        bytes_written: done.bytes,
+        deleted: done.deleted,
+        failed_files: s.failed_files,
+        changed_files: s.changed_files,
+        reconnects: s.reconnects,
+        seconds: started.elapsed().as_secs_f64(),
+        stream_blake3: None,
+        codec_units: None,
+        replicas: None,
+    }
+}
+
 /// A local first receiver that failed said why itself (a full disk: exit 4), more
 /// precisely than the sender, which only saw it go: its error replaces the sender's.
 pub(super) fn own_error(replicas: &mut Vec<Replica>, host: &str, e: &Error) {

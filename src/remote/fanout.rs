@@ -11,7 +11,7 @@ use super::rsh::Rsh;
 use super::wire::Request;
 use crate::config::{RemotePath, SshOptions};
 use crate::error::{Error, Result};
-use crate::protocol::{Chain, Hop};
+use crate::protocol::{Chain, Hop, Outcome, Replica, Summary};
 use crate::transport::Ticket;
 
 /// How messages and `--json` name a destination of a fan-out: `host:path`.
@@ -77,23 +77,93 @@ pub(super) fn start_first(
     request: &Request,
     chained: bool,
 ) -> Result<First> {
-    let started = FarEnd::start(rsh, dest, ssh, quiet).and_then(|mut far| {
-        far.send(request)?;
-        let ready = far.ready("setting up the receiver")?;
-        let Some(ticket) = ready.ticket else {
-            return Err(Error::Host {
-                host: far.host.clone(),
-                message: "unexpected answer from the far end (no ticket)".into(),
-                code: crate::error::exit::INTEGRITY,
-            });
-        };
-        let ticket = Ticket::parse(&ticket)?;
-        Ok(First::Ready(far, ticket, ready.port, ready.rename))
-    });
+    let started = FarEnd::start(rsh, dest, ssh, quiet).and_then(|far| ready_first(far, request));
     match started {
+        Ok((far, ticket, port, rename)) => Ok(First::Ready(far, ticket, port, rename)),
         Err(e @ (Error::Host { .. } | Error::Transport(_))) if chained => Ok(First::Lost(e)),
-        r => r,
+        Err(e) => Err(e),
     }
+}
+
+/// Tells a started first destination `request` and waits until it listens: its far end,
+/// ticket, port on its own loopback and the name it would store a single file under.
+pub(super) fn ready_first(
+    mut far: FarEnd,
+    request: &Request,
+) -> Result<(FarEnd, Ticket, Option<u16>, Rename)> {
+    far.send(request)?;
+    let ready = far.ready("setting up the receiver")?;
+    let Some(ticket) = ready.ticket else {
+        return Err(Error::Host {
+            host: far.host.clone(),
+            message: "unexpected answer from the far end (no ticket)".into(),
+            code: crate::error::exit::INTEGRITY,
+        });
+    };
+    let ticket = Ticket::parse(&ticket)?;
+    Ok((far, ticket, ready.port, ready.rename))
+}
+
+/// A far sender's `Go` when the first destination could not be started: the chain
+/// starts at the next one (its ticket, its label, the hops after it), and a single file
+/// gets the name every further destination answered alike.
+pub(super) fn go_past_first(
+    chain: Option<&Chain>,
+    also: &[RemotePath],
+    renames: &[Rename],
+    encrypt: bool,
+) -> Result<Request> {
+    let Some((next, rest)) = chain.and_then(|c| c.hops.split_first()) else {
+        return Err(Error::Usage(
+            "no destination left to start the chain at".into(),
+        ));
+    };
+    let rename = renames.first().cloned().flatten();
+    same_name(
+        &rename,
+        also.get(1..).unwrap_or_default(),
+        renames.get(1..).unwrap_or_default(),
+    )?;
+    Ok(Request::Go {
+        rename,
+        ticket: Some(next.ticket.clone()),
+        encrypt,
+        chain: (!rest.is_empty()).then(|| Chain {
+            hops: rest.to_vec(),
+            encrypt,
+        }),
+        label: next.label.clone(),
+    })
+}
+
+/// What became of the replicas when the first destination (`first`) could not be
+/// started and the far sender began at the next one: `first` failed with `lost`, then
+/// the far sender's account (`replicas`, of its own first and chain), in which the next
+/// one, when not named, is complete (a sender lists its first only when it failed or
+/// when a chain came after it).
+pub(super) fn past_first(
+    first: &str,
+    lost: &Error,
+    chain: &Chain,
+    replicas: Vec<Replica>,
+) -> Vec<Replica> {
+    let mut out = vec![Replica {
+        host: first.to_string(),
+        outcome: Outcome::Failed {
+            code: lost.exit_code(),
+            message: lost.to_string(),
+        },
+    }];
+    if let Some(next) = chain.hops.first() {
+        if !replicas.iter().any(|r| r.host == next.label) {
+            out.push(Replica {
+                host: next.label.clone(),
+                outcome: Outcome::Done(Summary::default()),
+            });
+        }
+    }
+    out.extend(replicas);
+    out
 }
 
 /// What every attempt to reach a first destination that could not be started fails with

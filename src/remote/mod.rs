@@ -69,8 +69,9 @@ pub enum Outcome {
     /// Pull: what the local receiver reports (in a fan-out, its error when it failed
     /// while the chain after it went on), and what became of a fan-out's replicas.
     Received(Result<ReceiveReport>, Fanned),
-    /// Remote to remote: done, and summarised; what became of a fan-out's replicas.
-    Between(Fanned),
+    /// Remote to remote: done, and summarised; the far sender's counts and what became
+    /// of a fan-out's replicas.
+    Between(Between),
 }
 
 /// Runs a remote copy with the sender options `opts` (`encrypt`: TLS on the data streams).
@@ -227,6 +228,21 @@ impl Further {
     }
 }
 
+/// What a remote-to-remote copy ended with: the far sender's `Done` (its counts, and
+/// its partial error when it skipped files it could not read) and what became of a
+/// fan-out's replicas.
+pub struct Between {
+    /// What became of the replicas (the first destination one of them, also when it
+    /// could not be started).
+    pub fanned: Fanned,
+    /// The far sender's final word.
+    pub done: farend::Done,
+    /// When the copy started (for `--json`'s seconds).
+    pub started: Instant,
+    /// The far sender skipped files it could not read (its code and message).
+    pub partial: Option<Error>,
+}
+
 fn between(
     rsh: &Rsh,
     sources: &[RemotePath],
@@ -234,7 +250,7 @@ fn between(
     also: &[RemotePath],
     opts: &SendOptions,
     f: &FarOptions<'_>,
-) -> Result<Fanned> {
+) -> Result<Between> {
     let started = Instant::now();
     // Both ssh sessions start at once: their set-up is most of the latency.
     let (sender, receiver) = std::thread::scope(|s| {
@@ -245,31 +261,41 @@ fn between(
             .unwrap_or_else(|_| Err(Error::io("ssh", std::io::Error::other("panicked"))));
         (a, b)
     });
-    let (mut sender, mut receiver) = (sender?, receiver?);
+    let mut sender = sender?;
     sender.send(&send_request(sources, opts, false, None))?;
     let single_file = sender.ready("setting up the sender")?.single_file;
-    receiver.send(&receive_request(dest, single_file, true, opts, f))?;
-    let ready = receiver.ready("setting up the receiver")?;
-    let (ticket, rename) = match ready.ticket {
-        Some(ticket) => (ticket, ready.rename),
-        None => return Err(unexpected(&receiver, "no ticket")),
+    let request = receive_request(dest, single_file, true, opts, f);
+    // A first destination that cannot be started is a failed replica when further ones
+    // can go on without it (as for a push): the far sender starts the chain at the next.
+    let first = match receiver.and_then(|far| fanout::ready_first(far, &request)) {
+        Ok((far, ticket, _, rename)) => Ok((far, ticket, rename)),
+        Err(e @ (Error::Host { .. } | Error::Transport(_))) if !also.is_empty() => Err(e),
+        Err(e) => return Err(e),
     };
-    // A fan-out: the far sender tells the receiver the chain after it.
     let (mut further, chain, renames) =
         fanout::start(rsh, also, f.ssh, f.quiet, f.encrypt, |at| {
             receive_request(at, single_file, true, opts, f)
         })?;
     let label = fanout::label(dest);
-    let go = fanout::same_name(&rename, also, &renames).and_then(|()| {
-        sender.send(&Request::Go {
-            rename,
-            ticket: Some(ticket),
-            encrypt: f.encrypt,
-            chain: chain.clone(),
-            label: label.clone(),
-        })
-    });
-    let sent = match go {
+    let go = match &first {
+        Ok((_, ticket, rename)) => {
+            fanout::same_name(rename, also, &renames).map(|()| Request::Go {
+                rename: rename.clone(),
+                ticket: Some(ticket.encode()),
+                encrypt: f.encrypt,
+                chain: chain.clone(),
+                label: label.clone(),
+            })
+        }
+        Err(lost) => {
+            crate::progress::warn(&format!(
+                "replica {} failed ({lost}); the chain goes on without it",
+                crate::progress::escape(&label)
+            ));
+            fanout::go_past_first(chain.as_ref(), also, &renames, f.encrypt)
+        }
+    };
+    let sent = match go.and_then(|go| sender.send(&go)) {
         Ok(()) => sender.finish(None),
         Err(e) => {
             for x in &mut further {
@@ -278,18 +304,29 @@ fn between(
             return Err(e);
         }
     };
-    let ok = sent.as_ref().is_some_and(|d| d.code == exit::OK);
-    let received = receiver.finish(Some(if ok { DONE_WAIT } else { FAILED_WAIT }));
+    let sent_ok = |d: &farend::Done| d.code == exit::OK || d.code == exit::PARTIAL;
+    let ok = sent.as_ref().is_some_and(sent_ok);
+    let received = match first {
+        Ok((mut receiver, _, _)) => {
+            let r = receiver.finish(Some(if ok { DONE_WAIT } else { FAILED_WAIT }));
+            Ok((receiver, r))
+        }
+        Err(lost) => Err(lost),
+    };
     for x in &mut further {
         x.finish(Some(FAILED_WAIT));
     }
     match (sent, received) {
-        (Some(s), _) if s.code == exit::OK => {
+        (Some(s), received) if sent_ok(&s) => {
             if !f.quiet {
+                let to = match &received {
+                    Ok((r, _)) => r.host.clone(),
+                    Err(_) => label.clone(),
+                };
                 eprintln!(
                     "{}{}",
                     summary_line(
-                        &format!("copied {} -> {}:", sender.host, receiver.host),
+                        &format!("copied {} -> {}:", sender.host, to),
                         s.files,
                         s.bytes,
                         s.bytes,
@@ -298,35 +335,51 @@ fn between(
                     summary_tail(0, s.deleted)
                 );
             }
-            Ok(Fanned {
-                chain,
-                label,
-                replicas: s.replicas,
+            let mut replicas = s.replicas.clone();
+            if let (Err(lost), Some(chain)) = (&received, &chain) {
+                replicas = fanout::past_first(&label, lost, chain, replicas);
+            }
+            let partial = (s.code != exit::OK).then(|| sender.done_error(&s));
+            Ok(Between {
+                fanned: Fanned {
+                    chain,
+                    label,
+                    replicas,
+                },
+                done: s,
+                started,
+                partial,
             })
         }
-        (Some(s), r) => {
+        (Some(s), Ok((receiver, r))) => {
             // "receiver: …" from the sender: the receiver's own Done says it with its host.
             if s.message.starts_with("receiver:") {
                 if let Some(r) = r.filter(|r| r.code != exit::OK) {
                     return Err(receiver.done_error(&r));
                 }
             }
-            let mut e = sender.done_error(&s);
-            if s.code == exit::NETWORK {
-                if let Error::Host { message, .. } = &mut e {
-                    message.push_str(&format!(
-                        " ({} must reach {} directly for a remote-to-remote copy)",
-                        sender.host, receiver.host
-                    ));
-                }
-            }
-            Err(e)
+            Err(between_error(&sender, &receiver.host, &s))
         }
-        (None, Some(r)) if r.code != exit::OK => Err(receiver.done_error(&r)),
+        (Some(s), Err(_)) => Err(between_error(&sender, &label, &s)),
+        (None, Ok((receiver, Some(r)))) if r.code != exit::OK => Err(receiver.done_error(&r)),
         (None, _) => Err(Error::Host {
             host: sender.host.clone(),
             message: "the far end ended without confirming (see above)".into(),
             code: exit::NETWORK,
         }),
     }
+}
+
+/// The far sender's failure `s`; a network one says that it must reach `to` directly.
+fn between_error(sender: &FarEnd, to: &str, s: &farend::Done) -> Error {
+    let mut e = sender.done_error(s);
+    if s.code == exit::NETWORK {
+        if let Error::Host { message, .. } = &mut e {
+            message.push_str(&format!(
+                " ({} must reach {} directly for a remote-to-remote copy)",
+                sender.host, to
+            ));
+        }
+    }
+    e
 }

@@ -70,7 +70,7 @@ pub fn run(uploaded: bool) -> i32 {
         }) => {
             watch_stdin(input, Arc::clone(&finished));
             let how = (advertise, everywhere, accept, dry_run, keep_cache);
-            serve_receive(&out, &dest, single_file, how).map(|(f, b, d)| (f, b, d, Vec::new()))
+            serve_receive(&out, &dest, single_file, how)
         }
         Ok(Request::Send {
             paths,
@@ -117,7 +117,7 @@ pub fn run(uploaded: bool) -> i32 {
         }) => {
             watch_stdin(input, Arc::clone(&finished));
             let how = (window, advertise, keep_cache, everywhere);
-            pipe::serve_receive_stream(&out, &dest, command, how).map(|b| (0, b, 0, Vec::new()))
+            pipe::serve_receive_stream(&out, &dest, command, how).map(Served::bytes)
         }
         Ok(Request::SendStream {
             path,
@@ -142,7 +142,7 @@ pub fn run(uploaded: bool) -> i32 {
                 limit,
                 keep_cache,
             };
-            pipe::serve_send_stream(&out, req).map(|b| (0, b, 0, Vec::new()))
+            pipe::serve_send_stream(&out, req).map(Served::bytes)
         }
         Ok(Request::Probe {
             dest,
@@ -152,7 +152,7 @@ pub fn run(uploaded: bool) -> i32 {
         }) => {
             watch_stdin(input, Arc::clone(&finished));
             probe::serve_probe(&out, &dest, streams, advertise, everywhere)
-                .map(|()| (0, 0, 0, Vec::new()))
+                .map(|()| Served::default())
         }
         Ok(Request::ProbeSource {
             paths,
@@ -160,26 +160,54 @@ pub fn run(uploaded: bool) -> i32 {
             advertise,
             listen,
         }) => probe::serve_probe_source(&out, input, &finished, &paths, streams, advertise, listen)
-            .map(|()| (0, 0, 0, Vec::new())),
+            .map(|()| Served::default()),
         Ok(Request::Go { .. }) => Err(Error::Usage("Go before Send".into())),
         // The local side went away before saying anything: nobody to tell.
         Err(None) => return exit::NETWORK,
         Err(Some(e)) => Err(e),
     };
     finished.store(true, Ordering::SeqCst);
-    let (code, message, (files, bytes, deleted, replicas)) = match result {
-        Ok(served) => (exit::OK, String::new(), served),
-        Err(e) => (e.exit_code(), e.to_string(), (0, 0, 0, Vec::new())),
+    let (code, message, served) = match result {
+        Ok(mut served) => match served.partial.take() {
+            Some(e) => (e.exit_code(), e.to_string(), served),
+            None => (exit::OK, String::new(), served),
+        },
+        Err(e) => (e.exit_code(), e.to_string(), Served::default()),
     };
     out.line(&wire::encode(&Reply::Done(wire::Done {
         code,
         message,
-        files,
-        bytes,
-        deleted,
-        replicas,
+        files: served.files,
+        bytes: served.bytes,
+        deleted: served.deleted,
+        replicas: served.replicas,
+        stats: served.stats,
     })));
     code
+}
+
+/// What a far end did, for its `Done`.
+#[derive(Default)]
+struct Served {
+    files: u64,
+    bytes: u64,
+    deleted: u64,
+    /// A fan-out's sender: what became of each receiver.
+    replicas: Vec<Replica>,
+    stats: wire::Stats,
+    /// A sender that skipped files it could not read (or that kept changing): the run
+    /// ends with this error, and everything above still holds (replicas included).
+    partial: Option<Error>,
+}
+
+impl Served {
+    /// Only the counts a stream or probe reports.
+    fn bytes(bytes: u64) -> Served {
+        Served {
+            bytes,
+            ..Served::default()
+        }
+    }
 }
 
 fn serve_receive(
@@ -193,7 +221,7 @@ fn serve_receive(
         bool,
         bool,
     ),
-) -> Result<(u64, u64, u64)> {
+) -> Result<Served> {
     let (root, rename) = dest_layout(single_file, &path_of(dest));
     let store = match dry_run {
         true => Store::open_dry(&root)?,
@@ -217,14 +245,19 @@ fn serve_receive(
         listing: Listing::default(),
     };
     let report = receive(store, key, rx, opts)?;
-    if report.sender_failed > 0 {
-        return Err(Error::Partial {
-            count: report.sender_failed,
-            first: "see the sender's output".into(),
-        });
-    }
     let s = &report.summary;
-    Ok((s.files, s.bytes, s.deleted))
+    let partial = (report.sender_failed > 0).then(|| Error::Partial {
+        count: report.sender_failed,
+        first: "see the sender's output".into(),
+    });
+    Ok(Served {
+        files: s.files,
+        bytes: s.bytes,
+        deleted: s.deleted,
+        replicas: Vec::new(),
+        stats: wire::Stats::of(&report.report()),
+        partial,
+    })
 }
 
 fn serve_send(
@@ -235,7 +268,7 @@ fn serve_send(
     opts: SendOptions,
     listen_here: bool,
     advertise: Option<IpAddr>,
-) -> Result<(u64, u64, u64, Vec<Replica>)> {
+) -> Result<Served> {
     let mut sources: Vec<Source> = paths
         .iter()
         .map(|p| Source::from_arg(&path_of(p)))
@@ -304,11 +337,17 @@ fn serve_send(
             return Err(Error::Usage("no ticket to dial".into()));
         }
     };
+    // Files it could not read end the run with their error, which does not hide what
+    // became of the replicas.
     let s = &report.summary;
-    match report.partial_error() {
-        Some(e) => Err(e),
-        None => Ok((s.files, s.bytes, s.deleted, report.replicas.clone())),
-    }
+    Ok(Served {
+        files: s.files,
+        bytes: s.bytes,
+        deleted: s.deleted,
+        replicas: report.replicas.clone(),
+        stats: wire::Stats::of(&report.report()),
+        partial: report.partial_error(),
+    })
 }
 
 /// BLAKE3 of this process's executable, hex.

@@ -30,11 +30,13 @@ use crate::protocol::{Accept, Chain, Listing, Replica, SyncOptions};
 use crate::transport::PROTOCOL_VERSION;
 
 /// Version of this line protocol; bumped whenever `Request` or `Reply` change shape.
+/// 9: `Done` carries the far end's counts (`Stats`: what a push's `--json` report says),
+/// so that a remote-to-remote copy prints the same report.
 /// 8: `Probe` says `everywhere`, `ProbeSource` says `listen` (a remote-to-remote probe);
 /// `Go` carries a fan-out's chain and first receiver's label, `Done` the replicas.
 /// 7: `ProbeSource`, `SourceProbed` (a far source's probe). 6: `Request::ReceiveStream`
 /// says `everywhere` (a stream's fan-out); `Probe`, `Probed`.
-pub const SERVE_VERSION: u16 = 8;
+pub const SERVE_VERSION: u16 = 9;
 /// Every message line starts with this.
 const MSG_PREFIX: &str = "haul-msg ";
 /// Greeting lines start with this.
@@ -229,8 +231,47 @@ pub struct Done {
     /// Entries removed by `--delete` (for the summary line).
     #[serde(default)]
     pub deleted: u64,
-    /// A fan-out's sender: what became of each receiver (the sender's report).
+    /// A fan-out's sender: what became of each receiver (the sender's report); also
+    /// when `code` says the sender skipped files it could not read.
     pub replicas: Vec<Replica>,
+    /// The rest of the far end's counts (all 0 when it failed before transferring).
+    pub stats: Stats,
+}
+
+/// The counts of a far end's run beyond `Done`'s `files`, `bytes` and `deleted`: the rest
+/// of what `--json` reports (a remote-to-remote copy prints the far sender's).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    /// Regular files already up to date at the destination.
+    pub files_unchanged: u64,
+    /// Source bytes read and sent (a sender).
+    pub bytes_read: u64,
+    /// Bytes of frames on the wire (before TLS).
+    pub bytes_wire: u64,
+    /// Bytes not sent because the destination already had them.
+    pub bytes_skipped: u64,
+    /// Files that could not be read (a sender), or that the sender could not read (a
+    /// receiver).
+    pub failed_files: u64,
+    /// Files that kept changing while read.
+    pub changed_files: u64,
+    /// Connections re-established during the run.
+    pub reconnects: u64,
+}
+
+impl Stats {
+    /// The counts of `--json`'s `report` that `Done` does not carry itself.
+    pub fn of(r: &crate::progress::Report) -> Stats {
+        Stats {
+            files_unchanged: r.files_unchanged,
+            bytes_read: r.bytes_read,
+            bytes_wire: r.bytes_wire,
+            bytes_skipped: r.bytes_skipped,
+            failed_files: r.failed_files,
+            changed_files: r.changed_files,
+            reconnects: r.reconnects,
+        }
+    }
 }
 
 /// A far source's measurements (`probe::Sources` and the codecs' rates, in integers).
@@ -455,6 +496,15 @@ mod tests {
                     message: "gone".into(),
                 },
             }],
+            stats: Stats {
+                files_unchanged: 4,
+                bytes_read: 5,
+                bytes_wire: 6,
+                bytes_skipped: 7,
+                failed_files: 8,
+                changed_files: 9,
+                reconnects: 10,
+            },
         });
         assert_eq!(decode::<Reply>(&encode(&done)).unwrap(), done);
         let probed = Reply::Probed {
@@ -510,15 +560,15 @@ mod tests {
         assert_eq!(g.hash, None);
         let g = parse_greeting(&greeting(Some("ab12"))).unwrap();
         assert_eq!(g.hash.as_deref(), Some("ab12"));
-        assert!(!parse_greeting("haul-serve 9 1").unwrap().compatible());
-        // Version 8: `Probe` says `everywhere`, `ProbeSource` `listen`, `Go` a chain, `Done`
+        assert!(!parse_greeting("haul-serve 10 1").unwrap().compatible());
+        // Version 9: `Done` carries `Stats`; 8: `Probe` says `everywhere`, `ProbeSource` `listen`, `Go` a chain, `Done`
         // the replicas; 7:
         // `ProbeSource`/`SourceProbed`; 6: ReceiveStream says `everywhere`, and
         // `Probe`/`Probed` (5: `compress`
         // may be "auto" and every request carries keep_cache; 4 added dry_run, a listing, a
         // cap and deleted; 3 the walk's selection); an older far end cannot read them and is
         // replaced by an upload.
-        assert_eq!(SERVE_VERSION, 8);
+        assert_eq!(SERVE_VERSION, 9);
         for old in 2..SERVE_VERSION {
             let line = format!("haul-serve {old} {PROTOCOL_VERSION}");
             assert!(!parse_greeting(&line).unwrap().compatible());
