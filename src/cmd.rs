@@ -32,6 +32,7 @@ use ticket::{resolve_ticket, write_ticket_file};
 /// Runs the configured command. `Ok` means everything arrived; a partial transfer is
 /// `Err(Error::Partial)`.
 pub fn run(cfg: &Config) -> Result<()> {
+    lift_descriptor_limit();
     let r = run_command(cfg);
     if let Err(e) = &r {
         // Partial runs printed their report already; `serve` speaks on its wire.
@@ -45,6 +46,19 @@ pub fn run(cfg: &Config) -> Result<()> {
         }
     }
     r
+}
+
+/// Takes the hard limit on open descriptors as the soft one (as Go's runtime does): the
+/// sender holds each source directory open until its files are sent (`plan::beneath`),
+/// and `haul send dir1/ ... dir5000/` must not run out at the usual soft 1024.
+fn lift_descriptor_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        limit.current = limit.maximum;
+        // Not lifted: the default stays, and only a very long list of sources can tell.
+        let _ = setrlimit(Resource::Nofile, limit);
+    }
 }
 
 fn run_command(cfg: &Config) -> Result<()> {

@@ -1,17 +1,18 @@
 //! What the sender knows of a source file's data: where its bytes are (sparse files are
 //! mapped with SEEK_DATA/SEEK_HOLE), the stamp that tells whether it changed, how it
-//! is opened (never through a symlink, never blocking on a FIFO), and its extended
-//! attributes.
+//! is read through a descriptor opened beneath its source root (see `plan::beneath`), and
+//! its extended attributes.
 
 use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 
 use rustix::fs::{OFlags, SeekFrom};
 
+use super::beneath::Within;
 use super::meta::Meta;
 use crate::protocol::Xattrs;
 use crate::store::xattr;
@@ -59,9 +60,10 @@ impl Stamp {
     }
 }
 
-/// Opens a source file for reading as the walk saw it: never through a symlink that
-/// replaced it, and without blocking on a FIFO that replaced it (the caller compares the
-/// open file's [`Stamp`] with the walked one before using a byte).
+/// Opens a file by its path to read it, never through a symlink that replaced it (on the
+/// last name only) and without blocking on a FIFO that replaced it. For the probe's
+/// samples, which it finds by path; the sender opens what it walked beneath its source
+/// root (`plan::beneath`).
 pub fn open_source(path: &Path) -> io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     fs::OpenOptions::new()
@@ -72,11 +74,16 @@ pub fn open_source(path: &Path) -> io::Result<File> {
 
 /// The extended attributes of the walked `path` when it is a regular file, directory or
 /// symlink (`None` for other kinds, or with a warning when they cannot be read), read
-/// through a descriptor checked to be the inode `meta` describes: the file or directory
-/// opened without following a symlink or blocking, a symlink as `O_PATH` (see
-/// `store::xattr`). Most files have none, which one `llistxattr` on the name (following
-/// nothing) says without opening anything.
-pub(super) fn source_xattrs(path: &Path, meta: &Meta) -> Option<Xattrs> {
+/// through a descriptor opened beneath its source root (`open`, see `plan::beneath`) and
+/// checked to be the inode `meta` describes: the file or directory opened without
+/// following a symlink or blocking, a symlink as `O_PATH` (see `store::xattr`). Most
+/// files have none, which one `llistxattr` on the name (following nothing but the
+/// directories the walk just went through) says without opening anything.
+pub(super) fn source_xattrs(
+    path: &Path,
+    meta: &Meta,
+    open: impl FnOnce(OFlags) -> io::Result<OwnedFd>,
+) -> Option<Xattrs> {
     let flags = if meta.is_symlink() {
         OFlags::PATH
     } else if meta.is_dir() {
@@ -91,8 +98,7 @@ pub(super) fn source_xattrs(path: &Path, meta: &Meta) -> Option<Xattrs> {
         _ => {}
     }
     let read = || -> io::Result<Xattrs> {
-        let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let fd = rustix::fs::open(path, flags, rustix::fs::Mode::empty())?;
+        let fd = open(flags)?;
         let st = rustix::fs::fstat(&fd)?;
         if (st.st_dev, st.st_ino) != (meta.dev(), meta.ino()) {
             return Err(io::Error::other("replaced while being read"));
@@ -114,9 +120,10 @@ pub(super) fn source_xattrs(path: &Path, meta: &Meta) -> Option<Xattrs> {
     }
 }
 
-/// The byte ranges of `path` that hold data. A file whose allocated blocks cover its
-/// size is one range without a syscall; others are mapped with SEEK_DATA/SEEK_HOLE.
-pub(super) fn data_extents(path: &Path, meta: &Meta) -> io::Result<Vec<(u64, u64)>> {
+/// The byte ranges of the walked file `at` that hold data. A file whose allocated blocks
+/// cover its size is one range without a syscall; others are opened beneath their source
+/// root and mapped with SEEK_DATA/SEEK_HOLE.
+pub(super) fn data_extents(at: &Within, meta: &Meta) -> io::Result<Vec<(u64, u64)>> {
     let size = meta.len();
     if size == 0 {
         return Ok(Vec::new());
@@ -124,7 +131,7 @@ pub(super) fn data_extents(path: &Path, meta: &Meta) -> io::Result<Vec<(u64, u64
     if meta.blocks() * 512 >= size {
         return Ok(vec![(0, size)]);
     }
-    let f = open_source(path)?;
+    let f = at.open_file()?;
     if !Stamp::of(&f.metadata()?).same_file(&Stamp::of_meta(meta)) {
         return Err(io::Error::other("replaced while being read"));
     }
@@ -172,7 +179,8 @@ mod tests {
         f.write_all(&vec![1u8; 1 << 20]).unwrap();
         f.sync_all().unwrap();
         let meta = Meta::stat(&p).unwrap();
-        let x = data_extents(&p, &meta).unwrap();
+        let root = std::sync::Arc::new(super::super::beneath::Root::of(&p, &meta).unwrap());
+        let x = data_extents(&Within::new(&root, &p).unwrap(), &meta).unwrap();
         let total: u64 = x.iter().map(|(a, b)| b - a).sum();
         assert!((1 << 20..4 << 20).contains(&total), "{x:?}");
         assert!(x.iter().all(|&(a, b)| a < b && b <= 64 << 20));

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::plan::beneath::Within;
 use crate::plan::walk::{FileData, Stamp};
 use crate::protocol::WantKind;
 
@@ -19,8 +20,10 @@ use crate::protocol::WantKind;
 pub struct FileJob {
     /// Manifest id.
     pub id: u64,
-    /// Where to read it on this host.
+    /// Its path on this host (what messages name).
     pub path: PathBuf,
+    /// Where it is opened: beneath its source's root.
+    pub at: Within,
     /// Its size at walk time.
     pub size: u64,
     /// Size, mtime and ctime at walk time.
@@ -151,6 +154,7 @@ impl WorkQueue {
         let job = Arc::new(FileJob {
             id,
             path: data.path,
+            at: data.at,
             size: data.size,
             stamp: data.stamp,
             dest: data.dest,
@@ -356,8 +360,13 @@ mod tests {
     use super::*;
 
     fn data(size: u64, extents: Vec<(u64, u64)>) -> FileData {
+        let root = crate::plan::beneath::Root::by_path(PathBuf::new(), (0, 0));
         FileData {
             path: PathBuf::from("x"),
+            at: Within {
+                root: Arc::new(root),
+                rel: PathBuf::from("x"),
+            },
             size,
             extents,
             stamp: Stamp {

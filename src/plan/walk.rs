@@ -11,12 +11,14 @@ use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::protocol::Entry;
 
 use super::select::{Links, Listed, Selection};
 
+use super::beneath::{Root, Within};
 pub use super::extents::{open_source, Stamp};
 use super::meta::Meta;
 
@@ -66,8 +68,10 @@ pub struct Walked {
 /// Where a regular file's data is, on this host.
 #[derive(Debug, Clone)]
 pub struct FileData {
-    /// Path on this host.
+    /// Path on this host (what messages name).
     pub path: PathBuf,
+    /// Where it is opened: beneath its source's root, never through a symlink.
+    pub at: Within,
     /// File size at walk time.
     pub size: u64,
     /// Data ranges `(start, end)`, sorted, excluding holes.
@@ -171,6 +175,7 @@ pub fn walk_from(
         ancestors: Vec::new(),
         outside: 0,
         pending: Vec::new(),
+        root: None,
     };
     for (i, s) in sources.iter().enumerate() {
         let meta = Meta::lstat(&s.path).map_err(|e| Error::Source {
@@ -210,6 +215,20 @@ pub fn walk_from(
         }
         if select.filter.excluded(&rel, meta.is_dir()) {
             continue;
+        }
+        // Everything below is opened again beneath this descriptor, taken now and checked
+        // to be what the walk stat'ed (a directory that cannot be opened now is tried
+        // again at each use, and its walk says why it cannot be read).
+        let root = match meta.is_dir() {
+            true => Root::held(&path, &meta).or_else(|_| Root::of(&path, &meta)),
+            false => Root::of(&path, &meta),
+        };
+        match root {
+            Ok(root) => w.root = Some(Arc::new(root)),
+            Err(error) => {
+                skip(Skipped { path, error });
+                continue;
+            }
         }
         w.root_dev = meta.dev();
         let origin = Origin { source: i, base };
@@ -269,6 +288,9 @@ struct Walker<'a> {
     outside: u64,
     /// The directories being walked, innermost last, with their entries until sent.
     pending: Vec<Pending>,
+    /// What the entries being walked are opened beneath (the source's root, or what a
+    /// followed symlink leads to).
+    root: Option<Arc<Root>>,
 }
 
 /// A directory being walked. Its entry is sent just before its first descendant, or when
@@ -353,15 +375,29 @@ impl Walker<'_> {
             let Some((real, meta)) = admitted else {
                 continue;
             };
-            // What a followed symlink leads to is reached by its own path.
-            let child = match &real {
-                Some(real) => At {
-                    path: real,
-                    dir: None,
+            // What a followed symlink leads to is reached by its own path, and opened
+            // again beneath itself (a directory) or the directory holding it.
+            let (child, outer) = match &real {
+                Some(real) => match Root::of(real, &meta) {
+                    Ok(root) => (
+                        At {
+                            path: real,
+                            dir: None,
+                        },
+                        Some(self.root.replace(Arc::new(root))),
+                    ),
+                    Err(error) => {
+                        skip(Skipped { path, error });
+                        continue;
+                    }
                 },
-                None => child,
+                None => (child, None),
             };
-            if !self.visit(child, child_rel, &meta, emit, skip) {
+            let went_on = self.visit(child, child_rel, &meta, emit, skip);
+            if let Some(outer) = outer {
+                self.root = outer;
+            }
+            if !went_on {
                 go_on = false;
                 break;
             }

@@ -378,11 +378,12 @@ fn resend_changed(
         if changed.is_empty() {
             return Ok(());
         }
-        // Where the walk found each: a file walked again must be in the same directory.
-        let mut parents = HashMap::new();
+        // Where the walk found each: a file walked again must be beneath the same root,
+        // in the same directory.
+        let mut found = HashMap::new();
         for id in changed.keys() {
             if let Some(d) = registry.remove(id) {
-                parents.insert(*id, d.parent);
+                found.insert(*id, (d.at, d.parent));
             }
         }
         link.tell(&Control::Forget(changed.keys().copied().collect()))?;
@@ -401,8 +402,11 @@ fn resend_changed(
         let mut entries: Vec<Entry> = Vec::new();
         let mut data = HashMap::new();
         for (id, (path, dest)) in changed {
-            let parent = parents.get(&id).copied().flatten();
-            match walk::file_again(next_id, &path, dest, xattrs, parent) {
+            let again = match found.get(&id) {
+                Some((at, parent)) => walk::file_again(next_id, &path, dest, xattrs, at, *parent),
+                None => Err(std::io::Error::other("not found again")),
+            };
+            match again {
                 Ok(Some(w)) => {
                     if let Some(d) = w.data {
                         data.insert(next_id, d);

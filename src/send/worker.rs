@@ -9,7 +9,6 @@
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
-use std::path::Path;
 use std::sync::Mutex;
 
 use super::dial::{DataConn, Redial};
@@ -18,8 +17,9 @@ use super::report::{Failures, SendOptions};
 use crate::codec::{piece_hash, unit_hash, Encoder};
 use crate::error::Result;
 use crate::pagecache;
+use crate::plan::beneath::Within;
 use crate::plan::queue::{FileJob, Work, WorkQueue};
-use crate::plan::walk::{open_source, Stamp};
+use crate::plan::walk::Stamp;
 use crate::progress::Counters;
 use crate::protocol::{encode_data_header, hashed_parts, Codec, FrameKind, Segment};
 use crate::session::lost;
@@ -231,12 +231,17 @@ impl Worker<'_> {
             return;
         }
         if self.open.as_ref().map(|(id, _)| *id) != Some(job.id) {
-            self.open = match open_source(&job.path).and_then(|f| stamp_of(&f).map(|s| (f, s))) {
+            self.open = match job
+                .at
+                .open_file()
+                .and_then(|f| stamp_of(&f).map(|s| (f, s)))
+            {
                 Ok((f, now)) if now.same_file(&job.stamp) => {
                     self.cache.open(&f, job.id);
                     Some((job.id, f))
                 }
-                // Replaced since the walk (by another file, a symlink, a FIFO...).
+                // Replaced since the walk (by another file, a symlink, a FIFO...); a
+                // directory on its way replaced is an error (see `plan::beneath`).
                 Ok(_) => return self.record(job, ReadFail::Changed),
                 Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
                     return self.record(job, ReadFail::Changed)
@@ -317,7 +322,7 @@ impl Worker<'_> {
         for job in files {
             let start = self.raw.len();
             let r = read_whole(
-                &job.path,
+                &job.at,
                 &job.stamp,
                 self.raw.append(job.size as usize),
                 &mut self.cache,
@@ -353,13 +358,13 @@ impl Worker<'_> {
 
 /// Reads a whole small file; a file replaced since the walk reads as changed (EOF).
 fn read_whole(
-    path: &Path,
+    at: &Within,
     walked: &Stamp,
     buf: &mut [u8],
     cache: &mut pagecache::Reader,
 ) -> io::Result<Stamp> {
     let replaced = || io::Error::new(io::ErrorKind::UnexpectedEof, "replaced since the walk");
-    let f = open_source(path).map_err(|e| match e.raw_os_error() {
+    let f = at.open_file().map_err(|e| match e.raw_os_error() {
         Some(libc::ELOOP) => replaced(),
         _ => e,
     })?;

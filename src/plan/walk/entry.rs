@@ -3,41 +3,50 @@
 //! outside the source.
 
 use std::io;
-use std::os::fd::OwnedFd;
 use std::path::Path;
 
-use rustix::fs::{FileType, Mode, OFlags};
+use rustix::fs::{FileType, OFlags};
 
 use crate::protocol::{Entry, EntryKind};
 
+use super::super::beneath::{replaced, Within};
 use super::super::extents::{data_extents, source_xattrs};
 use super::super::meta::Meta;
 use super::{At, FileData, Skipped, Stamp, Walked, Walker, OUTSIDE_NAMED};
 
 /// The entry for one regular file, walked again (after it changed while being read).
-/// `None` if it is no longer a regular file. With `parent` (where the walk found it), the
-/// file is looked up only in that same directory, opened without following a symlink: a
-/// directory swapped for a symlink (or another directory) since the walk fails here
-/// instead of sending a file from outside the source.
+/// `None` if it is no longer a regular file. It is looked up beneath its source root
+/// (`at`) without following a symlink, and with `parent` (where the walk found it) only in
+/// that same directory: a directory swapped for a symlink (or another directory) since the
+/// walk fails here instead of sending a file from outside the source.
 pub fn file_again(
     id: u64,
     path: &Path,
     dest: Vec<u8>,
     xattrs: bool,
+    at: &Within,
     parent: Option<(u64, u64)>,
 ) -> io::Result<Option<Walked>> {
-    let meta = match parent {
-        Some(p) => {
-            let dir = open_parent(path, p)?;
-            let name = path.file_name().map(Path::new).unwrap_or(path);
-            Meta::at(&dir, name)?
+    let dir_rel = at.rel.parent().unwrap_or(Path::new(""));
+    let name = at.rel.file_name().map(Path::new).unwrap_or(Path::new("."));
+    let dir = at
+        .root
+        .open(dir_rel, OFlags::RDONLY | OFlags::DIRECTORY)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP | libc::ENOTDIR) => replaced(),
+            _ => e,
+        })?;
+    if let Some(p) = parent {
+        let m = Meta::of_fd(&dir)?;
+        if (m.dev(), m.ino()) != p {
+            return Err(replaced());
         }
-        None => Meta::lstat(path)?,
-    };
+    }
+    let meta = Meta::at(&dir, name)?;
     if !meta.is_file() {
         return Ok(None);
     }
-    let extents = data_extents(path, &meta)?;
+    let extents = data_extents(at, &meta)?;
     let data_bytes = extents.iter().map(|(a, b)| b - a).sum();
     let size = meta.len();
     let mut entry = make_entry(
@@ -46,11 +55,14 @@ pub fn file_again(
         EntryKind::File { size, data_bytes },
         &meta,
     );
-    entry.xattrs = xattrs.then(|| source_xattrs(path, &meta)).flatten();
+    entry.xattrs = xattrs
+        .then(|| source_xattrs(path, &meta, |flags| at.open(flags)))
+        .flatten();
     Ok(Some(Walked {
         entry,
         data: Some(FileData {
             path: path.to_path_buf(),
+            at: at.clone(),
             size,
             extents,
             stamp: Stamp::of_meta(&meta),
@@ -60,33 +72,15 @@ pub fn file_again(
     }))
 }
 
-/// The directory holding `path`, checked to be the directory `(dev, ino)` the walk listed
-/// (whatever path leads there now: with `-L` that may be through a symlink).
-fn open_parent(path: &Path, (dev, ino): (u64, u64)) -> io::Result<OwnedFd> {
-    let replaced = || {
-        io::Error::other("its directory was replaced since the walk (by a symlink?); not followed")
-    };
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let fd = rustix::fs::open(
-        dir,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| match e {
-        rustix::io::Errno::NOTDIR => replaced(),
-        e => e.into(),
-    })?;
-    let m = Meta::of_fd(&fd)?;
-    if (m.dev(), m.ino()) != (dev, ino) {
-        return Err(replaced());
-    }
-    Ok(fd)
-}
-
 impl Walker<'_> {
+    /// Where the walked `path` is opened again: beneath the current root.
+    fn within(&self, path: &Path) -> io::Result<Within> {
+        match &self.root {
+            Some(root) => Within::new(root, path),
+            None => Err(io::Error::other("no source root")),
+        }
+    }
+
     /// Warns (the first few times) that the symlink at `rel` points outside its source,
     /// so what it points to is not sent.
     fn note_outside(&mut self, rel: &[u8], target: &[u8]) {
@@ -152,7 +146,17 @@ impl Walker<'_> {
                     self.inodes.insert(key, rel.clone());
                 }
                 let size = meta.len();
-                let extents = match data_extents(path, meta) {
+                let within = match self.within(path) {
+                    Ok(w) => w,
+                    Err(e) => {
+                        skip(Skipped {
+                            path: path.to_path_buf(),
+                            error: e,
+                        });
+                        return None;
+                    }
+                };
+                let extents = match data_extents(&within, meta) {
                     Ok(x) => x,
                     Err(e) => {
                         skip(Skipped {
@@ -165,6 +169,7 @@ impl Walker<'_> {
                 let data_bytes = extents.iter().map(|(a, b)| b - a).sum();
                 data = Some(FileData {
                     path: path.to_path_buf(),
+                    at: within,
                     size,
                     extents,
                     stamp: Stamp::of_meta(meta),
@@ -188,7 +193,7 @@ impl Walker<'_> {
         };
         let mut entry = make_entry(id, rel, kind, meta);
         if !self.select.no_xattrs {
-            entry.xattrs = source_xattrs(path, meta);
+            entry.xattrs = source_xattrs(path, meta, |flags| self.within(path)?.open(flags));
         }
         Some(Walked { entry, data })
     }

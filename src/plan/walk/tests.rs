@@ -204,7 +204,7 @@ fn a_file_walked_again_is_looked_up_only_in_the_directory_it_was_found_in() {
     .unwrap();
     let d = data.unwrap();
     assert!(d.parent.is_some());
-    let again = |id| file_again(id, &d.path, d.dest.clone(), false, d.parent);
+    let again = |id| file_again(id, &d.path, d.dest.clone(), false, &d.at, d.parent);
     // Changed in place: found again, as it is now.
     fs::write(root.join("a/f"), b"mine, longer").unwrap();
     let w = again(9).unwrap().unwrap();
@@ -219,4 +219,110 @@ fn a_file_walked_again_is_looked_up_only_in_the_directory_it_was_found_in() {
     fs::create_dir(root.join("a")).unwrap();
     fs::write(root.join("a/f"), b"other").unwrap();
     assert!(again(11).is_err());
+}
+
+/// The descriptors this process has open on `path` (what `/proc/self/fd` links to).
+fn open_on(path: &Path) -> usize {
+    fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| fs::read_link(e.ok()?.path()).ok())
+        .filter(|l| l == path)
+        .count()
+}
+
+fn mkfifo(path: &Path) {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+}
+
+/// The sender opens each file again after the walk, by then perhaps long after: a
+/// directory swapped for a symlink to outside the source in between must not make it
+/// open what the symlink leads to (here a FIFO with no writer, which an open by path with
+/// `O_NONBLOCK` opened: as root, a device node opened may act). The error says why.
+#[test]
+fn a_directory_swapped_for_a_symlink_after_the_walk_is_not_opened_through() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("t");
+    fs::create_dir_all(root.join("a/b")).unwrap();
+    fs::write(root.join("a/b/f"), b"mine").unwrap();
+    // Outside the source, what `t/a/b/f` leads to once `t/a` or `t/a/b` is a symlink.
+    let outside = dir.path().join("outside");
+    fs::create_dir_all(outside.join("b")).unwrap();
+    mkfifo(&outside.join("b/f"));
+    for (swapped, target) in [("a/b", outside.join("b")), ("a", outside.clone())] {
+        let mut data = None;
+        walk(
+            &[Source::from_arg(&root)],
+            &Selection::default(),
+            |w| {
+                if w.entry.path == b"t/a/b/f" {
+                    data = w.data;
+                }
+                true
+            },
+            |s| panic!("{s:?}"),
+        )
+        .unwrap();
+        let d = data.unwrap();
+        // Between the walk and the sender's open.
+        let moved = root.join(format!("{swapped}.old"));
+        fs::rename(root.join(swapped), &moved).unwrap();
+        std::os::unix::fs::symlink(&target, root.join(swapped)).unwrap();
+        let fifo = outside.join("b/f");
+        // What an open by the file's path does: it opens the FIFO outside.
+        let by_path = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&d.path)
+            .unwrap();
+        assert_eq!(open_on(&fifo), 1);
+        drop(by_path);
+        let e = d.at.open_file().unwrap_err();
+        let says = "its directory was replaced since the walk (by a symlink?); not followed";
+        assert!(e.to_string().contains(says), "{swapped}: {e}");
+        assert_eq!(open_on(&fifo), 0, "{swapped}");
+        // Walked again (as after a change while read): refused the same way.
+        let again = file_again(7, &d.path, d.dest.clone(), true, &d.at, d.parent);
+        let e = again.unwrap_err();
+        assert!(e.to_string().contains(says), "{swapped}: {e}");
+        fs::remove_file(root.join(swapped)).unwrap();
+        fs::rename(&moved, root.join(swapped)).unwrap();
+    }
+}
+
+/// A source named as a single file is opened again only in the directory the walk found
+/// it in.
+#[test]
+fn a_single_file_source_is_opened_again_only_in_its_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("d");
+    fs::create_dir(&d).unwrap();
+    fs::write(d.join("f"), b"mine").unwrap();
+    let mut data = None;
+    walk(
+        &[Source::from_arg(&d.join("f"))],
+        &Selection::default(),
+        |w| {
+            data = w.data;
+            true
+        },
+        |s| panic!("{s:?}"),
+    )
+    .unwrap();
+    let data = data.unwrap();
+    assert!(data.at.open_file().is_ok());
+    let outside = dir.path().join("outside");
+    fs::create_dir(&outside).unwrap();
+    fs::write(outside.join("f"), b"secret").unwrap();
+    fs::rename(&d, dir.path().join("d.old")).unwrap();
+    std::os::unix::fs::symlink(&outside, &d).unwrap();
+    let e = data.at.open_file().unwrap_err();
+    assert!(e.to_string().contains("replaced"), "{e}");
 }
