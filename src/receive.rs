@@ -126,6 +126,7 @@ pub fn receive(
         start: (streams, block_size, options),
         relay: None,
         finished: None,
+        units_base: 0,
     };
     let result = session.run(&counters);
     if let (Err(e), Some(r)) = (&result, session.relay.as_mut()) {
@@ -218,6 +219,10 @@ struct Session<'a> {
     relay: Option<Relay>,
     /// This store's summary, once it is complete (a relay may wait for the next hop).
     finished: Option<Summary>,
+    /// Data frames received before the current sender's control connection: its
+    /// `Finish` counts only the units it wrote (a relay that re-formed the chain around a
+    /// failed hop, a sender that went on from a failed first receiver).
+    units_base: u64,
 }
 
 impl Session<'_> {
@@ -381,7 +386,8 @@ impl Session<'_> {
             }
             // Everything the sender wrote has arrived, or nothing has for a while: what
             // is still missing was lost with a dropped connection.
-            let all_in = self.shared.units.load(Ordering::Acquire) >= units;
+            let received = self.shared.units.load(Ordering::Acquire);
+            let all_in = received.saturating_sub(self.units_base) >= units;
             let quiet =
                 self.shared.busy.load(Ordering::Acquire) == 0 && self.shared.idle_for() >= SETTLE;
             if all_in || quiet || start.elapsed() > self.timeout {
@@ -440,6 +446,7 @@ impl Session<'_> {
                     match read_start(&mut c) {
                         Ok(_) => {
                             self.control = c;
+                            self.units_base = self.shared.units.load(Ordering::Acquire);
                             crate::progress::warn("the sender reconnected its control stream");
                             return Ok(());
                         }

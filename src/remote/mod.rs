@@ -360,7 +360,12 @@ fn between(
             }
             Err(between_error(&sender, &receiver.host, &s))
         }
-        (Some(s), Err(_)) => Err(between_error(&sender, &label, &s)),
+        // The first could not be started: the far sender failed with the next one.
+        (Some(s), Err(_)) => {
+            let next = chain.as_ref().and_then(|c| c.hops.first());
+            let to = next.map_or(label.as_str(), |h| h.label.as_str());
+            Err(between_error(&sender, to, &s))
+        }
         (None, Ok((receiver, Some(r)))) if r.code != exit::OK => Err(receiver.done_error(&r)),
         (None, _) => Err(Error::Host {
             host: sender.host.clone(),
