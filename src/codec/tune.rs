@@ -64,7 +64,15 @@
 //! measured at the current level shows (on loopback `none` looks free: no compression,
 //! writes as fast as TLS); so a level's `recv` moves by `RECV_WIRE` per wire byte it
 //! sends more or less than the current level, weighted by the share of the write time
-//! that was the receiver's.
+//! that was the receiver's. And where the receiver is the limit, the sender's compression
+//! does not hide behind it when both ends share cores (the test bed; a sender beside
+//! its receiver): the predicted cost blends the overlapped `max + min / n` into the
+//! plain sum `a + b` by that share. Measured before the blend (pg set, unshaped, load
+//! 6–9): the streams' writes waited 45–68% of their busy time for the receiver, auto
+//! stayed mostly on zstd:1 (235 MB on the wire), where lz4's cheaper compression would
+//! have left the receiver more CPU (lz4 5.21 s, auto 6.27, zstd:1 7.86: medians of 3).
+//! On separate hosts the levels then take the same time and the blend picks the one
+//! that spends the least CPU, the polite choice.
 //!
 //! Not here: the stream's own reading (the same for every level), and the receiver's
 //! decompression (cheaper than its decryption per byte, and absent at `none`).
@@ -364,7 +372,11 @@ impl Tuner {
             self.cpu[level].get(),
             self.ratio[level].get() * self.wire_cost() + self.recv_cost(level),
         );
-        a.max(b) + a.min(b) * self.overlap
+        let hidden = a.max(b) + a.min(b) * self.overlap;
+        // Where the receiver is the limit, compression does not hide behind it when both
+        // ends share cores: each CPU second the sender spends is one the receiver lacks.
+        let s = self.recv_share.get();
+        hidden * (1.0 - s) + (a + b) * s
     }
 
     /// Switches to the level predicted fastest: a level that spends more CPU per byte
