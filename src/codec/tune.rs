@@ -55,10 +55,10 @@
 //! receiver writes the same bytes whatever crossed the wire), so it must not scale with
 //! the ratio: charged to wire bytes, as before, it made a wire byte look dear on a fast
 //! link to a slow disk and sent streams to zstd:3, spending the sender's CPU on the
-//! receiver's shared cores for 6% fewer bytes. So each write is split: the rwnd-limited
-//! part goes into `recv` (seconds per raw byte, added to `b` at every level), the rest
-//! (the link's and TLS's) into `wire`; and a delivery sample counts as link-bound only
-//! for the share of its write the receiver was not the limit. One part of the receiver's
+//! receiver's shared cores for 6% fewer bytes. So each write is split by the running
+//! share of write time that was rwnd-limited: that part goes into `recv` (seconds per
+//! raw byte, added to `b` at every level), the rest (the link's and TLS's) into `wire`;
+//! and a delivery sample counts as link-bound only for the rest. One part of the receiver's
 //! work does follow the wire bytes: it decrypts and copies each of them. Where the
 //! receiver is the limit, a level that sends more would make it slower, which nothing
 //! measured at the current level shows (on loopback `none` looks free: no compression,
@@ -295,14 +295,18 @@ impl Tuner {
             }
         }
         self.written = (self.written + wire as u64).min(WARMUP_WIRE);
-        // The receiver's part of the write (the kernel counts in 4 ms steps: at most the
-        // write), per raw byte; the rest is the link's, per wire byte.
+        // The receiver's part of the write, per raw byte; the rest is the link's, per
+        // wire byte. The kernel counts in 4 ms jiffies: a 0.1 ms write reads 0 or 4 ms of
+        // rwnd-limited time, right only on average (capped per unit at the write, the
+        // rare 4 ms would be cut to 0.1 and the share biased 40 times low), so each unit
+        // is split by the running share, whose sums see every count whole.
         let write_s = write.as_secs_f64();
-        let recv = link.map_or(0.0, |l| l.rwnd.as_secs_f64().min(write_s));
-        self.recv.add(recv, raw_f, KEEP);
-        if write_s > 0.0 {
-            self.recv_share.add(recv, write_s, KEEP);
+        if let Some(l) = link {
+            self.recv_share.add(l.rwnd.as_secs_f64(), write_s, KEEP);
         }
+        let share = self.share();
+        let recv = write_s * share;
+        self.recv.add(recv, raw_f, KEEP);
         let write = Duration::from_secs_f64(write_s - recv);
         if wire > 0 {
             // One unit's write may say at most WIRE_STEP times the running mean: a write
@@ -317,11 +321,7 @@ impl Tuner {
         if let Some(l) = link {
             // A sample the receiver held back measures the receiver, not the link: it
             // counts for the share of the write that waited for something else.
-            let weight = if write_s > 0.0 {
-                1.0 - recv / write_s
-            } else {
-                1.0
-            };
+            let weight = 1.0 - share;
             let limited = if !l.app_limited && l.rate > 0.0 {
                 weight
             } else {
@@ -359,11 +359,16 @@ impl Tuner {
         wire + self.bound * (self.link.get() - wire).max(0.0)
     }
 
+    /// The share of write time that waited for the receiver, 0 to 1.
+    fn share(&self) -> f64 {
+        self.recv_share.get().clamp(0.0, 1.0)
+    }
+
     /// Seconds per raw byte the receiver would hold the stream back at `level` (see the
     /// module's *what the receiver costs*).
     fn recv_cost(&self, level: usize) -> f64 {
         let more = self.ratio[level].get() - self.ratio[self.current].get();
-        (self.recv.get() + self.recv_share.get() * more * RECV_WIRE).max(0.0)
+        (self.recv.get() + self.share() * more * RECV_WIRE).max(0.0)
     }
 
     /// Predicted seconds per raw byte at `level`.
@@ -375,7 +380,7 @@ impl Tuner {
         let hidden = a.max(b) + a.min(b) * self.overlap;
         // Where the receiver is the limit, compression does not hide behind it when both
         // ends share cores: each CPU second the sender spends is one the receiver lacks.
-        let s = self.recv_share.get();
+        let s = self.share();
         hidden * (1.0 - s) + (a + b) * s
     }
 

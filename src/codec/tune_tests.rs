@@ -162,6 +162,7 @@ fn run_far_end(
     let cost = |l: usize, n: usize| if l == 0 { 0.0 } else { n as f64 / PG_RATE[l] };
     let mut total = 0.0;
     let mut levels = [0; 5];
+    let mut clock = 0.0;
     for i in 0..units {
         let l = t.current();
         levels[l] += 1;
@@ -178,8 +179,14 @@ fn run_far_end(
         let sign = if i % 2 == 0 { 1.0 } else { -1.0 };
         let wait = (drain - c - tls).max(0.0) * (1.0 + sign * jitter);
         total += (c + tls).max(drain);
+        // The kernel counts whole jiffies (4 ms at HZ=250): a write reads the ticks that
+        // fell inside it.
+        clock += c + tls;
+        let start = (clock / JIFFY).floor();
+        clock += wait;
+        let ticks = (clock / JIFFY).floor() - start;
         let rwnd = if rwnd_known && receiver > send {
-            wait
+            ticks * JIFFY
         } else {
             0.0
         };
@@ -198,6 +205,9 @@ fn run_far_end(
     }
     (total, levels)
 }
+
+/// The kernel's clock tick for TCP's chrono counters, seconds.
+const JIFFY: f64 = 0.004;
 
 /// The best fixed level's time for the job of [`run_far_end`].
 fn best_far_end(far: FarEnd, units: usize) -> f64 {
