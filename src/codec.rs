@@ -61,8 +61,9 @@ pub struct Encoder {
     /// The last unit's raw and wire lengths and compression time, until its write time
     /// is known.
     pending: Option<(usize, usize, Duration)>,
-    /// Scratch space for probes.
-    scratch: Vec<u8>,
+    /// Scratch space for probes: lz4's, zstd's (shared, zstd made it exactly its size and
+    /// lz4 grew it again, so each lz4 probe timed fresh pages being faulted in).
+    scratch: [Vec<u8>; 2],
     /// The level (in `tune::LADDER`) of the last unit, with `Auto`.
     last: Option<usize>,
 }
@@ -80,7 +81,7 @@ impl Encoder {
             skip: 0,
             tuner: (mode == Compression::Auto).then(|| tune::Tuner::new(streams)),
             pending: None,
-            scratch: Vec::new(),
+            scratch: [Vec::new(), Vec::new()],
             last: None,
         }
     }
@@ -160,15 +161,18 @@ impl Encoder {
     fn probe(&mut self, level: usize, probe: usize, raw: &[u8]) {
         let slice = &raw[..raw.len().min(tune::PROBE_SLICE)];
         let mut scratch = std::mem::take(&mut self.scratch);
+        let kind = |l: usize| usize::from(matches!(tune::LADDER[l], Compression::Zstd(_)));
         let started = clock::thread_cpu();
-        let out = match self.compress(tune::LADDER[probe], slice, &mut scratch) {
+        let buf = &mut scratch[kind(probe)];
+        let out = match self.compress(tune::LADDER[probe], slice, buf) {
             Codec::Raw => slice.len(),
-            _ => scratch.len(),
+            _ => buf.len(),
         };
         let cpu = clock::thread_cpu().saturating_sub(started);
-        let current_out = match self.compress(tune::LADDER[level], slice, &mut scratch) {
+        let buf = &mut scratch[kind(level)];
+        let current_out = match self.compress(tune::LADDER[level], slice, buf) {
             Codec::Raw => slice.len(),
-            _ => scratch.len(),
+            _ => buf.len(),
         };
         self.scratch = scratch;
         if let Some(t) = self.tuner.as_mut() {
