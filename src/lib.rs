@@ -16,6 +16,7 @@ pub mod progress;
 pub mod protocol;
 pub mod receive;
 pub mod remote;
+pub mod resolve;
 pub mod send;
 pub mod session;
 pub mod stdio;

@@ -1,7 +1,7 @@
 //! Opening what the walk found again, later, without leaving its source. Every open is
 //! resolved from a descriptor of the source's root with `openat2(RESOLVE_BENEATH |
 //! RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)` (on kernels without `openat2`, one
-//! `openat(O_NOFOLLOW)` per name): a directory swapped for a symlink after the walk makes
+//! `openat(O_NOFOLLOW)` per name: `crate::resolve`): a directory swapped for a symlink after the walk makes
 //! the open fail, instead of opening (as root, `O_NONBLOCK`) whatever the symlink leads to
 //! outside the source, a device node or a FIFO included.
 //!
@@ -14,18 +14,18 @@
 //! Not here: checking that the file opened is the one the walk saw (the caller compares
 //! its stamp), and the walk.
 
-use std::ffi::OsStr;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use rustix::fs::{Mode, OFlags, ResolveFlags};
+use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 
 use super::meta::Meta;
+use crate::resolve;
 
 /// The error of a file whose directory (or the directory of the source) is no longer the
 /// one the walk listed.
@@ -171,53 +171,9 @@ impl Within {
     }
 }
 
-const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
-    .union(ResolveFlags::NO_SYMLINKS)
-    .union(ResolveFlags::NO_MAGICLINKS);
-
-/// Set once `openat2` said the kernel lacks it (before 5.6): each open walks the names.
-static NO_OPENAT2: AtomicBool = AtomicBool::new(false);
-
 /// Opens `rel` (no `..`, not absolute) beneath `dir`, following no symlink.
 fn open_beneath(dir: BorrowedFd<'_>, rel: &Path, flags: OFlags) -> Result<OwnedFd, Errno> {
-    if !NO_OPENAT2.load(Ordering::Relaxed) {
-        let rel = nonempty(rel);
-        loop {
-            match rustix::fs::openat2(dir, rel, flags, Mode::empty(), RESOLVE) {
-                // A concurrent rename raced the lookup.
-                Err(Errno::AGAIN | Errno::INTR) => continue,
-                Err(Errno::NOSYS) => break NO_OPENAT2.store(true, Ordering::Relaxed),
-                r => return r,
-            }
-        }
-    }
-    by_names(dir, rel, flags)
-}
-
-/// [`open_beneath`] without `openat2`: one `openat(O_NOFOLLOW)` per name, each directory
-/// on the way opened `O_PATH | O_DIRECTORY` (a symlink there fails with `ELOOP`).
-fn by_names(dir: BorrowedFd<'_>, rel: &Path, flags: OFlags) -> Result<OwnedFd, Errno> {
-    let mut names = Vec::new();
-    for c in rel.components() {
-        match c {
-            Component::Normal(n) => names.push(n),
-            Component::CurDir => {}
-            Component::ParentDir | Component::RootDir | Component::Prefix(_) => {
-                return Err(Errno::XDEV)
-            }
-        }
-    }
-    let Some((last, dirs)) = names.split_last() else {
-        return rustix::fs::openat(dir, ".", flags, Mode::empty());
-    };
-    let mut held: Option<OwnedFd> = None;
-    let on_way = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    for name in dirs {
-        let at = held.as_ref().map_or(dir, |f| f.as_fd());
-        held = Some(rustix::fs::openat(at, *name, on_way, Mode::empty())?);
-    }
-    let at = held.as_ref().map_or(dir, |f| f.as_fd());
-    rustix::fs::openat(at, OsStr::new(last), flags, Mode::empty())
+    resolve::open(dir, rel.as_os_str().as_bytes(), flags, Mode::empty())
 }
 
 #[cfg(test)]
@@ -254,7 +210,7 @@ mod tests {
         let rel = Path::new(rel);
         [
             open_beneath(fd.as_fd(), rel, flags),
-            by_names(fd.as_fd(), rel, flags),
+            resolve::by_names(fd.as_fd(), rel.as_os_str().as_bytes(), flags, Mode::empty()),
         ]
     }
 

@@ -1,39 +1,23 @@
 //! File-system operations beneath a root directory that never follow a symlink and never
 //! leave the root: every path is resolved with `openat2(RESOLVE_BENEATH |
-//! RESOLVE_NO_SYMLINKS)` from the root's descriptor, and entries are created and renamed
-//! relative to their parent's descriptor. Metadata is applied through a descriptor
+//! RESOLVE_NO_SYMLINKS)` from the root's descriptor (name by name before Linux 5.6:
+//! `crate::resolve`), and entries are created and renamed relative to their parent's
+//! descriptor. Metadata is applied through a descriptor
 //! checked to be what was stat'ed or made, never through a name that could be swapped.
 
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
-use rustix::fs::{self as rfs, Mode, OFlags, ResolveFlags, Timespec, Timestamps};
+use rustix::fs::{self as rfs, Mode, OFlags, Timespec, Timestamps};
 
 use super::xattr;
 use crate::protocol::{Entry, SafeRelPath};
 
-const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
-    .union(ResolveFlags::NO_SYMLINKS)
-    .union(ResolveFlags::NO_MAGICLINKS);
-
-/// Opens `path` beneath `root` with `flags`, refusing symlinks anywhere on the way.
+/// Opens `path` beneath `root` with `flags`, refusing symlinks anywhere on the way
+/// (`openat2`, or name by name on kernels before 5.6: `crate::resolve`).
 pub fn open_beneath(root: &OwnedFd, path: &[u8], flags: OFlags, mode: Mode) -> io::Result<OwnedFd> {
-    let path: &[u8] = if path.is_empty() { b"." } else { path };
-    // openat2 rejects a mode without O_CREAT or O_TMPFILE.
-    let mode = if flags.contains(OFlags::CREATE) || flags.contains(OFlags::TMPFILE) {
-        mode
-    } else {
-        Mode::empty()
-    };
-    loop {
-        match rfs::openat2(root, path, flags | OFlags::CLOEXEC, mode, RESOLVE) {
-            Ok(fd) => return Ok(fd),
-            // openat2 returns EAGAIN when a concurrent rename raced the lookup.
-            Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
+    Ok(crate::resolve::open(root.as_fd(), path, flags, mode)?)
 }
 
 /// Opens the directory `dir` beneath `root`.
