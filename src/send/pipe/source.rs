@@ -8,6 +8,7 @@ use std::io::{self, Read};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::pagecache;
@@ -36,6 +37,8 @@ pub(super) struct Input {
     what: String,
     /// A file's page-cache residency (not `--keep-cache`), and where the next read starts.
     cache: Option<(pagecache::Reader<'static>, u64)>,
+    /// A pipe: how long to let the producer fill it before reading (see [`Nap`]).
+    nap: Option<Nap>,
 }
 
 /// The command producing the stream, if any: its exit status decides whether the end of
@@ -67,10 +70,12 @@ impl Input {
                 if let Some((c, _)) = &mut cache {
                     c.open(&f, 0);
                 }
+                let nap = Nap::for_pipe(&f);
                 let input = Input {
                     reader: Reader::Plain(f),
                     what: "standard input".into(),
                     cache,
+                    nap,
                 };
                 Ok((input, none))
             }
@@ -83,10 +88,12 @@ impl Input {
                 if let Some((c, _)) = &mut cache {
                     c.open(&f, 0);
                 }
+                let nap = Nap::for_pipe(&f);
                 let input = Input {
                     reader: Reader::Plain(f),
                     what: escape(&p.display().to_string()),
                     cache,
+                    nap,
                 };
                 Ok((input, none))
             }
@@ -108,10 +115,12 @@ impl Input {
                     return Err(fail(io::Error::other("no standard output")));
                 };
                 stdio::widen_pipe(&out);
+                let nap = Nap::for_pipe(&out);
                 let input = Input {
                     reader: Reader::Child(out),
                     what: what.clone(),
                     cache: None,
+                    nap,
                 };
                 Ok((
                     input,
@@ -141,6 +150,12 @@ impl Input {
     fn fill_from(&mut self, buf: &mut [u8]) -> Result<usize> {
         let mut n = 0;
         while n < buf.len() {
+            if let Some(nap) = &mut self.nap {
+                match &self.reader {
+                    Reader::Plain(f) => nap.settle(f, buf.len() - n),
+                    Reader::Child(c) => nap.settle(c, buf.len() - n),
+                }
+            }
             let r = match &mut self.reader {
                 Reader::Plain(f) => f.read(&mut buf[n..]),
                 Reader::Child(c) => c.read(&mut buf[n..]),
@@ -158,6 +173,69 @@ impl Input {
             }
         }
         Ok(n)
+    }
+}
+
+/// Reading a pipe in pipe-sized gulps rather than write-sized sips.
+///
+/// A reader that blocks on an empty pipe is woken by each write that lands in it: behind
+/// `cat` that is every 128 KiB, a sleep, a wakeup (an inter-processor interrupt, which a
+/// virtual machine pays dearly for) and a short read each time, and the producer is
+/// preempted by the reader it woke. A writer into a pipe that is not empty wakes no one,
+/// so the reader lets the pipe fill before it reads: when less than half a pipe (or
+/// what the block still lacks) is waiting, it sleeps a while first, then reads whatever
+/// is there (blocking as before if nothing is, so an idle producer costs nothing). The
+/// sleep adapts to the producer: halved when the pipe was full on waking (the producer
+/// had to wait), doubled, up to [`Nap::MAX`], when it was less than a quarter full.
+#[derive(Debug)]
+struct Nap {
+    /// The pipe's capacity.
+    pipe: usize,
+    nap: Duration,
+}
+
+impl Nap {
+    const MIN: Duration = Duration::from_micros(25);
+    const START: Duration = Duration::from_micros(200);
+    const MAX: Duration = Duration::from_millis(2);
+
+    /// For a pipe (None for anything else, or one whose fill level cannot be read).
+    fn for_pipe(fd: impl AsFd) -> Option<Nap> {
+        let fd = fd.as_fd();
+        if stdio::kind(fd) != stdio::Kind::Pipe || rustix::io::ioctl_fionread(fd).is_err() {
+            return None;
+        }
+        let pipe = rustix::pipe::fcntl_getpipe_size(fd).ok()?;
+        Some(Nap {
+            pipe,
+            nap: Nap::START,
+        })
+    }
+
+    /// Before reading up to `want` bytes: lets the producer fill the pipe first when
+    /// little is waiting in it.
+    fn settle(&mut self, fd: impl AsFd, want: usize) {
+        let fd = fd.as_fd();
+        let goal = want.min(self.pipe / 2) as u64;
+        if rustix::io::ioctl_fionread(fd).map_or(true, |n| n >= goal) {
+            return;
+        }
+        std::thread::sleep(self.nap);
+        let Ok(now) = rustix::io::ioctl_fionread(fd) else {
+            return;
+        };
+        self.nap = self.adapt(now as usize);
+    }
+
+    /// The next sleep, given that `waiting` bytes were in the pipe after this one.
+    fn adapt(&self, waiting: usize) -> Duration {
+        if waiting >= self.pipe {
+            (self.nap / 2).max(Nap::MIN)
+        } else if waiting < self.pipe / 4 {
+            (self.nap * 2).min(Nap::MAX)
+        } else {
+            self.nap
+        }
     }
 }
 
@@ -245,6 +323,47 @@ mod tests {
         }
         assert_eq!(total, 100000);
         p.finish().unwrap();
+    }
+
+    #[test]
+    fn a_pipe_written_in_pieces_with_pauses_is_read_whole_and_in_order() {
+        // Pieces smaller than half a pipe, with pauses: every read first lets the pipe
+        // fill (Nap), and must still return every byte, in order, and the end.
+        let cmd = "for i in 1 2 3 4 5 6; do head -c 70000 /dev/zero | tr '\\0' \"$i\"; \
+                   sleep 0.01; done";
+        let (mut i, mut p) = Input::open(&PipeFrom::Command(cmd.into()), false).unwrap();
+        assert!(i.nap.is_some(), "a command's output is a pipe");
+        let mut buf = vec![0u8; 4 << 20];
+        assert_eq!(i.fill(&mut buf).unwrap(), 6 * 70000);
+        for (k, chunk) in buf[..6 * 70000].chunks(70000).enumerate() {
+            assert!(chunk.iter().all(|&b| b == b'1' + k as u8), "piece {k}");
+        }
+        assert_eq!(i.fill(&mut buf).unwrap(), 0);
+        p.finish().unwrap();
+    }
+
+    #[test]
+    fn the_nap_shortens_when_the_producer_waited_and_grows_when_it_is_slow() {
+        let n = Nap {
+            pipe: 1 << 20,
+            nap: Nap::START,
+        };
+        assert_eq!(
+            n.adapt(1 << 20),
+            Nap::START / 2,
+            "full: the producer waited"
+        );
+        assert_eq!(n.adapt(600 << 10), Nap::START, "between a quarter and full");
+        assert_eq!(n.adapt(100 << 10), Nap::START * 2, "under a quarter");
+        let fast = Nap { nap: Nap::MIN, ..n };
+        assert_eq!(fast.adapt(1 << 20), Nap::MIN);
+        let slow = Nap { nap: Nap::MAX, ..n };
+        assert_eq!(slow.adapt(0), Nap::MAX);
+        // Only pipes get one.
+        let f = tempfile::tempfile().unwrap();
+        assert!(Nap::for_pipe(&f).is_none());
+        let (r, _w) = rustix::pipe::pipe().unwrap();
+        assert!(Nap::for_pipe(&r).is_some());
     }
 
     #[test]
