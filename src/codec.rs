@@ -58,14 +58,23 @@ pub struct Encoder {
     /// Units still to send raw without trying (fixed codecs).
     skip: u32,
     tuner: Option<tune::Tuner>,
-    /// The last unit's raw and wire lengths and compression time, until its write time
-    /// is known.
-    pending: Option<(usize, usize, Duration)>,
-    /// Scratch space for probes: lz4's, zstd's (shared, zstd made it exactly its size and
-    /// lz4 grew it again, so each lz4 probe timed fresh pages being faulted in).
-    scratch: [Vec<u8>; 2],
+    /// The last unit's lengths and compression times, until its write time is known.
+    pending: Option<Pending>,
+    /// Scratch space for probes, kept like a unit's output buffer (see
+    /// [`Encoder::compress`]).
+    scratch: Vec<u8>,
     /// The level (in `tune::LADDER`) of the last unit, with `Auto`.
     last: Option<usize>,
+}
+
+/// What the adaptive codec learns from one unit before its write: raw and wire lengths,
+/// the compression's thread CPU time and wall time.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    raw: usize,
+    wire: usize,
+    cpu: Duration,
+    wall: Duration,
 }
 
 /// Longest run of units sent raw without probing.
@@ -81,7 +90,7 @@ impl Encoder {
             skip: 0,
             tuner: (mode == Compression::Auto).then(|| tune::Tuner::new(streams)),
             pending: None,
-            scratch: [Vec::new(), Vec::new()],
+            scratch: Vec::new(),
             last: None,
         }
     }
@@ -94,15 +103,16 @@ impl Encoder {
         }
     }
 
-    /// Compresses `raw` into `out` and returns the codec used. When compression is off,
-    /// paused, unavailable, or does not make the unit at least 3% smaller, returns
-    /// `Codec::Raw` and the caller sends `raw` itself.
-    pub fn encode(&mut self, raw: &[u8], out: &mut Vec<u8>) -> Codec {
-        out.clear();
+    /// Compresses `raw` into `out` and returns the codec used and the compressed bytes
+    /// (the start of `out`). When compression is off, paused, unavailable, or does not
+    /// make the unit at least 3% smaller, returns `Codec::Raw` (and no bytes) and the
+    /// caller sends `raw` itself. `out` is the stream's to keep: its length and capacity
+    /// only ever grow (see [`Encoder::compress`]).
+    pub fn encode<'o>(&mut self, raw: &[u8], out: &'o mut Vec<u8>) -> (Codec, &'o [u8]) {
         self.pending = None;
         self.last = None;
         if raw.len() < 64 || self.mode == Compression::None {
-            return Codec::Raw;
+            return (Codec::Raw, &[]);
         }
         if let Some(t) = self.tuner.as_mut() {
             let level = t.current();
@@ -110,21 +120,22 @@ impl Encoder {
             if let Some(probe) = t.probe_due() {
                 self.probe(level, probe, raw);
             }
-            let started = clock::thread_cpu();
-            let codec = self.compress(tune::LADDER[level], raw, out);
-            let wire = if codec == Codec::Raw {
-                raw.len()
-            } else {
-                out.len()
-            };
-            self.pending = Some((raw.len(), wire, clock::thread_cpu().saturating_sub(started)));
-            return codec;
+            let (wall, started) = (std::time::Instant::now(), clock::thread_cpu());
+            let (codec, n) = self.compress(tune::LADDER[level], raw, out);
+            let wire = if codec == Codec::Raw { raw.len() } else { n };
+            self.pending = Some(Pending {
+                raw: raw.len(),
+                wire,
+                cpu: clock::thread_cpu().saturating_sub(started),
+                wall: wall.elapsed(),
+            });
+            return (codec, &out[..n]);
         }
         if self.skip > 0 {
             self.skip -= 1;
-            return Codec::Raw;
+            return (Codec::Raw, &[]);
         }
-        let codec = self.compress(self.mode, raw, out);
+        let (codec, n) = self.compress(self.mode, raw, out);
         if codec == Codec::Raw {
             self.misses += 1;
             if self.misses >= 2 {
@@ -133,7 +144,7 @@ impl Encoder {
         } else {
             self.misses = 0;
         }
-        codec
+        (codec, &out[..n])
     }
 
     /// Whether the controller runs (`Auto`), so wants [`Encoder::wrote`]'s link samples.
@@ -150,8 +161,9 @@ impl Encoder {
     /// pacing) and TCP's delivery sample after it, if the connection has one; without
     /// `Auto`, or for a unit too small to teach anything, does nothing.
     pub fn wrote(&mut self, write: Duration, link: Option<tune::LinkSample>) {
-        if let (Some(t), Some((raw, wire, cpu))) = (self.tuner.as_mut(), self.pending) {
-            t.observe(raw, wire, cpu, write, link);
+        if let (Some(t), Some(p)) = (self.tuner.as_mut(), self.pending) {
+            t.observe_wall(p.raw, p.cpu, p.wall);
+            t.observe(p.raw, p.wire, p.cpu, write, link);
         }
         self.pending = None;
     }
@@ -161,19 +173,14 @@ impl Encoder {
     fn probe(&mut self, level: usize, probe: usize, raw: &[u8]) {
         let slice = &raw[..raw.len().min(tune::PROBE_SLICE)];
         let mut scratch = std::mem::take(&mut self.scratch);
-        let kind = |l: usize| usize::from(matches!(tune::LADDER[l], Compression::Zstd(_)));
         let started = clock::thread_cpu();
-        let buf = &mut scratch[kind(probe)];
-        let out = match self.compress(tune::LADDER[probe], slice, buf) {
-            Codec::Raw => slice.len(),
-            _ => buf.len(),
-        };
+        let out = Some(self.compress(tune::LADDER[probe], slice, &mut scratch).1)
+            .filter(|&n| n > 0)
+            .unwrap_or(slice.len());
         let cpu = clock::thread_cpu().saturating_sub(started);
-        let buf = &mut scratch[kind(level)];
-        let current_out = match self.compress(tune::LADDER[level], slice, buf) {
-            Codec::Raw => slice.len(),
-            _ => buf.len(),
-        };
+        let current_out = Some(self.compress(tune::LADDER[level], slice, &mut scratch).1)
+            .filter(|&n| n > 0)
+            .unwrap_or(slice.len());
         self.scratch = scratch;
         if let Some(t) = self.tuner.as_mut() {
             t.observe_probe(tune::Probe {
@@ -186,41 +193,37 @@ impl Encoder {
         }
     }
 
-    /// Compresses `raw` with `mode` into `out`; `Codec::Raw` (and `out` empty) when it
-    /// does not shrink by 3%.
-    fn compress(&mut self, mode: Compression, raw: &[u8], out: &mut Vec<u8>) -> Codec {
+    /// Compresses `raw` with `mode` into the start of `out`; returns the codec and the
+    /// compressed length, or `Codec::Raw` (and 0) when it does not shrink by 3%.
+    ///
+    /// Both kinds write into `out`'s initialized bytes, which only grow (to lz4's bound,
+    /// zero-filled once). Made to measure per call, lz4 zero-filled 4 MiB at every unit
+    /// and each switch of kind re-allocated it (fresh pages faulted in), which the
+    /// adaptive codec timed as lz4's cost (docs/design.md, *the receiver's wait*).
+    fn compress(&mut self, mode: Compression, raw: &[u8], out: &mut Vec<u8>) -> (Codec, usize) {
         let worth = raw.len() - raw.len() / 33;
+        let bound = lz4_flex::block::get_maximum_output_size(raw.len());
+        if out.len() < bound {
+            out.resize(bound, 0);
+        }
         let (n, codec) = match mode {
             Compression::None | Compression::Auto => (None, Codec::Raw),
-            Compression::Lz4 => {
-                let bound = lz4_flex::block::get_maximum_output_size(raw.len());
-                out.resize(bound, 0);
-                (lz4_flex::block::compress_into(raw, out).ok(), Codec::Lz4)
-            }
+            Compression::Lz4 => (
+                lz4_flex::block::compress_into(raw, &mut out[..bound]).ok(),
+                Codec::Lz4,
+            ),
             Compression::Zstd(level) => {
                 // Room only for a worthwhile result: zstd gives up early when the output
-                // cannot fit, which is exactly the "does not shrink enough" case. zstd
-                // writes into the capacity (exactly `worth`: `with_capacity` is exact), so
-                // the room is not zero-filled first (that was ~4% of a sender's CPU).
-                out.clear();
-                if out.capacity() != worth {
-                    *out = Vec::with_capacity(worth);
-                }
+                // cannot fit, which is exactly the "does not shrink enough" case.
                 let n = self
                     .zstd_at(level)
-                    .and_then(|z| z.compress_to_buffer(raw, out).ok());
+                    .and_then(|z| z.compress_to_buffer(raw, &mut out[..worth]).ok());
                 (n, Codec::Zstd)
             }
         };
         match n {
-            Some(n) if n < worth => {
-                out.truncate(n);
-                codec
-            }
-            _ => {
-                out.clear();
-                Codec::Raw
-            }
+            Some(n) if n < worth => (codec, n),
+            _ => (Codec::Raw, 0),
         }
     }
 
@@ -404,8 +407,8 @@ mod tests {
     /// A round trip through `enc`, compressing into `cbuf`.
     fn round_trip_in(enc: &mut Encoder, cbuf: &mut Vec<u8>, raw: &[u8]) -> (Codec, Vec<u8>) {
         let key = [3u8; 32];
-        let codec = enc.encode(raw, cbuf);
-        let body: &[u8] = if codec == Codec::Raw { raw } else { cbuf };
+        let (codec, packed) = enc.encode(raw, cbuf);
+        let body: &[u8] = if codec == Codec::Raw { raw } else { packed };
         let seg = [Segment {
             file: 0,
             offset: 0,
@@ -516,15 +519,15 @@ mod tests {
         let mut out = Vec::new();
         // Two misses, then pauses of growing length: far fewer than 40 attempts.
         for _ in 0..40 {
-            assert_eq!(enc.encode(&noise, &mut out), Codec::Raw);
+            assert_eq!(enc.encode(&noise, &mut out).0, Codec::Raw);
         }
         assert!(enc.skip > 0 || enc.misses > 2);
         // Compressible data is noticed again within MAX_SKIP + 1 units.
         let hits = (0..=MAX_SKIP)
-            .filter(|_| enc.encode(&text, &mut out) == Codec::Zstd)
+            .filter(|_| enc.encode(&text, &mut out).0 == Codec::Zstd)
             .count();
         assert!(hits >= 1);
-        assert_eq!(enc.encode(&text, &mut out), Codec::Zstd);
+        assert_eq!(enc.encode(&text, &mut out).0, Codec::Zstd);
     }
 
     #[test]

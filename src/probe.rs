@@ -295,12 +295,12 @@ pub fn codec_rates(blocks: &[Vec<u8>], threads: usize) -> Vec<CodecRate> {
                             for b in blocks.iter().skip(t).step_by(threads.max(1)) {
                                 // A fresh encoder: no skipping learnt from other blocks.
                                 let mut enc = Encoder::new(codec, 1);
-                                let c = enc.encode(b, &mut out);
-                                let _ = crate::codec::unit_hash(&[7; 32], [&[], &[]], b);
+                                let (c, packed) = enc.encode(b, &mut out);
                                 sent += match c {
                                     crate::protocol::Codec::Raw => b.len(),
-                                    _ => out.len(),
+                                    _ => packed.len(),
                                 };
+                                let _ = crate::codec::unit_hash(&[7; 32], [&[], &[]], b);
                             }
                             sent
                         })

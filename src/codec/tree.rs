@@ -205,8 +205,9 @@ mod tests {
     /// A stream block's data payload as a sender seals it.
     fn sealed(key: &[u8; 32], offset: u64, raw: &[u8], mode: Compression) -> Vec<u8> {
         let mut cbuf = Vec::new();
-        let codec = Encoder::new(mode, 1).encode(raw, &mut cbuf);
-        let body: &[u8] = if codec == Codec::Raw { raw } else { &cbuf };
+        let mut enc = Encoder::new(mode, 1);
+        let (codec, packed) = enc.encode(raw, &mut cbuf);
+        let body: &[u8] = if codec == Codec::Raw { raw } else { packed };
         let seg = [Segment {
             file: 0,
             offset,

@@ -17,6 +17,13 @@
 //! from the other streams and other processes shows there. Hashing the unit's raw bytes
 //! is not in the write (it costs the same at every level).
 //!
+//! What compression costs. CPU time leaves out what contention adds: on saturated cores
+//! a unit's compression waits for a core too, and the write's wall time, which carries
+//! that wait, was weighed against compression's bare CPU time (compressing looked cheap
+//! exactly where the cores were the limit). So each unit's compression is also timed in
+//! wall time, and `stretch`, the running Σwall ÷ ΣCPU over many units (smooth where one
+//! unit's wall time is not), multiplies every level's `cpu[L]` alike.
+//!
 //! One stream alone pays `a + b`. With `n` streams, one compresses while others write,
 //! and the resource that limits the transfer hides most of the other's cost; the
 //! predicted cost is `max(a, b) + min(a, b) / n`. (The plain sum undervalued compression
@@ -74,8 +81,27 @@
 //! On separate hosts the levels then take the same time and the blend picks the one
 //! that spends the least CPU, the polite choice.
 //!
-//! Not here: the stream's own reading (the same for every level), and the receiver's
-//! decompression (cheaper than its decryption per byte, and absent at `none`).
+//! Saturated cores. Where the cores are the limit (both ends on one machine, the pg set
+//! unshaped: `stretch` 1.5 or more), a write also waits for CPU: the receiver, both ends'
+//! network stacks and the other streams run on the same cores. That wait is not the
+//! link's, and it is not per wire byte: charged to wire bytes, it made each one look as
+//! dear as the whole unit's time divided by the unit's few wire bytes, the more so the
+//! harder the stream compressed, and kept the streams on zstd:1 where lz4 spends the
+//! least CPU in all (quiet: lz4 3.26 s, zstd:1 3.84, auto 3.98). TCP's delivery samples
+//! say the same wrong thing there (the rate is what the cores let through). So of each
+//! write, beside the receiver's window share, a part goes to `recv` too: the write times
+//! the saturation (0 at `stretch` 1, 1 from `SATURATED`), but at most `CORE_WAIT` times
+//! the unit's compression wall time, so that a slow link on a machine busy with other
+//! work, whose writes wait far longer than any compression, still counts as the link.
+//! The running share of write time that went to `recv` this way or the receiver's
+//! (`held`) then weighs what the other levels would cost the shared cores: the
+//! receiver's decryption per wire byte more or less, its decompression per level
+//! (`DECOMP`: lz4 ~0.15 ns per raw byte, zstd ~0.45), and the sender's TLS per wire byte
+//! for the cores' part; all stretched like compression; and it blends the overlapped
+//! `max + min / n` into the plain sum. On a quiet machine behind a slow link `stretch`
+//! stays near 1 and none of this applies.
+//!
+//! Not here: the stream's own reading (the same for every level).
 
 use std::time::Duration;
 
@@ -124,6 +150,20 @@ const PRIOR_WIRE: f64 = 2.0e-9;
 /// The most one unit's write time per wire byte counts for, as a multiple of the
 /// running mean (see `Tuner::observe`).
 const WIRE_STEP: f64 = 4.0;
+/// The sender's TLS per wire byte, seconds: as the receiver's.
+const SEND_WIRE: f64 = RECV_WIRE;
+/// The stretch of compression (wall ÷ CPU) at which the cores count as saturated: what a
+/// stream then waits for is CPU. Less is taken proportionally.
+const SATURATED: f64 = 1.5;
+/// How much of a write's wait saturated cores can explain, as a multiple of the unit's
+/// compression wall time (both ends on the same cores: the receiver's work per unit is
+/// of the order of the sender's).
+const CORE_WAIT: f64 = 3.0;
+/// The receiver's decompression, seconds per raw byte, per level (one core; lz4_flex and
+/// zstd on the pg set; `none` decompresses nothing).
+const DECOMP: [f64; 5] = [0.0, 0.15e-9, 0.45e-9, 0.45e-9, 0.45e-9];
+/// The most one unit's compression counts as stretched by contention (wall ÷ CPU).
+const MAX_STRETCH: f64 = 8.0;
 /// The receiver's work per wire byte, seconds: a TLS stream decrypted and copied on one
 /// core, ~1.8 GB/s (docs/design.md, *Performance choices*).
 const RECV_WIRE: f64 = 1.0 / 1.8e9;
@@ -191,8 +231,11 @@ impl Mean {
 /// One stream's controller.
 #[derive(Debug, Clone)]
 pub struct Tuner {
-    /// Compression seconds per raw byte, per level.
+    /// Compression seconds (thread CPU time) per raw byte, per level.
     cpu: [Mean; 5],
+    /// Wall seconds per CPU second of compression, over all levels: how much the cores'
+    /// contention stretches it (see `Tuner::observe_wall`).
+    stretch: Mean,
     /// Output bytes per raw byte, per level.
     ratio: [Mean; 5],
     /// Write seconds per wire byte, the receiver's waits left out.
@@ -201,6 +244,10 @@ pub struct Tuner {
     recv: Mean,
     /// The share of write time that waited for the receiver (0 to 1).
     recv_share: Mean,
+    /// The share of write time that waited for the receiver or for saturated cores.
+    held: Mean,
+    /// The last unit's compression in wall seconds (see `Tuner::observe_wall`).
+    wall: f64,
     /// Seconds per wire byte at TCP's delivery rate, from samples that were not
     /// app-limited.
     link: Mean,
@@ -226,10 +273,13 @@ impl Tuner {
     pub fn new(streams: usize) -> Tuner {
         Tuner {
             cpu: PRIOR_CPU.map(Mean::new),
+            stretch: Mean::new(1.0),
             ratio: PRIOR_RATIO.map(Mean::new),
             wire: Mean::new(PRIOR_WIRE),
             recv: Mean::new(0.0),
             recv_share: Mean::new(0.0),
+            held: Mean::new(0.0),
+            wall: 0.0,
             link: Mean::new(0.0),
             bound: 0.0,
             written: 0,
@@ -304,10 +354,22 @@ impl Tuner {
         if let Some(l) = link {
             self.recv_share.add(l.rwnd.as_secs_f64(), write_s, KEEP);
         }
+        // Where the cores are saturated, the write also waits for CPU (both ends' network
+        // stacks and the receiver run on them): that part is not the link's either, and
+        // the same per raw byte at every level. But no more of it than the cores could
+        // explain, a few times the unit's own compression: a slow link on a machine busy
+        // with other work still makes writes wait far longer than that, for the link.
         let share = self.share();
-        let recv = write_s * share;
+        let cores = (write_s * (1.0 - share) * self.saturation()).min(CORE_WAIT * self.wall);
+        self.wall = 0.0;
+        // (Never more than the write: the sum may round above it.)
+        let recv = (write_s * share + cores).min(write_s);
+        if write_s > 0.0 {
+            self.held.add(recv, write_s, KEEP);
+        }
+        let share = self.held();
         self.recv.add(recv, raw_f, KEEP);
-        let write = Duration::from_secs_f64(write_s - recv);
+        let write = Duration::from_secs_f64((write_s - recv).max(0.0));
         if wire > 0 {
             // One unit's write may say at most WIRE_STEP times the running mean: a write
             // preempted for 34 ms carried 95 KB, which read as 360 ns per wire byte on a
@@ -319,8 +381,8 @@ impl Tuner {
                 .add(write.as_secs_f64().min(cap), wire as f64, KEEP);
         }
         if let Some(l) = link {
-            // A sample the receiver held back measures the receiver, not the link: it
-            // counts for the share of the write that waited for something else.
+            // A sample the receiver or the saturated cores held back measures them, not
+            // the link: it counts for the share of the write that waited for the link.
             let weight = 1.0 - share;
             let limited = if !l.app_limited && l.rate > 0.0 {
                 weight
@@ -334,6 +396,19 @@ impl Tuner {
             }
         }
         self.reconsider(false);
+    }
+
+    /// Learns how long one unit's compression took in wall time against its CPU time:
+    /// the stretch contention adds to every level's compression (see the module's
+    /// *what compression costs*).
+    pub fn observe_wall(&mut self, raw: usize, cpu: Duration, wall: Duration) {
+        if raw < MIN_SAMPLE || cpu.is_zero() {
+            return;
+        }
+        let (cpu, wall) = (cpu.as_secs_f64(), wall.as_secs_f64());
+        self.wall = wall;
+        self.stretch
+            .add(wall.clamp(cpu, MAX_STRETCH * cpu), cpu, KEEP);
     }
 
     /// Learns from a probe: the neighbour's cost per byte directly, its ratio relative to
@@ -368,19 +443,39 @@ impl Tuner {
     /// module's *what the receiver costs*).
     fn recv_cost(&self, level: usize) -> f64 {
         let more = self.ratio[level].get() - self.ratio[self.current].get();
-        (self.recv.get() + self.share() * more * RECV_WIRE).max(0.0)
+        let decomp = DECOMP[level] - DECOMP[self.current];
+        // The receiver's work, and where the cores are saturated the sender's TLS as well
+        // (the write's own CPU went into `recv` with its wait), all stretched alike.
+        let receiver = self.held() * (more * RECV_WIRE + decomp);
+        let sender = (self.held() - self.share()).max(0.0) * more * SEND_WIRE;
+        (self.recv.get() + self.stretch.get() * (receiver + sender)).max(0.0)
+    }
+
+    /// The share of write time that waited for something other than the link, 0 to 1:
+    /// the receiver's window, or cores so busy that what the stream waits for is CPU
+    /// (both ends' network stacks run on them too).
+    fn held(&self) -> f64 {
+        self.held.get().clamp(0.0, 1.0)
+    }
+
+    /// How saturated the cores are, 0 to 1: the share of compression's wall time spent
+    /// waiting for a core (`1 - 1 / stretch`).
+    fn saturation(&self) -> f64 {
+        ((self.stretch.get() - 1.0) / (SATURATED - 1.0)).clamp(0.0, 1.0)
     }
 
     /// Predicted seconds per raw byte at `level`.
     pub fn cost(&self, level: usize) -> f64 {
         let (a, b) = (
-            self.cpu[level].get(),
+            self.cpu[level].get() * self.stretch.get(),
             self.ratio[level].get() * self.wire_cost() + self.recv_cost(level),
         );
         let hidden = a.max(b) + a.min(b) * self.overlap;
         // Where the receiver is the limit, compression does not hide behind it when both
         // ends share cores: each CPU second the sender spends is one the receiver lacks.
-        let s = self.share();
+        // Nor where the cores are saturated: the other streams' writes then wait for the
+        // same cores.
+        let s = self.held();
         hidden * (1.0 - s) + (a + b) * s
     }
 

@@ -152,12 +152,12 @@ fn send_unit(
     counters: &Counters,
 ) -> Result<()> {
     let raw = w.raw.bytes();
-    let codec = if raw.is_empty() {
-        Codec::Raw
+    let (codec, packed) = if raw.is_empty() {
+        (Codec::Raw, &[][..])
     } else {
         enc.encode(raw, cbuf)
     };
-    let body: &[u8] = if codec == Codec::Raw { raw } else { cbuf };
+    let body: &[u8] = if codec == Codec::Raw { raw } else { packed };
     encode_data_header(hdr, codec, raw.len() as u32, &w.segs);
     let before = conn
         .as_ref()

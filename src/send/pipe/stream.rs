@@ -220,8 +220,8 @@ impl<'a> Stream<'a> {
             )));
         };
         let raw = &b.data[..];
-        let codec = self.enc.encode(raw, &mut self.cbuf);
-        let body: &[u8] = if codec == Codec::Raw { raw } else { &self.cbuf };
+        let (codec, packed) = self.enc.encode(raw, &mut self.cbuf);
+        let body: &[u8] = if codec == Codec::Raw { raw } else { packed };
         let seg = Segment {
             file: 0,
             offset: b.offset,
