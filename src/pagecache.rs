@@ -54,6 +54,8 @@ pub struct Reader<'a> {
     start: u64,
     /// One byte per page: bit 0 set when the page was cached before.
     resident: Vec<u8>,
+    /// How many of `resident`'s pages are the range's own (the rest is lookahead).
+    own: usize,
 }
 
 impl<'a> Reader<'a> {
@@ -64,6 +66,7 @@ impl<'a> Reader<'a> {
             shared: None,
             start: 0,
             resident: Vec::new(),
+            own: 0,
         }
     }
 
@@ -75,6 +78,7 @@ impl<'a> Reader<'a> {
             shared: (!keep).then_some((seen, None)),
             start: 0,
             resident: Vec::new(),
+            own: 0,
         }
     }
 
@@ -114,6 +118,7 @@ impl<'a> Reader<'a> {
         let end = (offset + len).max(size.min(offset + len + LOOKAHEAD));
         let span = end - self.start;
         let pages = span.div_ceil(page) as usize;
+        self.own = (offset + len - self.start).div_ceil(page) as usize;
         self.resident.resize(pages, 0);
         match cachestat::cached_pages(file, self.start, pages as u64 * page) {
             Some(0) => {}
@@ -128,9 +133,17 @@ impl<'a> Reader<'a> {
         // to end. Keep to the range itself then, or the lookahead would drop the blocks
         // other streams are reading right now and make them read them again.
         if self.resident.iter().all(|r| r & 1 == 0) {
-            let own = (offset + len - self.start).div_ceil(page) as usize;
-            self.resident.truncate(own);
+            self.resident.truncate(self.own);
         }
+    }
+
+    /// Whether no page of the range noted by [`Reader::before`] was cached (false when
+    /// nothing was noted: `--keep-cache`, an empty range). Such a range can be read
+    /// with `O_DIRECT`: there is nothing cached to read it from, and nothing is then
+    /// brought in to drop again.
+    pub fn cold(&self) -> bool {
+        let own = self.own.min(self.resident.len());
+        own > 0 && self.resident[..own].iter().all(|r| r & 1 == 0)
     }
 
     /// Fills the noted range's residency page by page (`mincore`).

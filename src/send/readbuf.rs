@@ -8,13 +8,24 @@
 //! the mark zeroes, so a buffer is zeroed at most once in its life. Safe Rust throughout:
 //! reading into uninitialised memory would need `unsafe` for no gain once buffers are
 //! reused.
+//!
+//! A block read with [`ReadBuf::fill`] starts on a [`ALIGN`] boundary in memory (the
+//! vector has that much room to spare, and the unit starts where its address is
+//! aligned): so the block can be read with `O_DIRECT`, and a local copy's receiver,
+//! which writes the very same buffer, can write it with `O_DIRECT` without copying it
+//! into an aligned one first.
+
+/// The memory alignment of a block's bytes (what `O_DIRECT` needs, see `store::direct`).
+pub(super) const ALIGN: usize = 4096;
 
 /// Bytes of the current unit, in a buffer that keeps its initialised length.
 #[derive(Debug, Default)]
 pub(super) struct ReadBuf {
     /// Every byte is initialised; `buf.len()` only grows.
     buf: Vec<u8>,
-    /// The current unit's length (at most `buf.len()`).
+    /// Where the current unit starts in `buf`.
+    start: usize,
+    /// The current unit's length (`start + len` is at most `buf.len()`).
     len: usize,
 }
 
@@ -22,14 +33,15 @@ impl ReadBuf {
     /// An empty buffer with room for `cap` bytes (not yet initialised).
     pub(super) fn with_capacity(cap: usize) -> ReadBuf {
         ReadBuf {
-            buf: Vec::with_capacity(cap),
+            buf: Vec::with_capacity(cap + ALIGN),
+            start: 0,
             len: 0,
         }
     }
 
     /// The current unit's bytes.
     pub(super) fn bytes(&self) -> &[u8] {
-        &self.buf[..self.len]
+        &self.buf[self.start..self.start + self.len]
     }
 
     /// The current unit's length.
@@ -37,8 +49,10 @@ impl ReadBuf {
         self.len
     }
 
-    /// Empties the unit (keeps the bytes, to be read over).
+    /// Empties the unit (keeps the bytes, to be read over); it starts at the buffer's
+    /// beginning (a pack of small files: not aligned).
     pub(super) fn clear(&mut self) {
+        self.start = 0;
         self.len = 0;
     }
 
@@ -47,34 +61,40 @@ impl ReadBuf {
         self.len = self.len.min(n);
     }
 
-    /// Makes the unit `n` bytes long and returns all of them, to be filled (they hold
-    /// whatever an earlier unit left, or zeros where the buffer never reached).
+    /// Makes the unit `n` bytes long, starting on an [`ALIGN`] boundary in memory, and
+    /// returns all of them, to be filled (they hold whatever an earlier unit left, or
+    /// zeros where the buffer never reached).
     pub(super) fn fill(&mut self, n: usize) -> &mut [u8] {
-        self.len = 0;
-        self.append(n)
+        if self.buf.len() < n + ALIGN {
+            self.buf.resize(n + ALIGN, 0);
+        }
+        self.start = self.buf.as_ptr().align_offset(ALIGN);
+        self.len = n;
+        &mut self.buf[self.start..self.start + n]
     }
 
     /// Adds `n` bytes to the end of the unit and returns them, to be filled.
     pub(super) fn append(&mut self, n: usize) -> &mut [u8] {
-        let start = self.len;
-        let end = start + n;
+        let from = self.start + self.len;
+        let end = from + n;
         if self.buf.len() < end {
             self.buf.resize(end, 0);
         }
-        self.len = end;
-        &mut self.buf[start..end]
+        self.len += n;
+        &mut self.buf[from..end]
     }
 
     /// The unit's bytes, writable (to compact them in place).
     pub(super) fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.buf[..self.len]
+        &mut self.buf[self.start..self.start + self.len]
     }
 
-    /// Hands the buffer over with the unit's length and takes `spare` (of any length, its
-    /// bytes to be read over) in its place, empty.
-    pub(super) fn swap(&mut self, spare: Vec<u8>) -> (Vec<u8>, usize) {
+    /// Hands the buffer over with where the unit is in it (`start..start + len`), and
+    /// takes `spare` (of any length, its bytes to be read over) in its place, empty.
+    pub(super) fn swap(&mut self, spare: Vec<u8>) -> (Vec<u8>, std::ops::Range<usize>) {
         let len = std::mem::replace(&mut self.len, 0);
-        (std::mem::replace(&mut self.buf, spare), len)
+        let start = std::mem::replace(&mut self.start, 0);
+        (std::mem::replace(&mut self.buf, spare), start..start + len)
     }
 }
 
@@ -85,7 +105,7 @@ mod tests {
     #[test]
     fn a_reused_buffer_keeps_its_bytes_and_only_growth_zeroes() {
         let mut b = ReadBuf::with_capacity(8);
-        b.fill(4).copy_from_slice(b"abcd");
+        b.append(4).copy_from_slice(b"abcd");
         assert_eq!(b.bytes(), b"abcd");
         b.clear();
         assert!(b.bytes().is_empty());
@@ -100,17 +120,38 @@ mod tests {
         assert_eq!(b.len(), 3);
         b.bytes_mut().copy_within(1..3, 0);
         assert_eq!(b.bytes(), b"bcc");
-        assert_eq!(b.fill(1), b"b");
+        b.fill(1)[0] = b'z';
+        assert_eq!(b.bytes(), b"z");
+    }
+
+    #[test]
+    fn a_filled_block_starts_aligned_in_memory() {
+        let mut b = ReadBuf::with_capacity(64);
+        for n in [1, 4095, 4096, 10_000, 3] {
+            let buf = b.fill(n);
+            assert_eq!(buf.len(), n);
+            assert_eq!(buf.as_ptr().align_offset(ALIGN), 0);
+            buf.fill(7);
+            assert_eq!(b.bytes(), vec![7u8; n]);
+            assert_eq!(b.bytes().as_ptr().align_offset(ALIGN), 0);
+        }
+        // A pack starts at the beginning and grows by appending.
+        b.clear();
+        b.append(2).copy_from_slice(b"ab");
+        b.append(1).copy_from_slice(b"c");
+        assert_eq!(b.bytes(), b"abc");
     }
 
     #[test]
     fn swapping_hands_over_the_unit_and_starts_empty() {
         let mut b = ReadBuf::default();
         b.append(3).copy_from_slice(b"xyz");
-        let (old, len) = b.swap(b"spare bytes".to_vec());
-        assert_eq!(&old[..len], b"xyz");
+        let (old, range) = b.swap(b"spare bytes".to_vec());
+        assert_eq!(&old[range], b"xyz");
         assert_eq!(b.len(), 0);
         // The spare's bytes are read over, not zeroed.
-        assert_eq!(b.fill(5), b"spare");
+        assert_eq!(b.append(5), b"spare");
+        let (old, range) = b.swap(Vec::new());
+        assert_eq!(&old[range], b"spare");
     }
 }

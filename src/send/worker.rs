@@ -12,7 +12,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::Mutex;
 
 use super::dial::{DataConn, Redial};
-use super::readbuf::ReadBuf;
+use super::readbuf::{ReadBuf, ALIGN};
 use super::report::{Failures, SendOptions};
 use crate::codec::{piece_hash, unit_hash, Encoder};
 use crate::error::Result;
@@ -48,6 +48,9 @@ struct Worker<'a> {
     files: u64,
     /// Drops from the page cache what this stream brought in (unless `--keep-cache`).
     cache: pagecache::Reader<'a>,
+    /// Blocks no page of which is cached are read with `O_DIRECT` (until a file system
+    /// refuses it).
+    direct: bool,
 }
 
 /// Runs one data stream until the queue is closed and empty, then ends the stream.
@@ -68,6 +71,7 @@ pub(super) fn run(
         read: 0,
         files: 0,
         cache: pagecache::Reader::shared(opts.keep_cache, seen),
+        direct: true,
     };
     let mut cbuf = Vec::new();
     let mut hdr = Vec::new();
@@ -125,8 +129,8 @@ fn hand_over(
             let len = w.raw.len();
             link.pace.take(len);
             encode_data_header(&mut hdr, Codec::Raw, len as u32, &w.segs);
-            let (bytes, len) = w.raw.swap(lane.spare());
-            if lane.send(&hdr, bytes, len).is_err() {
+            let (bytes, at) = w.raw.swap(lane.spare());
+            if lane.send(&hdr, bytes, at).is_err() {
                 queue.done();
                 return Err(lost(io::Error::other("the local receiver stopped")));
             }
@@ -254,7 +258,12 @@ impl Worker<'_> {
         };
         let buf = self.raw.fill(len as usize);
         self.cache.before(f, offset, u64::from(len), job.size);
-        let r = f.read_exact_at(buf, offset).and_then(|()| stamp_of(f));
+        let r = if self.direct && self.cache.cold() {
+            read_cold(f, buf, offset, &mut self.direct)
+        } else {
+            f.read_exact_at(buf, offset)
+        };
+        let r = r.and_then(|()| stamp_of(f));
         self.cache.after(f);
         self.read += u64::from(len);
         if offset + u64::from(len) == job.size {
@@ -376,6 +385,42 @@ fn read_whole(
     cache.after(&f);
     r?;
     stamp_of(&f)
+}
+
+/// Reads a block none of which is cached: its whole aligned pages with `O_DIRECT` (the
+/// buffer starts aligned, see `readbuf`), the rest of it (the end of a file) buffered.
+/// Measured on a virtual disk: a cold 4 GiB file read this way and written directly
+/// copied in about half the time of buffered reads (see design.md, *page cache*). A
+/// file system that refuses `O_DIRECT` (`EINVAL`) turns `direct` off for this stream.
+fn read_cold(f: &File, buf: &mut [u8], offset: u64, direct: &mut bool) -> io::Result<()> {
+    let aligned = offset % ALIGN as u64 == 0 && buf.as_ptr().align_offset(ALIGN) == 0;
+    let body = if aligned {
+        buf.len() / ALIGN * ALIGN
+    } else {
+        0
+    };
+    if body > 0 {
+        match read_direct(f, &mut buf[..body], offset) {
+            Ok(()) => {}
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EOPNOTSUPP)) => {
+                *direct = false;
+                f.read_exact_at(&mut buf[..body], offset)?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    f.read_exact_at(&mut buf[body..], offset + body as u64)
+}
+
+/// Reads an aligned range with `O_DIRECT` set on `f` for the while (a descriptor of
+/// this stream's own).
+fn read_direct(f: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    let flags = rustix::fs::fcntl_getfl(f)?;
+    rustix::fs::fcntl_setfl(f, flags | rustix::fs::OFlags::DIRECT)?;
+    let read = f.read_exact_at(buf, offset);
+    let restored = rustix::fs::fcntl_setfl(f, flags);
+    read?;
+    restored.map_err(io::Error::from)
 }
 
 fn stamp_of(f: &File) -> io::Result<Stamp> {

@@ -30,6 +30,7 @@
 
 mod batch;
 mod chown;
+mod direct;
 mod dirs;
 mod fsops;
 mod journal;
@@ -173,6 +174,7 @@ impl Store {
             absent,
             fresh: created && !dry,
             keep_cache: AtomicBool::new(false),
+            refused_direct: Default::default(),
         })
     }
 

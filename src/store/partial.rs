@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use rustix::fs::{FallocateFlags, Mode, OFlags};
 
+use super::direct;
 use super::fsops;
 use super::journal;
 use super::state::{add_range, FileState, JournalState, Store, WriterCache};
@@ -115,25 +116,24 @@ impl Store {
                 // A duplicate: re-sent after a connection dropped, but it had arrived.
                 continue;
             }
-            let file = match &cache.open {
-                Some((id, f)) if *id == seg.file => Arc::clone(f),
+            let (file, dev) = match &cache.open {
+                Some((id, f, dev)) if *id == seg.file => (Arc::clone(f), *dev),
                 _ => {
                     let f = Arc::new(self.open_work_file(&state)?);
-                    cache.open = Some((seg.file, Arc::clone(&f)));
-                    f
+                    let dev = f
+                        .metadata()
+                        .map_err(|x| self.dest_err(&state.path, x))?
+                        .dev();
+                    cache.open = Some((seg.file, Arc::clone(&f), dev));
+                    (f, dev)
                 }
             };
             if state.preallocate.swap(false, Ordering::AcqRel) {
                 preallocate(&file, state.size).map_err(|x| self.dest_err(&state.path, x))?;
             }
             if !seg.keep {
-                file.write_all_at(data, seg.offset)
+                self.write_data(&file, dev, data, seg.offset, state.precreated, cache)
                     .map_err(|x| self.dest_err(&state.path, x))?;
-                match (state.precreated, self.keep_cache.load(Ordering::Relaxed)) {
-                    (true, true) => start_writeback(&file, seg.offset, len),
-                    (true, false) => pagecache::drop_written(&file, seg.offset, len as u64),
-                    (false, _) => {}
-                }
                 self.stats
                     .done_bytes
                     .fetch_add(len as u64, Ordering::Relaxed);
@@ -173,6 +173,44 @@ impl Store {
             }
         }
         Ok(())
+    }
+
+    /// Writes one segment's bytes: a large (precreated) file's aligned part with
+    /// `O_DIRECT` and the rest buffered and dropped from the page cache (see `direct`),
+    /// or, with `--keep-cache`, all buffered with its writeback started. A small file
+    /// (one unit, an anonymous file of a batch) is written buffered.
+    fn write_data(
+        &self,
+        file: &File,
+        dev: u64,
+        data: &[u8],
+        offset: u64,
+        precreated: bool,
+        cache: &mut WriterCache,
+    ) -> io::Result<()> {
+        if !precreated {
+            return file.write_all_at(data, offset);
+        }
+        if self.keep_cache.load(Ordering::Relaxed) {
+            file.write_all_at(data, offset)?;
+            start_writeback(file, offset, data.len());
+            return Ok(());
+        }
+        let buffered = |d: &[u8], at: u64| {
+            file.write_all_at(d, at)?;
+            pagecache::drop_written(file, at, d.len() as u64);
+            Ok(())
+        };
+        let refused = &self.refused_direct;
+        direct::write(
+            file,
+            dev,
+            data,
+            offset,
+            refused,
+            &mut cache.bounce,
+            &buffered,
+        )
     }
 
     /// Records a written range; every `JOURNAL_BYTES` or `JOURNAL_EVERY`, makes the data

@@ -100,12 +100,17 @@ pub struct Store {
     pub(super) fresh: bool,
     /// `--keep-cache`: written pages stay in the page cache.
     pub(super) keep_cache: AtomicBool,
+    /// Devices whose file system refused `O_DIRECT` (written buffered from then on).
+    pub(super) refused_direct: super::direct::Refused,
 }
 
 /// A data stream's open partial file, kept between units of the same file.
 #[derive(Default)]
 pub struct WriterCache {
-    pub(super) open: Option<(u64, Arc<File>)>,
+    /// The file id, the partial file and its device.
+    pub(super) open: Option<(u64, Arc<File>, u64)>,
+    /// This stream's aligned buffer for direct writes of unaligned unit bytes.
+    pub(super) bounce: super::direct::Bounce,
 }
 
 /// Disjoint, merged byte ranges, `start -> end`.

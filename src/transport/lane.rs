@@ -10,7 +10,7 @@
 //! [`super::Conn::lane_pair`], so the engine's dialing and dispatching stay as they are.
 //!
 //! Memory: at most `DEPTH` units wait in a lane, plus the one each side holds. Buffers go
-//! round whole: a unit's bytes are the first `len` of its buffer, the rest is left from an
+//! round whole: a unit's bytes are a range of its buffer, the rest is left from an
 //! earlier unit, so a buffer handed back is read over without being zeroed again.
 
 use std::time::Duration;
@@ -24,9 +24,9 @@ const DEPTH: usize = 2;
 #[derive(Debug)]
 pub struct Unit {
     head: Vec<u8>,
-    /// The unit's bytes are `buf[..len]`.
+    /// The unit's bytes are `buf[at]` (the sender may start them at an aligned address).
     buf: Vec<u8>,
-    len: usize,
+    at: std::ops::Range<usize>,
 }
 
 impl Unit {
@@ -37,7 +37,7 @@ impl Unit {
 
     /// The raw bytes.
     pub fn bytes(&self) -> &[u8] {
-        &self.buf[..self.len]
+        &self.buf[self.at.clone()]
     }
 }
 
@@ -89,15 +89,21 @@ impl LaneSender {
         self.empty.try_recv().unwrap_or_default()
     }
 
-    /// Hands over a copy of `head` and the unit `buf[..len]` (`len` is capped at the
+    /// Hands over a copy of `head` and the unit `buf[at]` (`at` is capped at the
     /// buffer's length); blocks while the lane is full. `Err` when the receiving end is
     /// gone.
-    pub fn send(&self, head: &[u8], buf: Vec<u8>, len: usize) -> Result<(), LaneClosed> {
-        let len = len.min(buf.len());
+    pub fn send(
+        &self,
+        head: &[u8],
+        buf: Vec<u8>,
+        at: std::ops::Range<usize>,
+    ) -> Result<(), LaneClosed> {
+        let end = at.end.min(buf.len());
+        let at = at.start.min(end)..end;
         let unit = Unit {
             head: head.to_vec(),
             buf,
-            len,
+            at,
         };
         self.units.send(unit).map_err(|_| LaneClosed)
     }
@@ -131,10 +137,10 @@ mod tests {
     #[test]
     fn units_arrive_in_order_and_buffers_come_back_whole() {
         let (tx, rx) = pair();
-        tx.send(b"h1", b"first!".to_vec(), 5).unwrap();
+        tx.send(b"h1", b"first!".to_vec(), 0..5).unwrap();
         let spare = tx.spare();
         assert!(spare.is_empty());
-        tx.send(b"h2", b"second".to_vec(), 6).unwrap();
+        tx.send(b"h2", b"second".to_vec(), 0..6).unwrap();
         let Received::Unit(a) = rx.recv(Duration::from_secs(5)) else {
             panic!("no first unit");
         };
@@ -155,17 +161,17 @@ mod tests {
     #[test]
     fn a_length_past_the_buffer_is_capped() {
         let (tx, rx) = pair();
-        tx.send(b"h", b"abc".to_vec(), 10).unwrap();
+        tx.send(b"h", b"abc".to_vec(), 1..10).unwrap();
         let Received::Unit(u) = rx.recv(Duration::from_secs(5)) else {
             panic!("no unit");
         };
-        assert_eq!(u.bytes(), b"abc");
+        assert_eq!(u.bytes(), b"bc");
     }
 
     #[test]
     fn closed_when_the_sender_is_gone_after_the_last_unit() {
         let (tx, rx) = pair();
-        tx.send(b"h", b"x".to_vec(), 1).unwrap();
+        tx.send(b"h", b"x".to_vec(), 0..1).unwrap();
         drop(tx);
         assert!(matches!(rx.recv(Duration::from_secs(5)), Received::Unit(_)));
         assert!(matches!(rx.recv(Duration::from_secs(5)), Received::Closed));
@@ -176,6 +182,6 @@ mod tests {
         let (tx, rx) = pair();
         assert!(matches!(rx.recv(Duration::from_millis(10)), Received::Idle));
         drop(rx);
-        assert!(tx.send(b"h", vec![1], 1).is_err());
+        assert!(tx.send(b"h", vec![1], 0..1).is_err());
     }
 }
