@@ -217,6 +217,14 @@ impl WorkQueue {
         self.room.notify_all();
     }
 
+    /// A guard for a thread that takes work from this queue: if the thread unwinds from a
+    /// panic, the queue is aborted. The work it held would otherwise never finish, and
+    /// whoever waits for the queue to empty would wait for ever instead of failing the
+    /// transfer (the panic itself is reported when the thread is joined).
+    pub fn abort_on_panic(&self) -> AbortOnPanic<'_> {
+        AbortOnPanic(self)
+    }
+
     /// Waits until fewer than `max` files are queued (or the queue was aborted), sealing
     /// the current pack first so that the workers can take it. The manifest waits here, so
     /// the files known to both sides and not yet sent stay a bounded window, however many
@@ -355,9 +363,42 @@ fn intersect(extents: &[(u64, u64)], ranges: &[(u64, u64)]) -> Vec<(u64, u64)> {
     out
 }
 
+/// See [`WorkQueue::abort_on_panic`].
+pub struct AbortOnPanic<'a>(&'a WorkQueue);
+
+impl Drop for AbortOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.abort();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Before the guard a stream that panicked left `wait_idle_for` false for ever (the
+    /// block it had taken never finished) and the sender hung.
+    #[test]
+    fn a_worker_that_panics_aborts_the_queue() {
+        let q = WorkQueue::new(1 << 20);
+        q.push(1, data(4 << 20, vec![(0, 4 << 20)]), WantKind::All);
+        std::thread::scope(|s| {
+            let h = s.spawn(|| {
+                let _aborts = q.abort_on_panic();
+                let _held = q.next();
+                panic!("a stream fails");
+            });
+            assert!(h.join().is_err());
+        });
+        assert!(q.is_aborted());
+        assert!(q.wait_idle_for(Duration::from_millis(10)));
+        // A worker that returns normally leaves the queue alone.
+        let q = WorkQueue::new(1 << 20);
+        drop(q.abort_on_panic());
+        assert!(!q.is_aborted());
+    }
 
     fn data(size: u64, extents: Vec<(u64, u64)>) -> FileData {
         let root = crate::plan::beneath::Root::by_path(PathBuf::new(), (0, 0));

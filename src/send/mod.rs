@@ -97,6 +97,7 @@ where
             let h = std::thread::Builder::new()
                 .name(format!("haul-send-{i}"))
                 .spawn_scoped(s, move || {
+                    let _aborts = queue.abort_on_panic();
                     let link = dial::Redial {
                         target,
                         retries: opts.retries,
