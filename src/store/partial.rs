@@ -120,10 +120,15 @@ impl Store {
                 Some((id, f, dev)) if *id == seg.file => (Arc::clone(f), *dev),
                 _ => {
                     let f = Arc::new(self.open_work_file(&state)?);
-                    let dev = f
-                        .metadata()
-                        .map_err(|x| self.dest_err(&state.path, x))?
-                        .dev();
+                    // Only a large file's writes go direct and need its device; a small
+                    // file (most of a tree's files) is spared the fstat.
+                    let dev = match state.precreated {
+                        true => f
+                            .metadata()
+                            .map_err(|x| self.dest_err(&state.path, x))?
+                            .dev(),
+                        false => 0,
+                    };
                     cache.open = Some((seg.file, Arc::clone(&f), dev));
                     (f, dev)
                 }
