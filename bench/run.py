@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchlib import datasets, methods, netbed, procs, report
+from benchlib import datasets, dstfs, methods, netbed, procs, report
 
 REPO = Path(__file__).resolve().parent.parent
 ALL_LINKS = ("unshaped", "10gbit", "1gbit", "100mbit")
@@ -60,6 +60,7 @@ class Config:
     ceiling: list[str]    # links whose raw ceiling iperf3 measures
     iperf_seconds: int
     data_dir: Path
+    dst_fs: str           # dstfs.KINDS: where the copies land
     out: Path | None
     haul: Path
     netlab: Path
@@ -91,6 +92,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="runs per method for one link only (repeatable), e.g. 100mbit=1")
     p.add_argument("--data-dir", type=Path, default=Path("/work/bench-data"),
                    help="where data sets are cached and copies land (default /work/bench-data)")
+    p.add_argument("--dst-fs", choices=dstfs.KINDS, default="fresh-ext4",
+                   help="where copies land: fresh-ext4 (default) makes a new journaled ext4 on "
+                        "a loop device for every timed run, so no run pays for the inodes the "
+                        "previous one freed; dir: DATA_DIR/dst on the data dir's file system")
     p.add_argument("--out", type=Path, help="also write the markdown report to this file")
     p.add_argument("--haul", type=Path, help="the haul binary (default: target/release/haul)")
     p.add_argument("--netlab", type=Path, default=REPO.parent / "shared/testbed/netlab",
@@ -208,7 +213,7 @@ def build_config(a: argparse.Namespace, argv: list[str]) -> Config:
         specs={k: specs[k] for k in datasets.KINDS if any(k in plan[l][0] for l in links)},
         runs=runs, link_runs=link_runs, ceiling=ceiling,
         iperf_seconds=a.iperf_seconds or (1 if a.quick else 5), data_dir=data_dir,
-        out=a.out, haul=Path(haul).resolve(), netlab=a.netlab.resolve(),
+        dst_fs=a.dst_fs, out=a.out, haul=Path(haul).resolve(), netlab=a.netlab.resolve(),
         command="python3 bench/run.py " + shlex.join(argv))
 
 
@@ -254,23 +259,36 @@ def main(argv: list[str]) -> int:
         print(f"run.py: namespace(s) {', '.join(busy)} exist: another benchmark or test is using "
               f"the test bed (if stale: {cfg.netlab} down)", file=sys.stderr)
         return 1
+    dst = dstfs.DstFs(cfg.dst_fs, cfg.data_dir / "dst")
+    try:
+        dst.check()
+    except RuntimeError as e:
+        print(f"run.py: {e}", file=sys.stderr)
+        return 2
     out = Outcome()
     sets, plan = _prepare(cfg, out, log)
     stamp = datetime.datetime.now(datetime.timezone.utc)
     results_dir = cfg.data_dir / "results"
     results_dir.mkdir(parents=True, exist_ok=True)
     jsonl = results_dir / f"{stamp:%Y%m%d-%H%M%S}.jsonl"
+    try:
+        dst.setup()  # before the sshd starts: it must see every run's mount
+    except (OSError, RuntimeError) as e:
+        dst.teardown()
+        print(f"run.py: cannot prepare the destination ({e}); --dst-fs dir does without "
+              "mounts", file=sys.stderr)
+        return 2
     work = Path(tempfile.mkdtemp(prefix="haulbench-"))
     meter = procs.CpuMeter(str(os.getpid()))
     try:
         haul = work / "haul"
         shutil.copy2(cfg.haul, haul)  # a private copy: others may rebuild target/ meanwhile
-        out.header = _header(cfg, stamp, haul, sets)
+        out.header = _header(cfg, stamp, haul, sets, dst)
         if not meter.per_side:
             out.notes.append("no cgroup could be created: CPU s is the total of the harness's "
                              "own child processes (marked *), without the sshd side of ssh "
                              "methods")
-        _measure(cfg, plan, sets, bed, work, meter, haul, out, jsonl, log)
+        _measure(cfg, plan, sets, bed, work, meter, haul, dst, out, jsonl, log)
     except KeyboardInterrupt:
         out.interrupted = True
         out.notes.append("INTERRUPTED: the tables are incomplete")
@@ -279,7 +297,7 @@ def main(argv: list[str]) -> int:
         bed.down()
         meter.close()
         shutil.rmtree(work, ignore_errors=True)
-        shutil.rmtree(cfg.data_dir / "dst", ignore_errors=True)
+        dst.teardown()
 
     out.notes += _method_notes()
     text = report.render(out.header, cfg.links, plan, sets, out.ceilings, out.results, out.notes)
@@ -319,7 +337,8 @@ def _prepare(cfg: Config, out: Outcome, log) -> tuple[dict, dict]:
 
 
 def _measure(cfg: Config, plan: dict, sets: dict, bed: netbed.NetBed, work: Path,
-             meter: procs.CpuMeter, haul: Path, out: Outcome, jsonl: Path, log):
+             meter: procs.CpuMeter, haul: Path, dst: dstfs.DstFs, out: Outcome, jsonl: Path,
+             log):
     """Every link, data set, run and method, in that nesting; results go to out and jsonl."""
     sshd = None
     try:
@@ -335,7 +354,7 @@ def _measure(cfg: Config, plan: dict, sets: dict, bed: netbed.NetBed, work: Path
             if sshd is None and any(methods.METHODS[m].ssh for m in mids):
                 sshd = netbed.Sshd(bed, work, meter)
                 sshd.start()
-            runner = methods.Runner(bed, sshd, meter, haul, work, cfg.data_dir / "dst")
+            runner = methods.Runner(bed, sshd, meter, haul, work, dst)
             for kind in kinds:
                 ds = sets[kind]
                 for i in range(cfg.link_runs.get(link, cfg.runs)):
@@ -367,7 +386,7 @@ def _one(runner: methods.Runner, m: methods.Method, ds: datasets.Dataset, link: 
                                  status=f"FAILED: harness error: {e}")
 
 
-def _header(cfg: Config, stamp, haul: Path, sets: dict) -> list[str]:
+def _header(cfg: Config, stamp, haul: Path, sets: dict, dst: dstfs.DstFs) -> list[str]:
     mem = next((int(l.split()[1]) for l in Path("/proc/meminfo").read_text().splitlines()
                 if l.startswith("MemTotal:")), 0)
     cpu = next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text()
@@ -386,6 +405,7 @@ def _header(cfg: Config, stamp, haul: Path, sets: dict) -> list[str]:
         f"- Machine: {os.cpu_count()} cores ({cpu}), {mem / 2**20:.0f} GiB RAM, kernel "
         f"{platform.release()}; data on {' '.join(df)} "
         f"(source and destination on the same disk). Shared machine: other jobs were running.",
+        f"- Destination (`--dst-fs {cfg.dst_fs}`): {dst.describe()}.",
         f"- haul: {version}, {profile}, git {git.stdout.strip() or '?'}"
         f"{' + uncommitted changes in src/' if dirty else ''}.",
         f"- Command: `{cfg.command}` ({cfg.runs} run{'s' if cfg.runs > 1 else ''} per "

@@ -5,6 +5,7 @@
 - `procs`     child processes in their own process groups, CPU accounting per side (cgroups)
 - `netbed`    the two-namespace test bed from shared/testbed/netlab, link counters, iperf3, sshd
 - `datasets`  generating and caching the data sets, their content listings, warming the cache
+- `dstfs`     where copies land: a fresh journaled ext4 (loop device) per timed run
 - `methods`   the transfer methods (haul and the tools people use today) and one timed run
 - `report`    the markdown tables
 

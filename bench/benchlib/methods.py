@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import datasets, procs
+from . import datasets, dstfs, procs
 from .netbed import DST_IP, SRC_IP, NetBed, Sshd
 
 TIME = "/usr/bin/time"
@@ -152,14 +152,16 @@ class Runner:
     """Runs one method on one data set across the test bed, timed, measured and verified."""
 
     def __init__(self, bed: NetBed, sshd: Sshd | None, meter: procs.CpuMeter, haul: Path,
-                 work: Path, dst: Path):
+                 work: Path, dst: dstfs.DstFs):
         self.bed, self.sshd, self.meter, self.haul = bed, sshd, meter, haul
-        self.work, self.dst = work, dst
+        self.work, self.dstfs = work, dst
+        self.dst = dst.dst
         self._ports = itertools.cycle(range(20000, 20500))
 
     def run(self, m: Method, ds: datasets.Dataset, link: str, rate_bits: int | None,
             index: int) -> RunResult:
-        """Empties DST, warms the source, runs m timed, verifies the copy, empties DST."""
+        """Makes DST empty (a fresh file system by default), warms the source, runs m timed,
+        verifies the copy, removes it (and its file system)."""
         res = RunResult(link, ds.spec.kind, m.id, index)
         t = time.monotonic()
 
@@ -169,7 +171,12 @@ class Runner:
             res.phases[name] = round(now - t, 3)
             t = now
 
-        self._clean()
+        try:
+            self.dst = self.dstfs.fresh(ds)
+        except (OSError, RuntimeError):
+            self.dstfs.release()
+            raise
+        phase("fs")
         for _ in range(2):  # a second read when reclaim took pages back at once
             datasets.warm(ds)
             res.resident = datasets.resident_fraction(ds)
@@ -194,14 +201,9 @@ class Runner:
                 res.status = datasets.verify(ds, self.dst / ds.root.name)
             phase("verify")
         finally:
-            self._clean()
+            self.dstfs.release()
             phase("clean")
         return res
-
-    def _clean(self):
-        if self.dst.exists():
-            shutil.rmtree(self.dst)
-        self.dst.mkdir(parents=True)
 
     # ---- haul ----
 
