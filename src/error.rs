@@ -196,3 +196,29 @@ impl Error {
 
 /// Result with the library's error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Runs a worker thread's body `f`, turning a panic in it into an error naming `what`, so
+/// the thread still reports to whoever waits for it (a dead worker that reports nothing
+/// leaves its peers waiting for work it held or for a count it never gives back).
+///
+/// `AssertUnwindSafe`: after a panic nothing of `f`'s state is used again; the caller only
+/// hands the error on, which ends the transfer.
+pub fn unless_panicked<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .unwrap_or_else(|_| Err(Error::io(what, io::Error::other("panicked"))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_in_a_worker_becomes_an_error_naming_it() {
+        let r: Result<u8> = unless_panicked("stream thread", || panic!("a bug"));
+        let e = r.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("stream thread") && e.contains("panicked"), "{e}");
+        assert_eq!(unless_panicked("x", || Ok(7)).ok(), Some(7));
+        let failed: Result<()> = unless_panicked("x", || Err(Error::Usage("no".into())));
+        assert!(matches!(failed, Err(Error::Usage(_))));
+    }
+}

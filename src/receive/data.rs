@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::shared::{Shared, TICK};
 use crate::codec::Decoder;
-use crate::error::{Error, Result};
+use crate::error::{unless_panicked, Error, Result};
 use crate::progress::Counters;
 use crate::protocol::{DataHeader, FrameKind, ProtocolError, ReadError};
 use crate::session::frame_reader;
@@ -34,7 +34,7 @@ pub(super) fn spawn_data_worker(shared: &Arc<Shared>, conn: Conn) {
     let r = std::thread::Builder::new()
         .name(format!("haul-recv-{n}"))
         .spawn(move || {
-            if let Err(e) = data_worker(conn, &s) {
+            if let Err(e) = unless_panicked("stream thread", || data_worker(conn, &s)) {
                 s.fail(e);
             }
             s.touch();

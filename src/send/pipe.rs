@@ -36,7 +36,7 @@ use super::report::{has_chain, successors};
 use super::target::Target;
 use crate::codec::tree::{block_cv, is_tree_block, TreeHash};
 use crate::codec::Compression;
-use crate::error::{Error, Result};
+use crate::error::{unless_panicked, Error, Result};
 use crate::progress::{Counters, Progress};
 use crate::protocol::{Chain, Control, ProtocolError, Replica};
 use crate::transport::{Conn, Role};
@@ -147,7 +147,9 @@ where
         std::thread::Builder::new()
             .name("haul-pipe-read".into())
             .spawn(move || {
-                let r = read_loop(input, &flow, &work_tx, (block as usize, window), &counters);
+                let r = unless_panicked("reading thread", || {
+                    read_loop(input, &flow, &work_tx, (block as usize, window), &counters)
+                });
                 let _ = read_tx.send(r);
             })
             .map_err(|e| Error::io("starting the reading thread", e))?;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use super::slots::Slot;
 use super::window::{Held, Packed, Shared, TICK};
 use crate::codec::Decoder;
-use crate::error::{Error, Result};
+use crate::error::{unless_panicked, Error, Result};
 use crate::progress::Counters;
 use crate::protocol::{Codec, DataHeader, FrameKind, ProtocolError, ReadError};
 use crate::session::frame_reader;
@@ -26,7 +26,7 @@ pub(super) fn spawn_reader(shared: &Arc<Shared>, conn: Conn) {
     let r = std::thread::Builder::new()
         .name(format!("haul-pipe-recv-{n}"))
         .spawn(move || {
-            match read_loop(conn, &s, &mine) {
+            match unless_panicked("stream thread", || read_loop(conn, &s, &mine)) {
                 Ok(true) => {}
                 Ok(false) => s.lost.store(true, Ordering::Release),
                 Err(e) => s.fail(e),
