@@ -7,6 +7,7 @@
 //! - [`pipe_harness`]: pipe-mode runs with a ticket file, JSON fields, namespaces to cut
 //!   connections in, a peak-RSS watcher.
 //! - [`sshd`]: a throwaway OpenSSH server for the remote-copy tests.
+//! - [`seccomp`]: `haul` with one system call failing, as an older kernel's would.
 //! - [`netbed`]: the shared netlab test bed under a test's own names.
 //!
 //! The helpers panic with a full explanation instead of returning errors: a test either
@@ -19,6 +20,7 @@ pub mod netbed;
 pub mod pipe_harness;
 pub mod piped;
 pub mod process;
+pub mod seccomp;
 pub mod sshd;
 pub mod tree;
 
