@@ -112,8 +112,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--haul", type=Path, default=REPO / "target/release/haul")
     p.add_argument("--top", type=int, default=6, help="hottest functions shown per side")
     p.add_argument("--copy", action="store_true", help="profile a local `haul copy` instead")
-    p.add_argument("flags", nargs="*", help="extra `haul send` flags (after --)")
-    a = p.parse_args(argv)
+    p.epilog = "Extra `haul send` (or `copy`) flags go after `--`."
+    # Split at `--` here: argparse gives a `nargs="*"` positional nothing once options
+    # follow the first positional, and then refuses the flags after `--`.
+    flags = argv[argv.index("--") + 1:] if "--" in argv else []
+    a = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    a.flags = flags
     if not shutil.which("perf"):
         print("profile.py: perf is not installed (apt-get install linux-perf)", file=sys.stderr)
         return 2
