@@ -116,8 +116,14 @@ pub const LADDER: [Compression; 5] = [
     Compression::Zstd(6),
 ];
 
-/// Where a stream starts: the fixed default of earlier versions.
-const START: usize = 2;
+/// Where a stream starts: lz4, the cheapest level that still compresses. Where the cores
+/// are the limit it is the best level, and a stream that started at zstd:1 spent its
+/// warm-up (8 MiB of wire, ~36 units of the pg set per stream) there; where the link is
+/// the limit the first probe, on the second unit, moves it up.
+const START: usize = 1;
+/// The unit of a stream's first probe: early, so that a slow link is seen within a few
+/// units (the warm-up lets a stream move only to levels that send less).
+const FIRST_PROBE: u32 = 2;
 /// What a running mean keeps of its past at each new sample of a unit: a time constant
 /// of about ten units (a second or two at 100 Mbit/s; single units are noisy: a write
 /// into a socket buffer with room returns at once, the next one waits for the link).
@@ -284,7 +290,7 @@ impl Tuner {
             bound: 0.0,
             written: 0,
             current: START,
-            since: 0,
+            since: MIN_INTERVAL - FIRST_PROBE,
             interval: MIN_INTERVAL,
             up: false,
             overlap: 1.0 / streams.max(1) as f64,
@@ -300,7 +306,11 @@ impl Tuner {
     /// Counts one unit; when a probe is due, the neighbouring level to probe on it.
     pub fn probe_due(&mut self) -> Option<usize> {
         self.since += 1;
-        if self.since < self.interval {
+        // Not before the current level has a unit measured: a probe's ratio is relative
+        // to the current level's, and against a prior (a stream whose first units were
+        // small files' packs, too small to teach anything) it made zstd:1 look to send a
+        // third of lz4's prior 0.5, and lz4's prior cost kept the stream there.
+        if self.since < self.interval || (self.current > 0 && self.cpu[self.current].den == 0.0) {
             return None;
         }
         self.since = 0;
@@ -383,7 +393,18 @@ impl Tuner {
         if let Some(l) = link {
             // A sample the receiver or the saturated cores held back measures them, not
             // the link: it counts for the share of the write that waited for the link.
-            let weight = 1.0 - share;
+            // So does a sample taken right after a write the receiver's window held up,
+            // and the running share of the receiver's wait is not outweighed by the
+            // cores' (`held` dips below it when their part is small): on the pg set
+            // unshaped, writes stalled 0.2-0.4 s for a receiver writing durably, the
+            // delivery rate then read 10 MB/s, and a weight of `1 - held` (0.7 at times
+            // where the receiver's share was 1) made every wire byte cost 100 ns and kept
+            // the streams on zstd:1 for their first 80 units.
+            let weight = if l.rwnd.is_zero() {
+                1.0 - share.max(self.share())
+            } else {
+                0.0
+            };
             let limited = if !l.app_limited && l.rate > 0.0 {
                 weight
             } else {
@@ -447,7 +468,7 @@ impl Tuner {
         // The receiver's work, and where the cores are saturated the sender's TLS as well
         // (the write's own CPU went into `recv` with its wait), all stretched alike.
         let receiver = self.held() * (more * RECV_WIRE + decomp);
-        let sender = (self.held() - self.share()).max(0.0) * more * SEND_WIRE;
+        let sender = self.held() * more * SEND_WIRE;
         (self.recv.get() + self.stretch.get() * (receiver + sender)).max(0.0)
     }
 

@@ -239,7 +239,7 @@ fn a_receiver_bound_stream_does_not_compress_harder() {
         let (took, _) = run_far_end(&mut t, far, (400, 0.5), true);
         let best = best_far_end(far, 400);
         let level = t.current();
-        assert!((1..=START).contains(&level), "level {level} at {link} B/s");
+        assert!((1..=2).contains(&level), "level {level} at {link} B/s");
         assert!(took <= 1.05 * best, "{took} against {best} at {link} B/s");
     }
 }
@@ -585,4 +585,71 @@ fn the_waits_taken_out_never_exceed_the_write() {
         };
         t.observe(raw, raw / 10, Duration::from_millis(1), write, Some(link));
     }
+}
+
+/// The first unit of a stream grew its output buffer to lz4's bound (4 MiB zero-filled and
+/// faulted in) and a level's first unit or probe made its zstd context, inside the timed
+/// compression: traced on the pg set, a stream's first lz4 unit read 1.8 ns per byte
+/// against 0.3 for the next ones, and since the first sample is all a level's running
+/// mean knows, the streams left lz4 at their first probe. Both now happen before the
+/// clock starts, for units and probes alike.
+#[test]
+fn first_units_and_probes_time_only_compressing() {
+    let mut enc = crate::codec::Encoder::new(Compression::Auto, 1);
+    let data: Vec<u8> = (0..2 * PROBE_SLICE).map(|i| (i / 7 % 251) as u8).collect();
+    let mut out = Vec::new();
+    for _ in 0..20 {
+        let (codec, _) = enc.encode(&data, &mut out);
+        assert_ne!(codec, crate::protocol::Codec::Raw);
+        enc.wrote(Duration::from_micros(100), None);
+    }
+    for (level, neighbour) in [(1, 2), (2, 3), (3, 4), (1, 0)] {
+        enc.probe(level, neighbour, &data);
+    }
+    assert_eq!(enc.grew, 0, "buffers grown or contexts made while timed");
+}
+
+/// The pg cell unshaped again: where the cores are the limit the streams start on lz4
+/// and stay there. Started at zstd:1, a stream could leave it only once its writes had
+/// filled the socket buffer (8 MiB of wire: ~36 of its units of the pg set).
+#[test]
+fn shared_cores_start_on_the_cheapest_cpu() {
+    for (rwnd, busy) in [(1.0, 2), (0.5, 1), (0.0, 4)] {
+        let mut t = Tuner::new(4);
+        let (_, levels) = run_shared_cores(&mut t, 100, rwnd, busy);
+        assert!(
+            levels[2..].iter().sum::<usize>() <= 2,
+            "rwnd {rwnd}, busy 1/{busy}: units per level {levels:?}"
+        );
+    }
+}
+
+/// A stream whose first units are too small to teach anything (packs of small files)
+/// must not probe before its current level is measured: the probe's ratio is relative to
+/// the current level's, and against lz4's prior (0.5) zstd:1 looked to send 0.18 of the
+/// raw bytes where lz4 sent 0.06; the stream went to zstd:1 and stayed (traced on the pg
+/// set unshaped).
+#[test]
+fn no_probe_before_the_current_level_is_measured() {
+    let mut t = Tuner::new(4);
+    for _ in 0..MIN_INTERVAL {
+        assert_eq!(t.probe_due(), None);
+        t.observe(
+            MIN_SAMPLE / 2,
+            MIN_SAMPLE / 20,
+            Duration::from_micros(10),
+            Duration::ZERO,
+            None,
+        );
+    }
+    let raw = 4usize << 20;
+    t.observe(
+        raw,
+        raw / 16,
+        Duration::from_secs_f64(raw as f64 * 0.3e-9),
+        Duration::from_micros(50),
+        None,
+    );
+    assert_eq!(t.probe_due(), Some(START + 1));
+    assert_eq!(t.current(), START);
 }
