@@ -449,32 +449,6 @@ fn small_units_teach_nothing() {
     assert_eq!(t.cost(2), before.cost(2));
 }
 
-/// Units and probes switch between lz4 and zstd. Made to measure per call (lz4 resized a
-/// cleared buffer to its bound, zstd re-made it with exactly a worthwhile result's room),
-/// the buffer was zero-filled at every lz4 unit and re-allocated at every switch of kind,
-/// and the fresh pages' faults were timed as lz4's compression (the pg set's lz4 units
-/// took 1.2 ms at the median and a quarter of them 3.4 ms or more). One buffer now
-/// serves both kinds: never re-made, never shrunk, zero-filled once.
-#[test]
-fn one_buffer_serves_both_kinds_without_being_remade() {
-    let mut enc = crate::codec::Encoder::new(Compression::Auto, 1);
-    let data: Vec<u8> = (0..2 * PROBE_SLICE).map(|i| (i / 7 % 251) as u8).collect();
-    let mut out = Vec::new();
-    let _ = enc.compress(Compression::Lz4, &data, &mut out);
-    let (at, len) = (out.as_ptr(), out.len());
-    for mode in [Compression::Zstd(1), Compression::Lz4, Compression::Zstd(3)] {
-        let (_, n) = enc.compress(mode, &data, &mut out);
-        assert!(n > 0 && n < data.len() / 2, "{mode}: {n}");
-        assert_eq!((out.as_ptr(), out.len()), (at, len), "{mode}");
-    }
-    enc.probe(2, 1, &data);
-    let scratch = (enc.scratch.as_ptr(), enc.scratch.len());
-    for neighbour in [3, 1, 3, 1] {
-        enc.probe(2, neighbour, &data);
-    }
-    assert_eq!((enc.scratch.as_ptr(), enc.scratch.len()), scratch);
-}
-
 /// Both ends on the same 2 cores with nothing else to wait for (the pg cell unshaped, a
 /// sender beside its receiver): 4 streams and their receivers share the cores, so each
 /// unit takes every stream's and receiver's CPU over 2 cores, whatever crossed the wire.
@@ -564,49 +538,6 @@ fn shared_cores_settle_on_the_cheapest_cpu() {
             "rwnd {rwnd}, busy 1/{busy}: {took} against {best}, {levels:?}"
         );
     }
-}
-
-/// On saturated cores with the receiver's window limiting part of each write, the two
-/// parts of the wait taken out of the write could sum to a hair more than the write (in
-/// floating point), and the rest, negative, panicked in `Duration::from_secs_f64` (a
-/// sending stream died on the pg set unshaped and the transfer hung).
-#[test]
-fn the_waits_taken_out_never_exceed_the_write() {
-    let mut t = Tuner::new(4);
-    let raw = 4usize << 20;
-    for i in 1..2000u32 {
-        let write = Duration::from_nanos(1_000_003 * u64::from(i % 97 + 1));
-        t.observe_wall(raw, Duration::from_millis(1), Duration::from_secs(1));
-        let rwnd = write.mul_f64(f64::from(i % 13) / 13.0);
-        let link = LinkSample {
-            rate: 1.0e8,
-            app_limited: i % 2 == 0,
-            rwnd,
-        };
-        t.observe(raw, raw / 10, Duration::from_millis(1), write, Some(link));
-    }
-}
-
-/// The first unit of a stream grew its output buffer to lz4's bound (4 MiB zero-filled and
-/// faulted in) and a level's first unit or probe made its zstd context, inside the timed
-/// compression: traced on the pg set, a stream's first lz4 unit read 1.8 ns per byte
-/// against 0.3 for the next ones, and since the first sample is all a level's running
-/// mean knows, the streams left lz4 at their first probe. Both now happen before the
-/// clock starts, for units and probes alike.
-#[test]
-fn first_units_and_probes_time_only_compressing() {
-    let mut enc = crate::codec::Encoder::new(Compression::Auto, 1);
-    let data: Vec<u8> = (0..2 * PROBE_SLICE).map(|i| (i / 7 % 251) as u8).collect();
-    let mut out = Vec::new();
-    for _ in 0..20 {
-        let (codec, _) = enc.encode(&data, &mut out);
-        assert_ne!(codec, crate::protocol::Codec::Raw);
-        enc.wrote(Duration::from_micros(100), None);
-    }
-    for (level, neighbour) in [(1, 2), (2, 3), (3, 4), (1, 0)] {
-        enc.probe(level, neighbour, &data);
-    }
-    assert_eq!(enc.grew, 0, "buffers grown or contexts made while timed");
 }
 
 /// The pg cell unshaped again: where the cores are the limit the streams start on lz4
