@@ -69,10 +69,10 @@ impl Bounce {
 
 /// Devices whose file system refused `O_DIRECT` this run.
 #[derive(Default)]
-pub(super) struct Refused(Mutex<HashSet<u64>>);
+pub(crate) struct Refused(Mutex<HashSet<u64>>);
 
 impl Refused {
-    fn has(&self, dev: u64) -> bool {
+    pub(crate) fn has(&self, dev: u64) -> bool {
         self.0.lock().map(|s| s.contains(&dev)).unwrap_or(true)
     }
 
@@ -103,8 +103,9 @@ pub(super) fn write(
     write_parts(dev, data, offset, refused, direct, buffered)
 }
 
-/// [`write`] with the direct write given (a test makes it fail as a file system would).
-fn write_parts(
+/// [`write`] with the direct write given (a test makes it fail as a file system would;
+/// a stream's sink passes its own, see `receive::pipe::sink`).
+pub(crate) fn write_parts(
     dev: u64,
     data: &[u8],
     offset: u64,
@@ -137,7 +138,12 @@ fn write_parts(
 }
 
 /// Writes an aligned range with `O_DIRECT` set on `file` for the while.
-fn write_direct(file: &File, data: &[u8], offset: u64, bounce: &mut Bounce) -> io::Result<()> {
+pub(crate) fn write_direct(
+    file: &File,
+    data: &[u8],
+    offset: u64,
+    bounce: &mut Bounce,
+) -> io::Result<()> {
     let flags = fcntl_getfl(file)?;
     fcntl_setfl(file, flags | OFlags::DIRECT)?;
     let written = write_aligned(file, data, offset, bounce);

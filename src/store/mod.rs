@@ -30,7 +30,7 @@
 
 mod batch;
 mod chown;
-mod direct;
+pub(crate) mod direct;
 mod dirs;
 mod fsops;
 mod journal;

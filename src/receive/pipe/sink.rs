@@ -5,7 +5,7 @@
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::AsFd;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 
@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::pagecache;
 use crate::progress::escape;
 use crate::stdio;
+use crate::store::direct::{self, Bounce, Refused};
 
 /// Where the stream goes (plain data: `config` holds one).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -63,6 +64,31 @@ pub struct Output {
     /// when not a file, appended to (`>> FILE`: others may append too, and the end is
     /// theirs to free), or once the file system refused (the writes then allocate).
     reserved: Option<u64>,
+    /// A file written (not appended to, not `--keep-cache`): its aligned middle goes
+    /// straight to the device (`O_DIRECT`), as file mode writes a large file.
+    direct: Option<Direct>,
+}
+
+/// Writing a file destination with `O_DIRECT` (see `store::direct`): each block's aligned
+/// body is copied into an aligned buffer and written directly, bypassing the page cache;
+/// the unaligned ends (the stream's last bytes, or every block's when the stream starts
+/// at an unaligned offset) go through the page cache and are dropped as before. A file
+/// system that refuses `O_DIRECT` is written buffered from its first refusal on.
+struct Direct {
+    refused: Refused,
+    bounce: Bounce,
+    /// The direct write itself (a test makes it refuse as a file system would).
+    write: fn(&File, &[u8], u64, &mut Bounce) -> io::Result<()>,
+}
+
+impl Direct {
+    fn new() -> Direct {
+        Direct {
+            refused: Refused::default(),
+            bounce: Bounce::default(),
+            write: direct::write_direct,
+        }
+    }
 }
 
 /// A file destination starts writeback every this many bytes and drops the previous
@@ -141,6 +167,9 @@ impl Output {
             Kind::File { .. } => (0, Some(0)),
             _ => (0, None),
         };
+        // Not appended to (a write at an offset would append anyway, and the end of the
+        // file is others' too): the same files that get their blocks reserved.
+        let direct = (!keep_cache && reserved.is_some()).then(Direct::new);
         Output {
             kind,
             what: String::new(),
@@ -150,6 +179,7 @@ impl Output {
             dropped: 0,
             started: 0,
             reserved,
+            direct,
         }
     }
 
@@ -161,6 +191,9 @@ impl Output {
     /// Writes the next bytes of the stream.
     pub(super) fn write_all(&mut self, mut b: &[u8]) -> Result<()> {
         self.reserve(b.len() as u64);
+        if self.direct.is_some() {
+            return self.write_direct(b);
+        }
         let mut r = Ok(());
         while !b.is_empty() {
             let n = match &mut self.kind {
@@ -203,6 +236,32 @@ impl Output {
             }
             Err(e) => Err(self.fail(e)),
         }
+    }
+
+    /// A file written directly where aligned: at the file's offset, which is then moved
+    /// past the bytes written (standard output's offset may be shared with the shell).
+    fn write_direct(&mut self, b: &[u8]) -> Result<()> {
+        let at = self.base + self.written;
+        let (Some(file), Some(d)) = (regular_file(&self.kind), self.direct.as_mut()) else {
+            return Err(self.fail(io::Error::other("not a file")));
+        };
+        let write = d.write;
+        let bounce = &mut d.bounce;
+        let straight = |piece: &[u8], to: u64| write(file, piece, to, bounce);
+        let buffered = |piece: &[u8], to: u64| file.write_all_at(piece, to);
+        let r = direct::write_parts(0, b, at, &d.refused, straight, &buffered).and_then(|()| {
+            let end = at + b.len() as u64;
+            rustix::fs::seek(file, rustix::fs::SeekFrom::Start(end))
+                .map(drop)
+                .map_err(io::Error::from)
+        });
+        if let Err(e) = r {
+            return Err(self.fail(e));
+        }
+        self.written += b.len() as u64;
+        // What went buffered (the ends; everything once refused) leaves the page cache.
+        self.drop_written();
+        Ok(())
     }
 
     /// A file: starts writeback of what was written since the last call and drops the
@@ -256,14 +315,7 @@ impl Output {
 
     /// The regular file the stream is written into, if it is one.
     fn written_file(&self) -> Option<&File> {
-        match &self.kind {
-            Kind::File { file, .. } => Some(file),
-            Kind::Stdout {
-                file,
-                regular: true,
-            } => Some(file),
-            _ => None,
-        }
+        regular_file(&self.kind)
     }
 
     /// The stream is complete and verified: make it durable (a file: fsync, rename into
@@ -348,6 +400,18 @@ impl Drop for Output {
     }
 }
 
+/// The regular file a destination writes, if it is one.
+fn regular_file(kind: &Kind) -> Option<&File> {
+    match kind {
+        Kind::File { file, .. } => Some(file),
+        Kind::Stdout {
+            file,
+            regular: true,
+        } => Some(file),
+        _ => None,
+    }
+}
+
 /// Standard output as a destination: a regular file's pages are dropped once written
 /// back and it is fsynced at the end; a pipe is widened.
 fn stdout_kind(file: File) -> Kind {
@@ -414,155 +478,5 @@ fn temp_beside(dest: &Path) -> Result<(File, PathBuf)> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_file_appears_only_when_finished() {
-        let d = tempfile::tempdir().unwrap();
-        let dest = d.path().join("out.bin");
-        let mut o = Output::open(&PipeTo::File(dest.clone()), false).unwrap();
-        o.write_all(b"hello").unwrap();
-        assert!(!dest.exists());
-        o.finish().unwrap();
-        assert_eq!(std::fs::read(&dest).unwrap(), b"hello");
-        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
-    }
-
-    #[test]
-    fn an_unfinished_file_leaves_nothing() {
-        let d = tempfile::tempdir().unwrap();
-        let dest = d.path().join("out.bin");
-        std::fs::write(&dest, b"old").unwrap();
-        let mut o = Output::open(&PipeTo::File(dest.clone()), false).unwrap();
-        o.write_all(b"partial").unwrap();
-        drop(o);
-        assert_eq!(std::fs::read(&dest).unwrap(), b"old");
-        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
-    }
-
-    /// `> FILE` and `>> FILE`: the stream lands after what the file held, and the pages
-    /// handled are the stream's own.
-    #[test]
-    fn standard_output_into_a_file_starts_where_the_file_stands() {
-        let d = tempfile::tempdir().unwrap();
-        for append in [false, true] {
-            let p = d.path().join(format!("out-{append}"));
-            std::fs::write(&p, b"old").unwrap();
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .append(append)
-                .open(&p)
-                .unwrap();
-            if !append {
-                use std::io::Seek;
-                f.seek(io::SeekFrom::End(0)).unwrap();
-            }
-            let mut o = Output::from_kind(stdout_kind(f), false);
-            assert_eq!(o.base, 3);
-            let chunk = vec![9u8; (DROP_CHUNK / 2) as usize];
-            for _ in 0..5 {
-                o.write_all(&chunk).unwrap();
-            }
-            assert!(o.dropped > 0, "written pages were handed back");
-            o.finish().unwrap();
-            let got = std::fs::read(&p).unwrap();
-            assert_eq!(&got[..3], b"old");
-            assert_eq!(got.len(), 3 + 5 * chunk.len());
-            assert!(got[3..].iter().all(|b| *b == 9));
-        }
-        let (r, w) = rustix::pipe::pipe().unwrap();
-        drop(r);
-        let k = stdout_kind(File::from(w));
-        assert!(matches!(k, Kind::Stdout { regular: false, .. }));
-    }
-
-    /// Blocks are reserved ahead of the writes and what is beyond the end is freed when
-    /// the file is finished (a file and `> FILE`), or dropped unfinished (`> FILE`); a
-    /// file appended to is left alone.
-    #[test]
-    fn reserved_blocks_beyond_the_end_are_freed() {
-        use std::os::unix::fs::MetadataExt;
-        let d = tempfile::tempdir().unwrap();
-        let chunk = vec![5u8; 3 << 20];
-        let blocks = |p: &Path| std::fs::metadata(p).unwrap().blocks() * 512;
-        for case in 0..3 {
-            let p = d.path().join(format!("out-{case}"));
-            let mut o = match case {
-                0 => Output::open(&PipeTo::File(p.clone()), false).unwrap(),
-                _ => Output::from_kind(stdout_kind(File::create(&p).unwrap()), false),
-            };
-            o.write_all(&chunk).unwrap();
-            o.write_all(&chunk[..1000]).unwrap();
-            let len = chunk.len() as u64 + 1000;
-            if o.reserved.is_none() {
-                println!("SKIPPED: this file system cannot reserve blocks (fallocate)");
-                assert!(
-                    std::env::var_os("CI").is_none(),
-                    "CI's /tmp can (ext4, tmpfs)"
-                );
-                return;
-            }
-            assert_eq!(o.reserved, Some(len - 1000 + RESERVE_CHUNK));
-            match case {
-                2 => drop(o),
-                _ => o.finish().unwrap(),
-            }
-            assert_eq!(std::fs::metadata(&p).unwrap().len(), len);
-            assert!(blocks(&p) < len + (1 << 20), "{} blocks held", blocks(&p));
-        }
-        // `>> FILE`: others may append too; nothing is reserved, so nothing is freed.
-        let p = d.path().join("appended");
-        let mut f = std::fs::OpenOptions::new();
-        let f = f.create(true).append(true).open(&p).unwrap();
-        let mut o = Output::from_kind(stdout_kind(f), false);
-        o.write_all(&chunk).unwrap();
-        assert_eq!(o.reserved, None);
-    }
-
-    #[test]
-    fn a_directory_is_refused() {
-        let d = tempfile::tempdir().unwrap();
-        let e = Output::open(&PipeTo::File(d.path().to_path_buf()), false)
-            .err()
-            .unwrap();
-        assert!(e.to_string().contains("is a directory"), "{e}");
-    }
-
-    #[test]
-    fn a_failing_command_fails_the_output() {
-        let mut o = Output::open(
-            &PipeTo::Command {
-                command: "cat >/dev/null; exit 4".into(),
-                stdout_to_stderr: true,
-            },
-            false,
-        )
-        .unwrap();
-        o.write_all(b"abc").unwrap();
-        let e = o.finish().unwrap_err().to_string();
-        assert!(e.contains("exited with status 4"), "{e}");
-    }
-
-    #[test]
-    fn a_consumer_that_stops_reading_is_an_error() {
-        let mut o = Output::open(
-            &PipeTo::Command {
-                command: "head -c 10 >/dev/null".into(),
-                stdout_to_stderr: true,
-            },
-            false,
-        )
-        .unwrap();
-        let big = vec![7u8; 1 << 20];
-        let mut r = Ok(());
-        for _ in 0..64 {
-            r = o.write_all(&big);
-            if r.is_err() {
-                break;
-            }
-        }
-        let e = r.unwrap_err().to_string();
-        assert!(e.contains("closed its input"), "{e}");
-    }
-}
+#[path = "sink_tests.rs"]
+mod tests;
