@@ -52,7 +52,7 @@ pub fn stream_unit_hash(key: &[u8; 32], header: [&[u8]; 2], cv: &BlockCv) -> [u8
 }
 
 /// Merges block chaining values, in stream order, into the stream's BLAKE3.
-#[derive(Clone, Default)]
+#[derive(Default)]
 pub struct TreeHash {
     /// Complete subtrees still waiting for a right sibling, left to right.
     stack: Vec<BlockCv>,
@@ -74,12 +74,7 @@ impl TreeHash {
     /// The first block's bytes (offset 0): kept as its root hash in case no other block
     /// follows. One block's hashing per stream, not per block.
     pub fn first(&mut self, raw: &[u8]) {
-        self.first_root(*blake3::hash(raw).as_bytes());
-    }
-
-    /// [`TreeHash::first`] with the first block's root hash computed elsewhere.
-    pub fn first_root(&mut self, root: [u8; 32]) {
-        self.first = Some(root);
+        self.first = Some(*blake3::hash(raw).as_bytes());
     }
 
     /// The next block's chaining value, in stream order.

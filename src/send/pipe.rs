@@ -1,10 +1,9 @@
 //! Pipe mode, sending side: one byte stream (standard input, a file, a command's output)
 //! over N data connections, as fast as files and as safe.
 //!
-//! One thread reads the input in blocks (and only reads); the blocks go to the data
-//! streams in turn (any stream carries any block), which hash (each block's chaining
-//! value, once), compress and frame them exactly as file data; the stream's BLAKE3 is
-//! merged from those values in order as the receiver acknowledges blocks (`Flow`). The receiver writes strictly in order and says
+//! One thread reads the input in blocks, hashing the whole stream as it goes; the blocks
+//! go to the data streams in turn (any stream carries any block), which compress, hash
+//! and frame them exactly as file data. The receiver writes strictly in order and says
 //! how far it got (`StreamAck`): the sender never holds more than the window beyond what
 //! the consumer has written, so a slow consumer stops the reading (and, through its pipe,
 //! the producer), and memory stays bounded on both sides.
@@ -35,7 +34,7 @@ use super::link::{streams_broke, Link, Polled};
 use super::pace::Pacer;
 use super::report::{has_chain, successors};
 use super::target::Target;
-use crate::codec::tree::is_tree_block;
+use crate::codec::tree::{block_cv, is_tree_block, TreeHash};
 use crate::codec::Compression;
 use crate::error::{unless_panicked, Error, Result};
 use crate::progress::{Counters, Progress};
@@ -266,8 +265,7 @@ fn read_loop(
     (block, window): (usize, u64),
     counters: &Counters,
 ) -> Result<(u64, [u8; 32])> {
-    // The first block's root hash: the stream's, should it be that one block.
-    let mut first = None;
+    let mut tree = TreeHash::new();
     let pool = Arc::new(Pool::new(window, block as u64));
     loop {
         let offset = {
@@ -293,14 +291,21 @@ fn read_loop(
         let n = input.fill(&mut data)?;
         data.truncate(n);
         if n > 0 {
-            // This thread only reads: the data stream that sends a block first computes
-            // its chaining value, which authenticates it (the unit hashes cover it) and
-            // builds the stream's BLAKE3 (`Flow`), in parallel with the reading.
+            // The block's one hashing on this side: its chaining value authenticates it
+            // (the streams' unit hashes cover it) and builds the stream's BLAKE3.
             if offset == 0 {
-                first = Some(*blake3::hash(&data).as_bytes());
+                tree.first(&data);
             }
+            let cv = block_cv(offset, &data);
+            tree.push(cv);
             Counters::add(&counters.read_bytes, n as u64);
-            let b = Arc::new(Block::new(offset, data, Arc::clone(&pool)));
+            let b = Arc::new(Block {
+                offset,
+                data,
+                cv,
+                pool: Arc::clone(&pool),
+                again: std::sync::atomic::AtomicBool::new(false),
+            });
             {
                 let mut g = flow.lock();
                 g.replay.push_back(Arc::clone(&b));
@@ -314,7 +319,7 @@ fn read_loop(
             }
         }
         if n < block {
-            let digest = flow.digest(first).ok_or_else(|| {
+            let digest = tree.finish().ok_or_else(|| {
                 Error::io(
                     format!("reading {}", input.what()),
                     std::io::Error::other("the stream's hash is incomplete"),

@@ -4,17 +4,16 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex};
 
-use crate::codec::tree::{block_cv, BlockCv, TreeHash};
+use crate::codec::tree::BlockCv;
 
 /// One block of the stream.
 pub(super) struct Block {
     pub(super) offset: u64,
     pub(super) data: Vec<u8>,
-    /// Its BLAKE3 chaining value (`codec::tree`), computed once by the first stream that
-    /// sends it (see [`Block::cv`]).
-    pub(super) hashed: OnceLock<BlockCv>,
+    /// Its BLAKE3 chaining value (`codec::tree`): what its unit hash covers.
+    pub(super) cv: BlockCv,
     /// Where its buffer goes when the last holder (the replay buffer or a stream) drops it.
     pub(super) pool: Arc<Pool>,
     /// Queued to go out again and not yet taken by a stream: a second loss report (say,
@@ -23,27 +22,8 @@ pub(super) struct Block {
 }
 
 impl Block {
-    pub(super) fn new(offset: u64, data: Vec<u8>, pool: Arc<Pool>) -> Block {
-        Block {
-            offset,
-            data,
-            hashed: OnceLock::new(),
-            pool,
-            again: AtomicBool::new(false),
-        }
-    }
-
     pub(super) fn end(&self) -> u64 {
         self.offset + self.data.len() as u64
-    }
-
-    /// Its BLAKE3 chaining value (`codec::tree`): what its unit hash covers and what the
-    /// stream's BLAKE3 is merged from. Computed by whichever thread asks first (a data
-    /// stream, about to send it), once: the others wait for that value.
-    pub(super) fn cv(&self) -> BlockCv {
-        *self
-            .hashed
-            .get_or_init(|| block_cv(self.offset, &self.data))
     }
 }
 
@@ -112,8 +92,6 @@ pub(super) struct FlowState {
     pub(super) replay: VecDeque<Arc<Block>>,
     /// Every byte before this was dropped from `replay` (the receiver had it).
     pub(super) pruned: u64,
-    /// The stream's BLAKE3 merged from the blocks dropped from `replay`, in order.
-    pub(super) tree: TreeHash,
     pub(super) stop: bool,
 }
 
@@ -164,30 +142,11 @@ impl Flow {
         while g.replay.front().is_some_and(|b| b.end() <= have) {
             if let Some(b) = g.replay.pop_front() {
                 g.pruned = b.end();
-                // Sent, so hashed already.
-                g.tree.push(b.cv());
             }
         }
         self.have.store(have, Ordering::Release);
         drop(g);
         self.moved.notify_all();
-    }
-
-    /// The stream's BLAKE3, once every block was read: the blocks dropped already, then
-    /// those still kept (hashing any no stream has sent yet). `first`: the first block's
-    /// root hash, the stream's hash if it is that one block.
-    pub(super) fn digest(&self, first: Option<[u8; 32]>) -> Option<[u8; 32]> {
-        let (mut tree, kept) = {
-            let g = self.lock();
-            (g.tree.clone(), g.replay.iter().cloned().collect::<Vec<_>>())
-        };
-        for b in &kept {
-            tree.push(b.cv());
-        }
-        if let Some(root) = first {
-            tree.first_root(root);
-        }
-        tree.finish()
     }
 
     pub(super) fn stop(&self) {
@@ -204,9 +163,13 @@ mod tests {
     fn read(flow: &Flow, pool: &Arc<Pool>, blocks: u64, size: u64) {
         let mut g = flow.lock();
         for i in 0..blocks {
-            let data = vec![0; size as usize];
-            g.replay
-                .push_back(Arc::new(Block::new(i * size, data, Arc::clone(pool))));
+            g.replay.push_back(Arc::new(Block {
+                offset: i * size,
+                data: vec![0; size as usize],
+                cv: crate::codec::tree::block_cv(i * size, &vec![0; size as usize]),
+                pool: Arc::clone(pool),
+                again: AtomicBool::new(false),
+            }));
         }
         g.read = blocks * size;
     }
@@ -229,34 +192,5 @@ mod tests {
         // One that lacks what is no longer kept fails instead of getting a gap.
         assert!(!flow.take_over(B, 2 * B, 4 * B, 8 * B));
         assert_eq!(flow.lock().have, 5 * B, "unchanged");
-    }
-
-    /// The stream's BLAKE3 is merged from blocks dropped (acknowledged, hashed by the
-    /// stream that sent them) and blocks still kept, some never hashed yet: it is the
-    /// standard BLAKE3 of the bytes, for one block, several, and none.
-    #[test]
-    fn the_digest_merges_dropped_and_kept_blocks_in_order() {
-        const B: usize = 64 << 10;
-        for len in [0, 1, B, B + 1, 5 * B + 77] {
-            let data: Vec<u8> = (0..len).map(|i| (i * 13 + i / 1000) as u8).collect();
-            let (flow, pool) = (Flow::new(), Arc::new(Pool::new(16 * B as u64, B as u64)));
-            {
-                let mut g = flow.lock();
-                for (k, c) in data.chunks(B).enumerate() {
-                    let b = Block::new((k * B) as u64, c.to_vec(), Arc::clone(&pool));
-                    if k % 2 == 0 {
-                        b.cv(); // sent by a stream
-                    }
-                    g.replay.push_back(Arc::new(b));
-                }
-            }
-            let first = data.chunks(B).next().map(|c| *blake3::hash(c).as_bytes());
-            // The receiver has the first two blocks (the second not hashed before).
-            let have = (2 * B).min(len) as u64;
-            flow.ack(have, have, 16 * B as u64, 16 * B as u64);
-            assert_eq!(flow.lock().tree.blocks(), have.div_ceil(B as u64));
-            let got = flow.digest(first).unwrap();
-            assert_eq!(got, *blake3::hash(&data).as_bytes(), "{len} bytes");
-        }
     }
 }

@@ -229,7 +229,7 @@ impl<'a> Stream<'a> {
             keep: false,
         };
         encode_data_header(&mut self.hdr, codec, raw.len() as u32, &[seg]);
-        let hash = stream_unit_hash(&conn.key, hashed_parts(&self.hdr), &b.cv());
+        let hash = stream_unit_hash(&conn.key, hashed_parts(&self.hdr), &b.cv);
         set_hash(&mut self.hdr, &hash);
         let len = self.hdr.len() + body.len();
         let before = crate::send::sample::before_write(&self.enc, &conn.conn);
