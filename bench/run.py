@@ -34,9 +34,9 @@ ALL_LINKS = ("unshaped", "10gbit", "1gbit", "100mbit")
 # --quick runs every method on the unshaped link, and these on the shaped one (time budget).
 QUICK_SHAPED_METHODS = ("haul", "haul-none", "rsync-z", "tar-nc", "iperf3",
                         "haul-pipe", "nc")
-# `haul --compress zstd` is what plain `haul` does across a network, and pipe mode with another
+# `haul --compress auto` is what plain `haul` does across a network, and pipe mode with another
 # codec is a variant: run only when asked.
-NOT_BY_DEFAULT = ("haul-zstd", "haul-pipe-auto", "haul-pipe-lz4")
+NOT_BY_DEFAULT = ("haul-auto", "haul-pipe-auto", "haul-pipe-lz4")
 
 # Sizes per mode: the defaults for a 2-core, 24 GB machine, and tiny ones for --quick.
 SIZES = {
@@ -429,8 +429,8 @@ def _method_notes() -> list[str]:
         "Stream family: every stream method reads `cat FILE |` on the source and writes "
         "`> DST/NAME/FILE` on the destination, then `sync -f DST` (timed); haul's file mode "
         "(`haul send FILE`, fsync) is the reference. Each copy is verified (size and hash of "
-        "the file written). Tools run with their defaults (haul: TLS, zstd:1 with raw "
-        "fallback, 2 x cores streams, --buffer 64M; mbuffer: 4 MiB blocks, 2% of RAM).",
+        "the file written). Tools run with their defaults (haul: TLS, adaptive codec "
+        "(auto), 2 x cores streams, --buffer 64M; mbuffer: 4 MiB blocks, 2% of RAM).",
     ]
 
 

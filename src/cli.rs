@@ -313,7 +313,7 @@ pub struct TransferArgs {
     /// Number of parallel data streams (default: twice the cores, 2 to 8).
     #[arg(long, value_name = "N")]
     pub streams: Option<usize>,
-    /// Compression per block: none, lz4, zstd or zstd:LEVEL (default: zstd:1 between
+    /// Compression per block: auto, none, lz4, zstd or zstd:LEVEL (default: auto between
     /// hosts, none on this host).
     #[arg(long, value_name = "CODEC")]
     pub compress: Option<String>,

@@ -39,11 +39,10 @@ use crate::send::pipe::PipeFrom;
 
 const MIN_BLOCK_SIZE: u64 = 64 << 10;
 
-/// Compression when the data crosses a network (send, copy between hosts): zstd level 1
-/// on blocks that shrink, with incompressible streams detected and skipped (see
-/// `codec::Encoder`). Not yet `auto` (`codec::tune`): see docs/design.md for the run it
-/// lost. A local copy does not compress.
-pub const NETWORK_COMPRESSION: Compression = Compression::Zstd(1);
+/// Compression when the data crosses a network (send, copy between hosts): `auto`, each
+/// stream choosing none, lz4 or a zstd level per unit from what it measures
+/// (`codec::tune`; docs/design.md). A local copy does not compress.
+pub const NETWORK_COMPRESSION: Compression = Compression::Auto;
 
 /// How long `recv` waits for a vanished sender to come back.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
