@@ -204,15 +204,20 @@ impl Encoder {
     }
 
     /// Makes what compressing `len` bytes with `mode` into `out` needs (the buffer's room,
-    /// the zstd context), so that timing the compression times only compressing.
-    fn ready(&mut self, mode: Compression, len: usize, out: &mut Vec<u8>) {
+    /// the zstd context), so that timing the compression times only compressing; whether
+    /// anything had to be made.
+    fn ready(&mut self, mode: Compression, len: usize, out: &mut Vec<u8>) -> bool {
         let bound = lz4_flex::block::get_maximum_output_size(len);
-        if out.len() < bound {
+        let grow = out.len() < bound;
+        if grow {
             out.resize(bound, 0);
         }
+        let mut made = false;
         if let Compression::Zstd(level) = mode {
+            made = !self.zstd.iter().any(|(l, _)| *l == level);
             let _ = self.zstd_at(level);
         }
+        grow || made
     }
 
     /// Compresses `raw` with `mode` into the start of `out`; returns the codec and the
@@ -225,14 +230,8 @@ impl Encoder {
     fn compress(&mut self, mode: Compression, raw: &[u8], out: &mut Vec<u8>) -> (Codec, usize) {
         let worth = raw.len() - raw.len() / 33;
         let bound = lz4_flex::block::get_maximum_output_size(raw.len());
-        if out.len() < bound {
-            out.resize(bound, 0);
+        if self.ready(mode, raw.len(), out) {
             self.grew += 1;
-        }
-        if let Compression::Zstd(level) = mode {
-            if !self.zstd.iter().any(|(l, _)| *l == level) {
-                self.grew += 1;
-            }
         }
         let (n, codec) = match mode {
             Compression::None | Compression::Auto => (None, Codec::Raw),
