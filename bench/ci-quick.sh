@@ -19,7 +19,8 @@ export DEBIAN_FRONTEND=noninteractive
 if command -v apt-get >/dev/null 2>&1; then
   apt-get update -qq
   apt-get install -y -qq iproute2 openssh-server openssh-client rsync pigz zstd \
-    netcat-openbsd iperf3 postgresql time b3sum tar python3 socat mbuffer >/dev/null
+    netcat-openbsd iperf3 postgresql time b3sum tar python3 socat mbuffer \
+    e2fsprogs mount >/dev/null
 fi
 
 profile=${HAUL_PROFILE:-debug}
@@ -31,5 +32,13 @@ fi
 target_dir=$(cargo metadata --format-version 1 --no-deps |
   python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 
-exec python3 bench/run.py --quick --haul "$target_dir/$profile/haul" \
+# Copies land on a fresh ext4 per run (mkfs.ext4, a loop device); a machine without loop
+# devices (some containers) gets a plain directory instead, and says so.
+dst_fs=fresh-ext4
+if ! losetup --find >/dev/null 2>&1; then
+  echo "ci-quick.sh: no free loop device; copies go to a plain directory (--dst-fs dir)" >&2
+  dst_fs=dir
+fi
+
+exec python3 bench/run.py --quick --haul "$target_dir/$profile/haul" --dst-fs "$dst_fs" \
   --data-dir "${BENCH_DATA_DIR:-${TMPDIR:-/tmp}/haul-bench-quick}" "$@"
