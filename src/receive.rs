@@ -328,9 +328,14 @@ impl Session<'_> {
                     }
                     rounds += 1;
                     if rounds > MAX_ROUNDS {
-                        return Err(lost(io::Error::other(
-                            "data kept getting lost in transit; giving up",
+                        let e = lost(io::Error::other(format!(
+                            "data kept getting lost in transit ({MAX_ROUNDS} rounds of asking \
+                             again); giving up: check the network and re-run to resume"
                         )));
+                        // The control connection is alive (a Finish just came): say why,
+                        // or the sender would see only a dropped connection.
+                        self.say_error(&e);
+                        return Err(e);
                     }
                     self.cached = None;
                     for reply in self.arrived(store.take_arrived()) {

@@ -347,3 +347,49 @@ fn tampered_unit_fails_verification() {
     assert!(err.contains("offset 0"), "{err}");
     assert!(!b.dest.join("f").exists());
 }
+
+/// A sender whose data never arrives, round after round, is told why the receiver gives up
+/// (before, the receiver just exited and the sender saw only a dropped connection).
+#[test]
+fn a_receiver_giving_up_on_lost_data_tells_the_sender_why() {
+    let b = bed();
+    let r = start_recv(&b.dest);
+    let mut c = Channel::new(connect(&r.ticket, Role::Control, false).expect("control"));
+    send_msg(
+        &mut c,
+        &Control::Start {
+            streams: 1,
+            block_size: 1 << 20,
+            options: SyncOptions::default(),
+        },
+    );
+    send_msg(&mut c, &Control::Entries(vec![entry(0, b"f", file(4))]));
+    assert!(matches!(read_msg(&mut c), Some(Control::Need(_))));
+    let mut reply = None;
+    for _ in 0..200 {
+        // "Everything I wrote (nothing) has been sent": each round the file is still missing.
+        send_msg(
+            &mut c,
+            &Control::Finish {
+                failed: vec![],
+                units: 0,
+            },
+        );
+        match read_msg(&mut c) {
+            Some(Control::Need(_)) => {}
+            other => {
+                reply = other;
+                break;
+            }
+        }
+    }
+    assert!(
+        matches!(&reply, Some(Control::Error { code: 5, message }) if message.contains("giving up")),
+        "{reply:?}"
+    );
+    drop(c);
+    let (code, err) = wait(r);
+    assert_eq!(code, 5, "{err}");
+    assert!(err.contains("giving up"), "{err}");
+    assert!(!b.dest.join("f").exists());
+}
