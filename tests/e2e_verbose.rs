@@ -282,6 +282,34 @@ fn dry_run_changes_nothing_and_lists_what_the_real_run_does() {
     assert!(lines(&out.stdout).contains(&"src/newdir/big".to_string()));
 }
 
+/// `haul recv DIR` must create DIR before it knows the sender's `-n` (to fail early on an
+/// unwritable place); a dry run then takes back what the receiver created.
+#[test]
+fn a_dry_run_to_a_waiting_receiver_leaves_no_directory_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = small_tree(tmp.path());
+    let dst = tmp.path().join("new/deeper");
+    let (sent, received) = transfer(&[&src], &dst, &["-v", "-n"], &[]);
+    sent.assert_code(0);
+    received.assert_code(0);
+    assert!(
+        lines(&sent.stdout).contains(&"src/a".to_string()),
+        "{}",
+        sent.describe()
+    );
+    assert!(
+        !tmp.path().join("new").exists(),
+        "the dry run left the receiver's directory"
+    );
+    // A directory that was there before stays.
+    fs::create_dir(tmp.path().join("there")).unwrap();
+    let (sent, received) = transfer(&[&src], &tmp.path().join("there"), &["-n"], &[]);
+    sent.assert_code(0);
+    received.assert_code(0);
+    assert!(tmp.path().join("there").is_dir());
+    assert_eq!(fs::read_dir(tmp.path().join("there")).unwrap().count(), 0);
+}
+
 /// The number after `label` in --stats output (digits with `,`).
 fn stat(text: &str, label: &str) -> u64 {
     let line = text

@@ -20,6 +20,41 @@ pub fn open_beneath(root: &OwnedFd, path: &[u8], flags: OFlags, mode: Mode) -> i
     Ok(crate::resolve::open(root.as_fd(), path, flags, mode)?)
 }
 
+/// Removes the directories `made` (deepest first, `made[0]` the root itself) that this run
+/// created for its root, each only if still empty, the root only if its name still names
+/// the directory `root` holds; stops at the first that cannot go (best effort: a dry run's
+/// tidying, never an error).
+pub fn remove_made_dirs(root: &OwnedFd, made: &[std::path::PathBuf]) {
+    let Ok(own) = rfs::fstat(root) else {
+        return;
+    };
+    for (i, dir) in made.iter().enumerate() {
+        let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
+            return;
+        };
+        let parent = match parent.as_os_str().is_empty() {
+            true => std::path::Path::new("."),
+            false => parent,
+        };
+        let Ok(pfd) = rfs::open(
+            parent,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) else {
+            return;
+        };
+        if i == 0 {
+            match rfs::statat(&pfd, name, rfs::AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) if (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino) => {}
+                _ => return,
+            }
+        }
+        if rfs::unlinkat(&pfd, name, rfs::AtFlags::REMOVEDIR).is_err() {
+            return;
+        }
+    }
+}
+
 /// Opens the directory `dir` beneath `root`.
 pub fn open_dir(root: &OwnedFd, dir: &SafeRelPath) -> io::Result<OwnedFd> {
     open_beneath(

@@ -55,7 +55,7 @@ pub use state::{Store, WriterCache};
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -105,6 +105,14 @@ impl Store {
                 });
             }
         }
+        let made: Vec<PathBuf> = match dry {
+            true => Vec::new(),
+            false => root
+                .ancestors()
+                .take_while(|p| !p.as_os_str().is_empty() && std::fs::symlink_metadata(p).is_err())
+                .map(Path::to_path_buf)
+                .collect(),
+        };
         if !dry {
             std::fs::create_dir_all(root).map_err(|e| Error::destination(root, e))?;
         }
@@ -173,6 +181,7 @@ impl Store {
             xattr_first: Mutex::new(None),
             absent,
             fresh: created && !dry,
+            made: Mutex::new(made),
             keep_cache: AtomicBool::new(false),
             refused_direct: Default::default(),
         })
@@ -211,8 +220,6 @@ impl Store {
         }
     }
 
-    /// Applies what the sender announced: block size (files larger than it are
-    /// precreated and journaled), sync options, and the block key (for delta hashes).
     /// What this receiver keeps of the sender's metadata (`--no-owner` and friends);
     /// call before the transfer starts. The default keeps everything. Fails (a usage
     /// error) on a `--chown` name unknown here or an owner this user may not give.
@@ -235,7 +242,15 @@ impl Store {
         self.keep_cache.store(keep, Ordering::Relaxed);
     }
 
+    /// Applies what the sender announced: block size (files larger than it are
+    /// precreated and journaled), sync options, and the block key (for delta hashes).
+    /// A dry run removes the directories this run made for the root (`haul recv DIR`
+    /// makes DIR before it knows, to fail early where it cannot write).
     pub fn configure(&self, block_size: u64, options: SyncOptions, key: [u8; 32]) {
+        if options.dry_run {
+            let made = self.made.lock().map(|mut m| std::mem::take(&mut *m));
+            fsops::remove_made_dirs(&self.root, &made.unwrap_or_default());
+        }
         self.block_size.store(block_size, Ordering::Relaxed);
         if let Ok(mut g) = self.options.lock() {
             *g = (options, key);

@@ -98,6 +98,9 @@ pub struct Store {
     pub(super) absent: bool,
     /// The root was created by this run (so it counts as new, not as changed).
     pub(super) fresh: bool,
+    /// The directories this run created to make the root, deepest first: a dry run
+    /// announced after they were made removes them again ([`Store::configure`]).
+    pub(super) made: Mutex<Vec<std::path::PathBuf>>,
     /// `--keep-cache`: written pages stay in the page cache.
     pub(super) keep_cache: AtomicBool,
     /// Devices whose file system refused `O_DIRECT` (written buffered from then on).
