@@ -146,6 +146,12 @@ impl<'a> Reader<'a> {
         own > 0 && self.resident[..own].iter().all(|r| r & 1 == 0)
     }
 
+    /// Forgets the range noted by [`Reader::before`] without dropping anything (it was
+    /// read with `O_DIRECT`: nothing was brought in).
+    pub fn forget(&mut self) {
+        self.resident.clear();
+    }
+
     /// Fills the noted range's residency page by page (`mincore`).
     fn note_pages(&mut self, file: &File, page: u64) {
         let len = self.resident.len() as u64 * page;

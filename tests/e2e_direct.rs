@@ -103,3 +103,94 @@ fn evict(dir: &Path) {
         assert_eq!(r, 0, "posix_fadvise");
     }
 }
+
+/// Sizes of small files (read whole, in packs) around the page size, up to a quarter of
+/// the default block.
+const SMALL: [u64; 9] = [
+    1,
+    100,
+    4095,
+    4096,
+    4097,
+    8192,
+    100 * 1024,
+    100 * 1024 + 1,
+    MIB - 1,
+];
+
+/// A directory of three small files of each size in [`SMALL`], evicted from the cache.
+fn small_source(tmp: &Path) -> PathBuf {
+    let src = tmp.join("small");
+    std::fs::create_dir(&src).unwrap();
+    for (i, size) in SMALL.iter().enumerate() {
+        for k in 0..3 {
+            let seed = 100 + 3 * i as u64 + k;
+            write_random_file(&src.join(format!("s{size}-{k}")), *size, seed);
+        }
+    }
+    evict(&src);
+    src
+}
+
+/// Pages of `dir`'s files in the page cache.
+fn cached_files(dir: &Path) -> Vec<(PathBuf, f64)> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let p = e.unwrap().path();
+            let f = std::fs::File::open(&p).unwrap();
+            let len = f.metadata().unwrap().len();
+            (p, haul::pagecache::cached_share(&f, 0, len))
+        })
+        .filter(|(_, share)| *share > 0.0)
+        .collect()
+}
+
+/// Small files found cold are read with `O_DIRECT` too (one read of their whole pages,
+/// the last one short), so not a page of them enters the cache. The drop that follows a
+/// buffered read is made to fail (`fadvise` refused by a seccomp filter): before, the
+/// packed files were read buffered and stayed cached then.
+#[test]
+fn cold_small_files_are_read_without_the_page_cache() {
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let src = small_source(tmp.path());
+    for (n, extra) in [&[][..], &["--streams", "1"]].iter().enumerate() {
+        evict(&src);
+        let dst = tmp.path().join(format!("dst{n}"));
+        let mut args = vec![OsStr::new("copy"), src.as_os_str(), dst.as_os_str()];
+        args.extend(extra.iter().map(OsStr::new));
+        let filter = seccomp::failing_call(libc::SYS_fadvise64, libc::EPERM);
+        Running::spawn("copy", seccomp::haul_filtered(&args, filter))
+            .wait()
+            .assert_code(0);
+        // Before the comparison, which reads them.
+        assert_eq!(cached_files(&src), vec![], "source pages left in the cache");
+        assert_contents_equal(&src, &dst.join("small"));
+        assert_no_part_files(&dst);
+    }
+}
+
+/// Cold small files of every size around the page arrive byte-identical over the network
+/// (read directly), and so they do where direct I/O is refused (read buffered).
+#[test]
+fn cold_small_files_arrive_byte_identical_read_directly_or_not() {
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let src = small_source(tmp.path());
+    let dst = tmp.path().join("dst");
+    std::fs::create_dir(&dst).unwrap();
+    let (sent, received) = transfer(&[&src], &dst, &["--compress", "none"], &[]);
+    assert_transfer_ok(&sent, &received);
+    assert_eq!(cached_files(&src), vec![], "source pages left in the cache");
+    assert_contents_equal(&src, &dst.join("small"));
+
+    evict(&src);
+    let refused = tmp.path().join("refused");
+    let args = [OsStr::new("copy"), src.as_os_str(), refused.as_os_str()];
+    let filter = seccomp::failing_setfl(libc::O_DIRECT, libc::EINVAL);
+    Running::spawn("copy", seccomp::haul_filtered(&args, filter))
+        .wait()
+        .assert_code(0);
+    assert_eq!(cached_files(&src), vec![], "source pages left in the cache");
+    assert_contents_equal(&src, &refused.join("small"));
+    assert_no_part_files(&refused);
+}

@@ -49,10 +49,16 @@ impl ReadBuf {
         self.len
     }
 
-    /// Empties the unit (keeps the bytes, to be read over); it starts at the buffer's
-    /// beginning (a pack of small files: not aligned).
+    /// Empties the unit (keeps the bytes, to be read over); it starts on an [`ALIGN`]
+    /// boundary where the buffer already reaches that far, so a pack of small files
+    /// whose sizes are whole pages has every file aligned (see [`ReadBuf::room`]).
     pub(super) fn clear(&mut self) {
-        self.start = 0;
+        let aligned = self.buf.as_ptr().align_offset(ALIGN);
+        self.start = if aligned <= self.buf.len() {
+            aligned
+        } else {
+            0
+        };
         self.len = 0;
     }
 
@@ -82,6 +88,31 @@ impl ReadBuf {
         }
         self.len += n;
         &mut self.buf[from..end]
+    }
+
+    /// Returns `n` bytes past the end of the unit that start on an [`ALIGN`] boundary in
+    /// memory (right at the end when it is aligned, else up to `ALIGN - 1` bytes further),
+    /// to be filled, e.g. by an `O_DIRECT` read; [`ReadBuf::take_room`] then adds what was
+    /// read to the unit. The unit itself is unchanged until then.
+    pub(super) fn room(&mut self, n: usize) -> &mut [u8] {
+        let from = self.start + self.len;
+        if self.buf.len() < from + ALIGN + n {
+            self.buf.resize(from + ALIGN + n, 0);
+        }
+        // After any growth: a reallocation may have moved the bytes.
+        let at = from + self.buf[from..].as_ptr().align_offset(ALIGN);
+        &mut self.buf[at..at + n]
+    }
+
+    /// Adds the first `n` bytes of the last [`ReadBuf::room`] (of at least `n` bytes) to
+    /// the end of the unit, moving them down where the room did not start right there.
+    pub(super) fn take_room(&mut self, n: usize) {
+        let from = self.start + self.len;
+        let at = from + self.buf[from..].as_ptr().align_offset(ALIGN);
+        if at != from {
+            self.buf.copy_within(at..at + n, from);
+        }
+        self.len += n;
     }
 
     /// The unit's bytes, writable (to compact them in place).
@@ -140,6 +171,43 @@ mod tests {
         b.append(2).copy_from_slice(b"ab");
         b.append(1).copy_from_slice(b"c");
         assert_eq!(b.bytes(), b"abc");
+    }
+
+    #[test]
+    fn room_is_aligned_and_taking_it_appends_to_the_unit() {
+        let mut b = ReadBuf::with_capacity(64);
+        // Whatever the unit's end, the room starts aligned; what is taken of it lands
+        // right after the unit's bytes.
+        let mut want = Vec::new();
+        for (i, n) in [3usize, 4096, 1, 8192, 100, 4095].into_iter().enumerate() {
+            let room = b.room(n.next_multiple_of(ALIGN));
+            assert_eq!(room.as_ptr().align_offset(ALIGN), 0);
+            room[..n].fill(i as u8 + 1);
+            b.take_room(n);
+            want.extend(std::iter::repeat_n(i as u8 + 1, n));
+            assert_eq!(b.bytes(), &want[..]);
+        }
+        // A room not taken changes nothing.
+        b.room(ALIGN).fill(0xee);
+        assert_eq!(b.bytes(), &want[..]);
+    }
+
+    #[test]
+    fn a_cleared_buffer_starts_its_next_unit_aligned_once_it_has_grown() {
+        let mut b = ReadBuf::with_capacity(0);
+        b.clear();
+        assert!(b.bytes().is_empty());
+        b.fill(3 * ALIGN);
+        b.clear();
+        // Whole pages appended one after another stay aligned: no move is needed.
+        for _ in 0..2 {
+            let room = b.room(ALIGN);
+            let at = room.as_ptr();
+            b.take_room(ALIGN);
+            let end = b.bytes().as_ptr_range().end;
+            assert_eq!(end.wrapping_sub(ALIGN), at, "taken where it was read");
+        }
+        assert_eq!(b.bytes().as_ptr().align_offset(ALIGN), 0);
     }
 
     #[test]
