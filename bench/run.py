@@ -61,6 +61,7 @@ class Config:
     iperf_seconds: int
     data_dir: Path
     dst_fs: str           # dstfs.KINDS: where the copies land
+    source: str           # "warm" (read into the page cache) or "cold" (evicted) before each run
     out: Path | None
     haul: Path
     netlab: Path
@@ -96,6 +97,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="where copies land: fresh-ext4 (default) makes a new journaled ext4 on "
                         "a loop device for every timed run, so no run pays for the inodes the "
                         "previous one freed; dir: DATA_DIR/dst on the data dir's file system")
+    p.add_argument("--source", choices=("warm", "cold"), default="warm",
+                   help="the source's pages before each timed run: warm (default) reads it into "
+                        "the page cache; cold evicts it (posix_fadvise DONTNEED per file), as "
+                        "a data directory larger than memory is read")
     p.add_argument("--out", type=Path, help="also write the markdown report to this file")
     p.add_argument("--haul", type=Path, help="the haul binary (default: target/release/haul)")
     p.add_argument("--netlab", type=Path, default=REPO.parent / "shared/testbed/netlab",
@@ -213,7 +218,7 @@ def build_config(a: argparse.Namespace, argv: list[str]) -> Config:
         specs={k: specs[k] for k in datasets.KINDS if any(k in plan[l][0] for l in links)},
         runs=runs, link_runs=link_runs, ceiling=ceiling,
         iperf_seconds=a.iperf_seconds or (1 if a.quick else 5), data_dir=data_dir,
-        dst_fs=a.dst_fs, out=a.out, haul=Path(haul).resolve(), netlab=a.netlab.resolve(),
+        dst_fs=a.dst_fs, source=a.source, out=a.out, haul=Path(haul).resolve(), netlab=a.netlab.resolve(),
         command="python3 bench/run.py " + shlex.join(argv))
 
 
@@ -354,7 +359,7 @@ def _measure(cfg: Config, plan: dict, sets: dict, bed: netbed.NetBed, work: Path
             if sshd is None and any(methods.METHODS[m].ssh for m in mids):
                 sshd = netbed.Sshd(bed, work, meter)
                 sshd.start()
-            runner = methods.Runner(bed, sshd, meter, haul, work, dst)
+            runner = methods.Runner(bed, sshd, meter, haul, work, dst, cold=cfg.source == "cold")
             for kind in kinds:
                 ds = sets[kind]
                 for i in range(cfg.link_runs.get(link, cfg.runs)):
@@ -406,6 +411,9 @@ def _header(cfg: Config, stamp, haul: Path, sets: dict, dst: dstfs.DstFs) -> lis
         f"{platform.release()}; data on {' '.join(df)} "
         f"(source and destination on the same disk). Shared machine: other jobs were running.",
         f"- Destination (`--dst-fs {cfg.dst_fs}`): {dst.describe()}.",
+        f"- Source (`--source {cfg.source}`): "
+        + ("read into the page cache before every run." if cfg.source == "warm" else
+           "evicted from the page cache before every run (every method reads it from disk)."),
         f"- haul: {version}, {profile}, git {git.stdout.strip() or '?'}"
         f"{' + uncommitted changes in src/' if dirty else ''}.",
         f"- Command: `{cfg.command}` ({cfg.runs} run{'s' if cfg.runs > 1 else ''} per "

@@ -412,6 +412,17 @@ def warm(ds: Dataset):
             os.close(fd)
 
 
+def evict(ds: Dataset):
+    """Drops the source's (clean) pages from the page cache, file by file: unlike
+    `drop_caches` it touches nothing else on a shared machine."""
+    for path, _ in _regular_files(ds):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 

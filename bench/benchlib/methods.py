@@ -140,6 +140,7 @@ class RunResult:
     cpu: dict = field(default_factory=dict)
     rss_kib: dict = field(default_factory=dict)
     resident: float | None = None
+    cold: bool = False            # the source was evicted (not warmed) before the run
     detail: str = ""
     phases: dict = field(default_factory=dict)  # harness overhead per phase, seconds
 
@@ -152,17 +153,18 @@ class Runner:
     """Runs one method on one data set across the test bed, timed, measured and verified."""
 
     def __init__(self, bed: NetBed, sshd: Sshd | None, meter: procs.CpuMeter, haul: Path,
-                 work: Path, dst: dstfs.DstFs):
+                 work: Path, dst: dstfs.DstFs, cold: bool = False):
         self.bed, self.sshd, self.meter, self.haul = bed, sshd, meter, haul
+        self.cold = cold
         self.work, self.dstfs = work, dst
         self.dst = dst.dst
         self._ports = itertools.cycle(range(20000, 20500))
 
     def run(self, m: Method, ds: datasets.Dataset, link: str, rate_bits: int | None,
             index: int) -> RunResult:
-        """Makes DST empty (a fresh file system by default), warms the source, runs m timed,
-        verifies the copy, removes it (and its file system)."""
-        res = RunResult(link, ds.spec.kind, m.id, index)
+        """Makes DST empty (a fresh file system by default), warms (or evicts) the source,
+        runs m timed, verifies the copy, removes it (and its file system)."""
+        res = RunResult(link, ds.spec.kind, m.id, index, cold=self.cold)
         t = time.monotonic()
 
         def phase(name):
@@ -177,12 +179,21 @@ class Runner:
             self.dstfs.release()
             raise
         phase("fs")
-        for _ in range(2):  # a second read when reclaim took pages back at once
-            datasets.warm(ds)
-            res.resident = datasets.resident_fraction(ds)
-            if res.resident is None or res.resident >= 0.99:
-                break
-        phase("warm")
+        if self.cold:
+            os.sync()  # dirty pages cannot be dropped; the earlier runs' writeback goes first
+            for _ in range(2):  # again when something read the source meanwhile
+                datasets.evict(ds)
+                res.resident = datasets.resident_fraction(ds)
+                if res.resident is None or res.resident <= 0.01:
+                    break
+            phase("evict")
+        else:
+            for _ in range(2):  # a second read when reclaim took pages back at once
+                datasets.warm(ds)
+                res.resident = datasets.resident_fraction(ds)
+                if res.resident is None or res.resident >= 0.99:
+                    break
+            phase("warm")
         os.sync()  # leftover writeback from earlier runs must not land in this one
         phase("sync")
         # A guard, not a measure: 4x the time at a pessimistic 100 MB/s (or the link rate).

@@ -84,8 +84,10 @@ def table(ds: Dataset, link: str, method_ids: list[str], results: list[RunResult
         if best_other and nfail == 0:
             ratio = f"{rep.seconds / best_other:.2f}"
         load = rep.cpu.get("background_cores")
-        if rep.resident is not None and rep.resident < 0.99:
+        if rep.resident is not None and not rep.cold and rep.resident < 0.99:
             status += f" (only {rep.resident:.0%} of the source was in page cache)"
+        if rep.resident is not None and rep.cold and rep.resident > 0.01:
+            status += f" ({rep.resident:.0%} of the source was still in page cache)"
         out.append(
             f"| {label} | {secs} | {ds.bytes / 1e6 / rep.seconds:,.0f} | {_mb(rep.wire_fwd)} "
             f"| {_cpu(rep)} | {_rss(rep)} | {ratio} "
@@ -204,6 +206,9 @@ def render(header: list[str], links: list[str], plan: dict, sets: dict[str, Data
             resident = [r.resident for r in rs if r.resident is not None]
             if not resident:
                 cache = "page cache residency unknown"
+            elif all(r.cold for r in rs):
+                cache = (f"source evicted from the page cache before every run (most left: "
+                         f"{max(resident):.0%})")
             elif min(resident) >= 0.99:
                 cache = "source in page cache before every run"
             else:
