@@ -246,8 +246,8 @@ fn data_payload(mode: Compression, segs: &[Segment], raw: &[u8]) -> Vec<u8> {
 /// [`data_payload`] with the unit hash keyed by `key`.
 fn data_payload_keyed(key: &[u8; 32], mode: Compression, segs: &[Segment], raw: &[u8]) -> Vec<u8> {
     let mut cbuf = Vec::new();
-    let codec = Encoder::new(mode, 1).encode(raw, &mut cbuf);
-    let body: &[u8] = if codec == Codec::Raw { raw } else { &cbuf };
+    let (codec, packed) = Encoder::new(mode, 1).encode(raw, &mut cbuf);
+    let body: &[u8] = if codec == Codec::Raw { raw } else { packed };
     let mut out = Vec::new();
     encode_data_header(&mut out, codec, raw.len() as u32, segs);
     let hash = unit_hash(key, hashed_parts(&out), raw);
@@ -688,8 +688,14 @@ fn receives() {
     put_r("edge-empty", 0, &[]);
 }
 
+/// The targets whose seeds this program writes (their directories are made afresh); the
+/// other targets' seeds (`pipe`, `shard`) are kept as they are in git.
+const GENERATED: [&str; 6] = ["frame", "control", "ticket", "path", "journal", "receive"];
+
 fn main() {
-    let _ = std::fs::remove_dir_all(out_dir());
+    for target in GENERATED {
+        let _ = std::fs::remove_dir_all(out_dir().join(target));
+    }
     frames();
     controls();
     tickets();
