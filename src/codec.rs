@@ -323,7 +323,7 @@ impl Decoder {
         let bytes: &'a [u8] = match h.codec {
             Codec::Raw => h.body,
             _ => {
-                decompress(&mut self.zstd, h, &mut self.buf)?;
+                decompress(&mut self.zstd, h, &mut self.buf, 0)?;
                 &self.buf[..raw_len]
             }
         };
@@ -362,6 +362,19 @@ impl Decoder {
         offset: u64,
         out: &mut Vec<u8>,
     ) -> Result<tree::BlockCv, VerifyError> {
+        self.decode_stream_at(h, offset, out, 0)
+    }
+
+    /// [`Decoder::decode_stream_into`], the block landing at `out[at..]` (`out` ends up
+    /// `at` + the block's length long; what lies before `at` is left as it was): a
+    /// receiver puts it where its buffer's memory is aligned for a direct write.
+    pub fn decode_stream_at(
+        &mut self,
+        h: &DataHeader<'_>,
+        offset: u64,
+        out: &mut Vec<u8>,
+        at: usize,
+    ) -> Result<tree::BlockCv, VerifyError> {
         let raw_len = h.raw_len as usize;
         if !tree::fits(offset, raw_len) {
             return Err(VerifyError::Decompress);
@@ -371,12 +384,12 @@ impl Decoder {
                 if h.body.len() != raw_len {
                     return Err(VerifyError::Decompress);
                 }
-                out.clear();
+                out.resize(at, 0);
                 out.extend_from_slice(h.body);
             }
-            _ => decompress(&mut self.zstd, h, out)?,
+            _ => decompress(&mut self.zstd, h, out, at)?,
         }
-        let cv = tree::block_cv(offset, out);
+        let cv = tree::block_cv(offset, &out[at..]);
         if tree::stream_unit_hash(&self.key, h.hashed(), &cv) != h.hash {
             return Err(VerifyError::HashMismatch);
         }
@@ -384,16 +397,19 @@ impl Decoder {
     }
 }
 
-/// Decompresses compressed unit `h` into `out`, which ends up exactly `raw_len` bytes long.
-/// `out` is not cleared first: a reused buffer's old bytes are overwritten, not zeroed and
-/// then overwritten. The zstd context is made on first use and kept.
+/// Decompresses compressed unit `h` into `out[at..]`, `out` ending up exactly `at` +
+/// `raw_len` bytes long. `out` is not cleared first: a reused buffer's old bytes are
+/// overwritten, not zeroed and then overwritten. The zstd context is made on first use
+/// and kept.
 fn decompress(
     zstd: &mut Option<zstd::bulk::Decompressor<'static>>,
     h: &DataHeader<'_>,
     out: &mut Vec<u8>,
+    at: usize,
 ) -> Result<(), VerifyError> {
     let raw_len = h.raw_len as usize;
-    out.resize(raw_len, 0);
+    out.resize(at + raw_len, 0);
+    let out = &mut out[at..];
     let n = match h.codec {
         Codec::Raw => return Err(VerifyError::Decompress),
         Codec::Lz4 => lz4_flex::block::decompress_into(h.body, out).ok(),
@@ -402,7 +418,7 @@ fn decompress(
                 *zstd = Some(zstd::bulk::Decompressor::new().map_err(|_| VerifyError::Decompress)?);
             }
             let z = zstd.as_mut().ok_or(VerifyError::Decompress)?;
-            z.decompress_to_buffer(h.body, &mut out[..]).ok()
+            z.decompress_to_buffer(h.body, out).ok()
         }
     };
     match n {

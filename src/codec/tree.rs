@@ -244,6 +244,32 @@ mod tests {
     }
 
     #[test]
+    fn a_stream_block_decoded_at_an_offset_in_its_buffer_is_the_same_block() {
+        let key = [7u8; 32];
+        let raw: Vec<u8> = (0..70_000u32).map(|i| (i * 7 + i / 300) as u8).collect();
+        for mode in [Compression::None, Compression::Lz4, Compression::Zstd(1)] {
+            let p = sealed(&key, 1 << 17, &raw, mode);
+            let h = DataHeader::parse(&p).unwrap();
+            // A recycled buffer, longer than needed, its old bytes still in it.
+            for at in [0, 1, 4095] {
+                let mut out = vec![0xee; 100_000];
+                let cv = Decoder::new(key)
+                    .decode_stream_at(&h, 1 << 17, &mut out, at)
+                    .unwrap();
+                assert_eq!(out.len(), at + raw.len(), "{mode} at {at}");
+                assert!(out[at..] == raw[..], "{mode} at {at}");
+                assert!(
+                    out[..at].iter().all(|&b| b == 0xee),
+                    "before `at`: left alone"
+                );
+                assert_eq!(cv, block_cv(1 << 17, &raw));
+                let wrong = Decoder::new([8u8; 32]).decode_stream_at(&h, 1 << 17, &mut out, at);
+                assert_eq!(wrong, Err(VerifyError::HashMismatch));
+            }
+        }
+    }
+
+    #[test]
     fn blocks_that_fit_no_subtree_are_refused_without_hashing() {
         let key = [7u8; 32];
         let raw = vec![1u8; 5000];

@@ -32,7 +32,7 @@ use std::sync::Mutex;
 use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
 
 /// Alignment of direct writes: offset, length and buffer address.
-pub(super) const ALIGN: usize = 4096;
+pub(crate) const ALIGN: usize = 4096;
 /// Size of a writer's bounce buffer (one unit: a body larger than this is written in
 /// several pieces).
 const BOUNCE: usize = 4 << 20;

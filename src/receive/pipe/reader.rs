@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::slots::Slot;
-use super::window::{Held, Packed, Shared, TICK};
+use super::window::{aligned_start, Held, Packed, Shared, TICK};
 use crate::codec::Decoder;
 use crate::error::{unless_panicked, Error, Result};
 use crate::progress::Counters;
@@ -145,10 +145,11 @@ fn read_loop(mut conn: Conn, shared: &Shared, slot: &Slot) -> Result<bool> {
             }
         } else {
             let mut buf = shared.buffer();
-            match decoder.decode_stream_into(&h, offset, &mut buf) {
+            let at = aligned_start(&mut buf, h.raw_len as usize);
+            match decoder.decode_stream_at(&h, offset, &mut buf, at) {
                 Ok(cv) => Held {
-                    range: 0..buf.len(),
-                    packed: packed(shared, &h, buf.len()),
+                    range: at..buf.len(),
+                    packed: packed(shared, &h, buf.len() - at),
                     buf,
                     cv,
                 },
