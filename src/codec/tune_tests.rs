@@ -584,3 +584,6 @@ fn no_probe_before_the_current_level_is_measured() {
     assert_eq!(t.probe_due(), Some(START + 1));
     assert_eq!(t.current(), START);
 }
+
+#[path = "tune_mix_tests.rs"]
+mod mix;
