@@ -179,7 +179,7 @@ impl Encoder {
         self.pending = None;
     }
 
-    /// Compresses the start of `raw` with the neighbouring level `probe` and with the
+    /// Compresses the start of `raw` with another level `probe` and with the
     /// current `level`, and tells the controller (see `tune`, *Exploration*).
     fn probe(&mut self, level: usize, probe: usize, raw: &[u8]) {
         let slice = &raw[..raw.len().min(tune::PROBE_SLICE)];

@@ -193,17 +193,17 @@ pub struct LinkSample {
     pub rwnd: Duration,
 }
 
-/// What a probe measured on one slice: the neighbour's and the current level's output
+/// What a probe measured on one slice: the probed level's and the current level's output
 /// length and compression time.
 #[derive(Debug, Clone, Copy)]
 pub struct Probe {
-    /// The neighbouring level probed.
+    /// The level probed (a neighbour, or the one past it).
     pub level: usize,
     /// Slice length in raw bytes.
     pub raw: usize,
-    /// The neighbour's output length (the slice's length when it did not shrink 3%).
+    /// The probed level's output length (the slice's length when it did not shrink 3%).
     pub out: usize,
-    /// The neighbour's compression time.
+    /// The probed level's compression time.
     pub cpu: Duration,
     /// The current level's output length on the same slice.
     pub current_out: usize,
@@ -316,7 +316,7 @@ impl Tuner {
         self.current
     }
 
-    /// Counts one unit; when a probe is due, the neighbouring level to probe on it.
+    /// Counts one unit; when a probe is due, the level to probe on it.
     pub fn probe_due(&mut self) -> Option<usize> {
         self.since += 1;
         self.sending = self.current;
@@ -484,7 +484,7 @@ impl Tuner {
             .add(wall.clamp(cpu, MAX_STRETCH * cpu), cpu, KEEP);
     }
 
-    /// Learns from a probe: the neighbour's cost per byte directly, its ratio relative to
+    /// Learns from a probe: the probed level's cost per byte directly, its ratio relative to
     /// the current level's on the same slice (so a slice that compresses better or worse
     /// than the whole unit does not bias the choice).
     pub fn observe_probe(&mut self, p: Probe) {
