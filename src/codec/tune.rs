@@ -60,11 +60,7 @@
 //! each wire byte costs whatever the level). `bound`, the running share of samples that
 //! were not app-limited, blends the two: the cost of a wire byte is `wire` plus `bound`
 //! times what the delivery rate says beyond it. Without samples (a tunnel, a local
-//! pair) `wire` is used alone. A sample counts for the share of write time that did not
-//! wait for the receiver (below), but the saturated cores do not discount it: at
-//! 1 Gbit/s with both ends on 2 saturated cores, lz4's output fills the link, and
-//! discounted by the cores' share the busy samples (61% of them, at the link's rate)
-//! counted for 0.05-0.5 of it, so the streams sent mostly lz4's bytes.
+//! pair) `wire` is used alone.
 //!
 //! What the receiver costs. A write also waits when the receiver does not keep up
 //! (writing durably, decrypting, hashing, on cores it may share with us): its window
@@ -98,9 +94,8 @@
 //! link's, and it is not per wire byte: charged to wire bytes, it made each one look as
 //! dear as the whole unit's time divided by the unit's few wire bytes, the more so the
 //! harder the stream compressed, and kept the streams on zstd:1 where lz4 spends the
-//! least CPU in all (quiet: lz4 3.26 s, zstd:1 3.84, auto 3.98). (TCP's delivery
-//! samples there say the rate the cores let through, but most are app-limited: 23%
-//! busy on a traced run, against 61% behind a full 1 Gbit/s link.) So of each
+//! least CPU in all (quiet: lz4 3.26 s, zstd:1 3.84, auto 3.98). TCP's delivery samples
+//! say the same wrong thing there (the rate is what the cores let through). So of each
 //! write, beside the receiver's window share, a part goes to `recv` too: the write times
 //! the saturation (0 at `stretch` 1, 1 from `SATURATED`), but at most `CORE_WAIT` times
 //! the unit's compression wall time, so that a slow link on a machine busy with other
@@ -409,6 +404,7 @@ impl Tuner {
         if write_s > 0.0 {
             self.held.add(recv, write_s, KEEP);
         }
+        let share = self.held();
         self.recv.add(recv, raw_f, KEEP);
         let write = Duration::from_secs_f64((write_s - recv).max(0.0));
         if wire > 0 {
@@ -422,14 +418,17 @@ impl Tuner {
                 .add(write.as_secs_f64().min(cap), wire as f64, KEEP);
         }
         if let Some(l) = link {
-            // A sample the receiver held back measures it, not the link: it counts for
-            // the share of the write that did not wait for the receiver, and not at all
-            // right after a write the receiver's window held up (on the pg set unshaped,
-            // writes stalled 0.2-0.4 s for a receiver writing durably, the delivery rate
-            // then read 10 MB/s, and made every wire byte cost 100 ns). Not the
-            // saturated cores' share (see the module's *what the link costs*).
+            // A sample the receiver or the saturated cores held back measures them, not
+            // the link: it counts for the share of the write that waited for the link.
+            // So does a sample taken right after a write the receiver's window held up,
+            // and the running share of the receiver's wait is not outweighed by the
+            // cores' (`held` dips below it when their part is small): on the pg set
+            // unshaped, writes stalled 0.2-0.4 s for a receiver writing durably, the
+            // delivery rate then read 10 MB/s, and a weight of `1 - held` (0.7 at times
+            // where the receiver's share was 1) made every wire byte cost 100 ns and kept
+            // the streams on zstd:1 for their first 80 units.
             let weight = if l.rwnd.is_zero() {
-                1.0 - self.share()
+                1.0 - share.max(self.share())
             } else {
                 0.0
             };
