@@ -129,11 +129,11 @@ fn send_unit(ticket: &Ticket, file: u64, offset: u64, data: &[u8]) {
     let _ = d.flush();
 }
 
-/// Runs one hostile session: Start, the entries, then data units for the files it
-/// says are needed, then Finish. Returns recv's exit code and stderr.
-fn hostile(dir: &Path, entries: Vec<Entry>, data: &[(u64, u64, &[u8])]) -> (i32, String) {
-    let r = start_recv(dir);
-    let mut c = Channel::new(connect(&r.ticket, Role::Control, true).expect("control connection"));
+/// Opens a control connection to `r` (TLS when `encrypt`), starts a one-stream session
+/// and announces `entries`; returns the connection and the receiver's first reply.
+fn open_session(r: &Recv, entries: Vec<Entry>, encrypt: bool) -> (Channel, Option<Control>) {
+    let conn = connect(&r.ticket, Role::Control, encrypt).expect("control connection");
+    let mut c = Channel::new(conn);
     send_msg(
         &mut c,
         &Control::Start {
@@ -143,7 +143,16 @@ fn hostile(dir: &Path, entries: Vec<Entry>, data: &[(u64, u64, &[u8])]) -> (i32,
         },
     );
     send_msg(&mut c, &Control::Entries(entries));
-    if let Some(Control::Need(_)) = read_msg(&mut c) {
+    let reply = read_msg(&mut c);
+    (c, reply)
+}
+
+/// Runs one hostile session: Start, the entries, then data units for the files it
+/// says are needed, then Finish. Returns recv's exit code and stderr.
+fn hostile(dir: &Path, entries: Vec<Entry>, data: &[(u64, u64, &[u8])]) -> (i32, String) {
+    let r = start_recv(dir);
+    let (mut c, reply) = open_session(&r, entries, true);
+    if let Some(Control::Need(_)) = reply {
         let t = r.ticket.clone();
         let data: Vec<(u64, u64, Vec<u8>)> =
             data.iter().map(|(f, o, d)| (*f, *o, d.to_vec())).collect();
@@ -308,17 +317,8 @@ fn data_beyond_file_end_or_for_unknown_file_is_refused() {
 fn tampered_unit_fails_verification() {
     let b = bed();
     let r = start_recv(&b.dest);
-    let mut c = Channel::new(connect(&r.ticket, Role::Control, false).expect("control"));
-    send_msg(
-        &mut c,
-        &Control::Start {
-            streams: 1,
-            block_size: 1 << 20,
-            options: SyncOptions::default(),
-        },
-    );
-    send_msg(&mut c, &Control::Entries(vec![entry(0, b"f", file(4))]));
-    assert!(matches!(read_msg(&mut c), Some(Control::Need(_))));
+    let (mut c, reply) = open_session(&r, vec![entry(0, b"f", file(4))], false);
+    assert!(matches!(reply, Some(Control::Need(_))), "{reply:?}");
     let key = r.ticket.secret.block_key();
     let mut sent = 0;
     let reply = loop {
@@ -354,17 +354,8 @@ fn tampered_unit_fails_verification() {
 fn a_receiver_giving_up_on_lost_data_tells_the_sender_why() {
     let b = bed();
     let r = start_recv(&b.dest);
-    let mut c = Channel::new(connect(&r.ticket, Role::Control, false).expect("control"));
-    send_msg(
-        &mut c,
-        &Control::Start {
-            streams: 1,
-            block_size: 1 << 20,
-            options: SyncOptions::default(),
-        },
-    );
-    send_msg(&mut c, &Control::Entries(vec![entry(0, b"f", file(4))]));
-    assert!(matches!(read_msg(&mut c), Some(Control::Need(_))));
+    let (mut c, reply) = open_session(&r, vec![entry(0, b"f", file(4))], false);
+    assert!(matches!(reply, Some(Control::Need(_))), "{reply:?}");
     let mut reply = None;
     for _ in 0..200 {
         // "Everything I wrote (nothing) has been sent": each round the file is still missing.

@@ -83,7 +83,12 @@ fn a_better_level_past_an_equal_one_is_found() {
 }
 
 /// The best fixed level's time for the job of [`run_overlapped_at`].
-fn best_fixed_overlapped(rate: [f64; 5], ratio: [f64; 5], link: f64, units: usize) -> f64 {
+pub(super) fn best_fixed_overlapped(
+    rate: [f64; 5],
+    ratio: [f64; 5],
+    link: f64,
+    units: usize,
+) -> f64 {
     let raw = (4u64 << 20) as f64;
     (0..5)
         .map(|l| {

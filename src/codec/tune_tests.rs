@@ -89,13 +89,7 @@ fn run_overlapped_at(
 
 /// The best fixed level's time for the job of [`run_overlapped`].
 fn best_overlapped(ratio: [f64; 5], link: f64, units: usize) -> f64 {
-    let raw = (4u64 << 20) as f64;
-    (0..5)
-        .map(|l| {
-            let c = if l == 0 { 0.0 } else { raw / RATE[l] };
-            c.max(raw * ratio[l] / link) * units as f64
-        })
-        .fold(f64::INFINITY, f64::min)
+    mix::best_fixed_overlapped(RATE, ratio, link, units)
 }
 
 /// A slow link whose writes wait only for what compression did not cover, and swing
