@@ -170,6 +170,9 @@ fn run_command(cfg: &Config) -> Result<()> {
                 }
                 Outcome::Between(between) => {
                     let states = fanout::far_states(&between.fanned, None);
+                    if cfg.stats {
+                        print_stats(&fanout::far_stats(&between.done), cfg);
+                    }
                     if cfg.json {
                         let mut j = fanout::far_report(&between.done, between.started);
                         j.replicas = states.clone();
@@ -265,6 +268,15 @@ fn send_options(t: &Transfer, cfg: &Config, outgoing: bool) -> SendOptions {
     }
 }
 
+/// `--stats`' lines: on stdout, or on stderr where stdout carries `--json` or a ticket.
+fn print_stats(stats: &Stats, cfg: &Config) {
+    let text = stats.text();
+    match cfg.listing.stderr || matches!(cfg.command, Command::Recv { .. }) {
+        true => eprintln!("{text}"),
+        false => println!("{text}"),
+    }
+}
+
 /// The end of a file transfer: the summary line (or a dry run's), `--stats`.
 fn print_end(verb: &str, s: &Summary, c: &Counters, started: Instant, cfg: &Config) {
     let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
@@ -282,11 +294,7 @@ fn print_end(verb: &str, s: &Summary, c: &Counters, started: Instant, cfg: &Conf
             wire: load(&c.wire_bytes),
             dry_run: s.dry_run,
         };
-        let text = stats.text();
-        match cfg.listing.stderr || matches!(cfg.command, Command::Recv { .. }) {
-            true => eprintln!("{text}"),
-            false => println!("{text}"),
-        }
+        print_stats(&stats, cfg);
     }
     if cfg.quiet {
         return;

@@ -599,3 +599,73 @@ fn push_passes_the_receivers_policy_to_the_far_end() {
     assert_eq!(m.uid(), 0, "{}", out.describe());
     assert_eq!(m.mode() & 0o7777, 0o755, "{:o}", m.mode());
 }
+
+/// `--stats` of a remote-to-remote copy prints the far sender's totals, the same lines a
+/// push of the same tree prints (before, it printed nothing); its dry run says it is one.
+#[test]
+fn remote_to_remote_stats_say_what_a_push_says() {
+    let Some(sshd) = Sshd::start("remote_to_remote_stats_say_what_a_push_says") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    fs::create_dir_all(src.join("sub")).unwrap();
+    for (name, len) in [("a", 100u64), ("b", 200), ("sub/c", 300)] {
+        write_random_file(&src.join(name), len, len);
+    }
+    let stats = |to: &Path, remote_source: bool| {
+        let from = match remote_source {
+            true => at("127.0.0.1", &src),
+            false => src.clone(),
+        };
+        let out = remote_copy(
+            &sshd,
+            &[
+                os(&from),
+                os(&at("localhost", to)),
+                os(Path::new("--stats")),
+            ],
+        );
+        out.assert_code(0);
+        // The wire's bytes depend on the codec's choices; the totals do not.
+        let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.starts_with("Total bytes on the wire") && !l.contains("speedup"))
+            .map(str::to_string)
+            .collect();
+        (lines, out)
+    };
+    let (between, out) = stats(&tmp.path().join("between"), true);
+    assert!(
+        between
+            .iter()
+            .any(|l| l == "Number of regular files transferred: 3"),
+        "{}",
+        out.describe()
+    );
+    assert!(
+        between.iter().any(|l| l == "Total file size: 600 bytes"),
+        "{}",
+        out.describe()
+    );
+    let (pushed, _) = stats(&tmp.path().join("pushed"), false);
+    assert_eq!(between, pushed);
+    assert_trees_equal(&src, &tmp.path().join("between").join("src"));
+    // A dry run between two far ends says so (before, it said "copied 3 files").
+    let dry = tmp.path().join("dry");
+    let out = remote_copy(
+        &sshd,
+        &[
+            os(&at("127.0.0.1", &src)),
+            os(&at("localhost", &dry)),
+            os(Path::new("-n")),
+        ],
+    );
+    out.assert_code(0);
+    assert!(
+        out.stderr.contains("dry run: would send 3 files"),
+        "{}",
+        out.describe()
+    );
+    assert!(!dry.join("src").exists());
+}

@@ -117,6 +117,24 @@ pub(super) fn far_report(
     }
 }
 
+/// A remote-to-remote copy's `--stats`: the far sender's totals (its `Done`).
+pub(super) fn far_stats(done: &crate::remote::farend::Done) -> crate::progress::Stats {
+    let s = &done.stats;
+    crate::progress::Stats {
+        entries: s.entries,
+        regular: s.regular,
+        dirs: s.dirs,
+        transferred: done.files,
+        deleted: done.deleted,
+        total_size: s.total_size,
+        literal: done.bytes,
+        matched: s.matched,
+        skipped: s.bytes_skipped,
+        wire: s.bytes_wire,
+        dry_run: s.dry_run,
+    }
+}
+
 /// A local first receiver that failed said why itself (a full disk: exit 4), more
 /// precisely than the sender, which only saw it go: its error replaces the sender's.
 pub(super) fn own_error(replicas: &mut Vec<Replica>, host: &str, e: &Error) {

@@ -45,7 +45,7 @@ use crate::config::{RemoteCopy, RemotePath, SshOptions};
 use crate::error::{exit, Error, Result};
 use crate::plan::layout::is_single_file;
 use crate::plan::walk::{self, Source};
-use crate::progress::{summary_line, summary_tail};
+use crate::progress::{dry_run_line, summary_line, summary_tail};
 use crate::protocol::Accept;
 use crate::receive::ReceiveReport;
 use crate::send::{send, SendOptions, SendReport};
@@ -323,17 +323,21 @@ fn between(
                     Ok((r, _)) => r.host.clone(),
                     Err(_) => label.clone(),
                 };
-                eprintln!(
-                    "{}{}",
-                    summary_line(
-                        &format!("copied {} -> {}:", sender.host, to),
-                        s.files,
-                        s.bytes,
-                        s.bytes,
-                        started,
+                let st = &s.stats;
+                match st.dry_run {
+                    true => eprintln!("{}", dry_run_line(s.files, st.files_unchanged, s.deleted)),
+                    false => eprintln!(
+                        "{}{}",
+                        summary_line(
+                            &format!("copied {} -> {}:", sender.host, to),
+                            s.files,
+                            s.bytes,
+                            st.bytes_wire,
+                            started,
+                        ),
+                        summary_tail(st.bytes_skipped, s.deleted)
                     ),
-                    summary_tail(0, s.deleted)
-                );
+                }
             }
             let mut replicas = s.replicas.clone();
             if let (Err(lost), Some(chain)) = (&received, &chain) {

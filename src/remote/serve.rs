@@ -255,7 +255,7 @@ fn serve_receive(
         bytes: s.bytes,
         deleted: s.deleted,
         replicas: Vec::new(),
-        stats: wire::Stats::of(&report.report()),
+        stats: wire::Stats::of(&report.report(), &report.summary, &report.counters),
         partial,
     })
 }
@@ -345,7 +345,7 @@ fn serve_send(
         bytes: s.bytes,
         deleted: s.deleted,
         replicas: report.replicas.clone(),
-        stats: wire::Stats::of(&report.report()),
+        stats: wire::Stats::of(&report.report(), &report.summary, &report.counters),
         partial: report.partial_error(),
     })
 }

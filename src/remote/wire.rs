@@ -30,13 +30,15 @@ use crate::protocol::{Accept, Chain, Listing, Replica, SyncOptions};
 use crate::transport::PROTOCOL_VERSION;
 
 /// Version of this line protocol; bumped whenever `Request` or `Reply` change shape.
+/// 10: `Stats` also carries the totals of `--stats` (entries, regular files, directories,
+/// total size, matched data, dry run), so that a remote-to-remote copy prints them.
 /// 9: `Done` carries the far end's counts (`Stats`: what a push's `--json` report says),
 /// so that a remote-to-remote copy prints the same report.
 /// 8: `Probe` says `everywhere`, `ProbeSource` says `listen` (a remote-to-remote probe);
 /// `Go` carries a fan-out's chain and first receiver's label, `Done` the replicas.
 /// 7: `ProbeSource`, `SourceProbed` (a far source's probe). 6: `Request::ReceiveStream`
 /// says `everywhere` (a stream's fan-out); `Probe`, `Probed`.
-pub const SERVE_VERSION: u16 = 9;
+pub const SERVE_VERSION: u16 = 10;
 /// Every message line starts with this.
 const MSG_PREFIX: &str = "haul-msg ";
 /// Greeting lines start with this.
@@ -257,11 +259,29 @@ pub struct Stats {
     pub changed_files: u64,
     /// Connections re-established during the run.
     pub reconnects: u64,
+    /// Manifest entries (`--stats`' number of files).
+    pub entries: u64,
+    /// Of which regular files.
+    pub regular: u64,
+    /// Of which directories.
+    pub dirs: u64,
+    /// Data bytes of all regular files.
+    pub total_size: u64,
+    /// Bytes of files sent that the destination already had (delta pieces, resumed ranges).
+    pub matched: u64,
+    /// Whether it was a dry run.
+    pub dry_run: bool,
 }
 
 impl Stats {
-    /// The counts of `--json`'s `report` that `Done` does not carry itself.
-    pub fn of(r: &crate::progress::Report) -> Stats {
+    /// The counts of `--json`'s `report` and of `--stats` that `Done` does not carry
+    /// itself: the run's report, its summary and its counters.
+    pub fn of(
+        r: &crate::progress::Report,
+        s: &crate::protocol::Summary,
+        c: &crate::progress::Counters,
+    ) -> Stats {
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
         Stats {
             files_unchanged: r.files_unchanged,
             bytes_read: r.bytes_read,
@@ -270,6 +290,12 @@ impl Stats {
             failed_files: r.failed_files,
             changed_files: r.changed_files,
             reconnects: r.reconnects,
+            entries: load(&c.entries),
+            regular: load(&c.total_files),
+            dirs: load(&c.dirs),
+            total_size: load(&c.total_bytes),
+            matched: s.matched,
+            dry_run: s.dry_run,
         }
     }
 }
@@ -380,207 +406,5 @@ pub fn shorten(s: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn messages_round_trip_as_single_safe_lines() {
-        let reqs = [
-            Request::Receive {
-                dest: b"/x\xff y\n".to_vec(),
-                single_file: true,
-                advertise: Some("192.0.2.1".parse().unwrap()),
-                everywhere: true,
-                accept: Accept {
-                    owner: false,
-                    ..Accept::default()
-                },
-                dry_run: true,
-                keep_cache: true,
-            },
-            Request::Send {
-                paths: vec![b"a/".to_vec(), b"b".to_vec()],
-                streams: 4,
-                compress: "zstd:3".into(),
-                block_size: 4 << 20,
-                sync: SyncOptions {
-                    checksum: true,
-                    inplace: false,
-                    delete: true,
-                    dry_run: true,
-                    items: true,
-                },
-                listen: true,
-                advertise: None,
-                select: Selection {
-                    filter: vec![crate::protocol::FilterRule {
-                        include: false,
-                        pattern: b"postmaster.pid".to_vec(),
-                    }]
-                    .into(),
-                    files_from: Some(crate::plan::select::FileList::parse(b"a\nb/c\n", false)),
-                    links: crate::plan::select::Links::CopyUnsafe,
-                    one_file_system: true,
-                    quiet: false,
-                    shard: None,
-                    no_xattrs: true,
-                },
-                limit: Some(10 << 20),
-                listing: Listing {
-                    itemize: true,
-                    ..Listing::default()
-                },
-                keep_cache: false,
-            },
-            Request::Go {
-                rename: Some(b"new".to_vec()),
-                ticket: Some("haul1-abc".into()),
-                encrypt: true,
-                chain: Some(Chain {
-                    hops: vec![crate::protocol::Hop {
-                        label: "db2:/x".into(),
-                        ticket: "haul1-def".into(),
-                    }],
-                    encrypt: true,
-                }),
-                label: "/data/\x1b".into(),
-            },
-            Request::ReceiveStream {
-                dest: Vec::new(),
-                command: Some("mbstream -x -C /var/lib/mysql".into()),
-                window: 64 << 20,
-                advertise: None,
-                keep_cache: false,
-                everywhere: true,
-            },
-            Request::SendStream {
-                path: b"/backups/x.xb".to_vec(),
-                command: None,
-                streams: 8,
-                compress: "zstd:1".into(),
-                block_size: 4 << 20,
-                window: 64 << 20,
-                advertise: None,
-                limit: None,
-                keep_cache: true,
-            },
-            Request::Probe {
-                dest: b"/var/lib/\xfe".to_vec(),
-                streams: 8,
-                advertise: Some("2001:db8::1".parse().unwrap()),
-                everywhere: true,
-            },
-            Request::ProbeSource {
-                paths: vec![b"/var/lib/\xfe".to_vec(), b"b/".to_vec()],
-                streams: 3,
-                advertise: None,
-                listen: false,
-            },
-        ];
-        for r in reqs {
-            let line = encode(&r);
-            assert!(!line.contains('\n') && line.is_ascii(), "{line}");
-            assert!(is_message(&line));
-            assert_eq!(decode::<Request>(&line).unwrap(), r);
-        }
-        let done = Reply::Done(Done {
-            code: 4,
-            message: "disk full".into(),
-            files: 1,
-            bytes: 2,
-            deleted: 3,
-            replicas: vec![Replica {
-                host: "db2:/x".into(),
-                outcome: crate::protocol::Outcome::Failed {
-                    code: 5,
-                    message: "gone".into(),
-                },
-            }],
-            stats: Stats {
-                files_unchanged: 4,
-                bytes_read: 5,
-                bytes_wire: 6,
-                bytes_skipped: 7,
-                failed_files: 8,
-                changed_files: 9,
-                reconnects: 10,
-            },
-        });
-        assert_eq!(decode::<Reply>(&encode(&done)).unwrap(), done);
-        let probed = Reply::Probed {
-            write_rate: Some(400 << 20),
-            file_micros: None,
-            received: 1 << 33,
-            micros: 3_000_123,
-        };
-        assert_eq!(decode::<Reply>(&encode(&probed)).unwrap(), probed);
-        let source = Reply::SourceProbed(SourceReport {
-            files: 20_000,
-            bytes: 1 << 30,
-            complete: true,
-            blocks: 16,
-            read_rate: Some(300 << 20),
-            direct: true,
-            cached_permille: 1000,
-            small_files: 19_000,
-            small_bytes: 1 << 28,
-            small_read_nanos: Some(40_000),
-            walk_micros: 512_000,
-            codecs: vec![
-                ("none".into(), 3 << 30, 1000),
-                ("zstd:3".into(), 1 << 28, 3300),
-            ],
-        });
-        assert_eq!(decode::<Reply>(&encode(&source)).unwrap(), source);
-    }
-
-    proptest::proptest! {
-        /// Whatever bytes a line carries, decoding a reply returns (an error or a
-        /// message) and never panics.
-        #[test]
-        fn any_reply_line_decodes_or_fails_cleanly(bin in proptest::collection::vec(0u8.., 0..300)) {
-            let line = format!("{MSG_PREFIX}{}", data_encoding::BASE32_NOPAD.encode(&bin));
-            let _ = decode::<Reply>(&line);
-            let _ = decode::<Request>(&line);
-        }
-    }
-
-    #[test]
-    fn garbage_is_an_error_not_a_panic() {
-        assert!(decode::<Reply>("hello").is_err());
-        assert!(decode::<Reply>("haul-msg !!!").is_err());
-        assert!(decode::<Reply>("haul-msg AAAA").is_err());
-        assert!(decode::<Reply>("haul-msg ").is_err());
-    }
-
-    #[test]
-    fn greetings() {
-        let g = parse_greeting(&greeting(None)).unwrap();
-        assert!(g.compatible());
-        assert_eq!(g.hash, None);
-        let g = parse_greeting(&greeting(Some("ab12"))).unwrap();
-        assert_eq!(g.hash.as_deref(), Some("ab12"));
-        assert!(!parse_greeting("haul-serve 10 1").unwrap().compatible());
-        // Version 9: `Done` carries `Stats`; 8: `Probe` says `everywhere`, `ProbeSource` `listen`, `Go` a chain, `Done`
-        // the replicas; 7:
-        // `ProbeSource`/`SourceProbed`; 6: ReceiveStream says `everywhere`, and
-        // `Probe`/`Probed` (5: `compress`
-        // may be "auto" and every request carries keep_cache; 4 added dry_run, a listing, a
-        // cap and deleted; 3 the walk's selection); an older far end cannot read them and is
-        // replaced by an upload.
-        assert_eq!(SERVE_VERSION, 9);
-        for old in 2..SERVE_VERSION {
-            let line = format!("haul-serve {old} {PROTOCOL_VERSION}");
-            assert!(!parse_greeting(&line).unwrap().compatible());
-        }
-        assert!(parse_greeting("haul-serve x").is_none());
-        assert!(parse_greeting("Welcome!").is_none());
-        assert!(parse_greeting("haul-serve 1 1 h extra").is_none());
-    }
-
-    #[test]
-    fn shorten_cuts_long_noise() {
-        assert_eq!(shorten("abc\n"), "abc");
-        assert_eq!(shorten(&"x".repeat(300)).chars().count(), 101);
-    }
-}
+#[path = "wire_tests.rs"]
+mod tests;
