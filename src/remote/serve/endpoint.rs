@@ -28,6 +28,18 @@ impl Out {
         let _ = writeln!(o, "{s}");
         let _ = o.flush();
     }
+
+    /// `Ready` with the ticket and port this far end listens with.
+    pub(super) fn ready(&self, ticket: &Ticket, port: u16, single_file: bool) {
+        self.line(&crate::remote::wire::encode(
+            &crate::remote::wire::Reply::Ready {
+                ticket: Some(ticket.encode()),
+                port: Some(port),
+                single_file,
+                rename: None,
+            },
+        ));
+    }
 }
 
 pub(super) fn path_of(bytes: &[u8]) -> PathBuf {

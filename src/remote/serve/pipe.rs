@@ -11,7 +11,6 @@ use crate::config::{DEFAULT_RETRIES, DEFAULT_TIMEOUT};
 use crate::error::{Error, Result};
 use crate::receive::incoming;
 use crate::receive::pipe::{receive_pipe, Output, PipeRecvOptions, PipeTo};
-use crate::remote::wire::{self, Reply};
 use crate::send::pipe::{send_pipe, PipeFrom, PipeOptions};
 use crate::transport::Role;
 
@@ -45,12 +44,7 @@ pub(super) fn serve_receive_stream(
     let out = Output::open(&far_to(dest, command), keep_cache)?;
     let (listener, ticket, port) = listen(advertise, everywhere)?;
     let key = ticket.secret.block_key();
-    out_lines.line(&wire::encode(&Reply::Ready {
-        ticket: Some(ticket.encode()),
-        port: Some(port),
-        single_file: true,
-        rename: None,
-    }));
+    out_lines.ready(&ticket, port, true);
     let (_handle, accepted) = listener.spawn_acceptor();
     let rx = incoming(accepted)?;
     let opts = PipeRecvOptions {
@@ -86,12 +80,7 @@ pub(super) fn serve_send_stream(out_lines: &Out, req: SendStream) -> Result<u64>
         })?;
     }
     let (listener, ticket, port) = listen(req.advertise, false)?;
-    out_lines.line(&wire::encode(&Reply::Ready {
-        ticket: Some(ticket.encode()),
-        port: Some(port),
-        single_file: true,
-        rename: None,
-    }));
+    out_lines.ready(&ticket, port, true);
     let key = ticket.secret.block_key();
     let (_handle, accepted) = listener.spawn_acceptor();
     let pool = AcceptPool::new(accepted);

@@ -44,12 +44,7 @@ pub(super) fn serve_probe(
     let fd = probe::dest::open_dir(&dir).map_err(failed)?;
     let measured = probe::dest::measure(fd.as_fd()).map_err(failed)?;
     let (listener, ticket, port) = listen(advertise, everywhere)?;
-    out.line(&wire::encode(&Reply::Ready {
-        ticket: Some(ticket.encode()),
-        port: Some(port),
-        single_file: false,
-        rename: None,
-    }));
+    out.ready(&ticket, port, false);
     let (_handle, accepted) = listener.spawn_acceptor();
     let pool = AcceptPool::new(accepted);
     let deadline = Instant::now() + MAX_COUNT;
@@ -132,12 +127,7 @@ pub(super) fn serve_probe_source(
         return probe::count::send_streams(streams, &block, || dial(Role::ProbeData));
     }
     let (listener, ticket, port) = listen(advertise, false)?;
-    out.line(&wire::encode(&Reply::Ready {
-        ticket: Some(ticket.encode()),
-        port: Some(port),
-        single_file: false,
-        rename: None,
-    }));
+    out.ready(&ticket, port, false);
     let (_handle, accepted) = listener.spawn_acceptor();
     let pool = AcceptPool::new(accepted);
     probe::count::send_streams(streams, &block, || pool.take(Role::ProbeData))
