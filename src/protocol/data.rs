@@ -178,6 +178,11 @@ impl<'a> DataHeader<'a> {
     }
 }
 
+/// Where a data payload's body starts when its header lists `segments` segments.
+pub const fn body_at(segments: usize) -> usize {
+    DATA_FIXED_LEN + segments * SEGMENT_LEN
+}
+
 /// Writes a data payload's header (everything but the body) into `out`, which is cleared
 /// first, with the hash zeroed: the sender computes the unit hash over [`hashed_parts`] and
 /// the raw bytes and stores it with [`set_hash`]. The frame header is `seal`'s.

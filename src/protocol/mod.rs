@@ -51,7 +51,7 @@ mod xattr;
 
 pub use accept::{Accept, Chown, OwnerSpec};
 pub use chain::{MAX_CHAIN, MAX_HOP_TEXT};
-pub use data::{encode_data_header, hashed_parts, set_hash, Codec, DataHeader, Segment};
+pub use data::{body_at, encode_data_header, hashed_parts, set_hash, Codec, DataHeader, Segment};
 pub use filter::{Filter, FilterRule, MAX_PATTERN, MAX_RULES};
 pub use frame::{Frame, FrameHeader, FrameKind, ReadError, FRAME_HEADER_LEN};
 pub use item::{Change, Item, ItemKind, Listing};

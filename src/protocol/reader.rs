@@ -20,6 +20,9 @@ pub struct FrameReader {
     start: usize,
     end: usize,
     consumed: usize,
+    /// Where a frame that starts a buffer is placed (see [`FrameReader::align_payloads`]):
+    /// its payload's byte `.0` at an address that is a multiple of `.1`.
+    align: Option<(usize, usize)>,
 }
 
 const READ_CHUNK: usize = 256 << 10;
@@ -34,6 +37,29 @@ impl FrameReader {
             start: 0,
             end: 0,
             consumed: 0,
+            align: None,
+        }
+    }
+
+    /// Places every frame that starts a buffer (one taken with [`FrameReader::take_frame`],
+    /// or moved to make room) so that its payload's byte `at` lies at an address that is
+    /// a multiple of `align` (a power of two). A stream receiver passes where a raw
+    /// block's bytes start: the block is then written with `O_DIRECT` from where it was
+    /// read, without a copy into an aligned buffer. Frames behind another in the same
+    /// buffer stay where they are read.
+    pub fn align_payloads(&mut self, at: usize, align: usize) {
+        debug_assert!(align.is_power_of_two());
+        self.align = Some((FRAME_HEADER_LEN + at, align));
+    }
+
+    /// Where in `buf` a frame starts for its byte `skip` to be aligned (0 unaligned).
+    fn home(&self, buf: &[u8]) -> usize {
+        match self.align {
+            Some((skip, align)) => {
+                let addr = buf.as_ptr() as usize + skip;
+                (align - addr % align) % align
+            }
+            None => 0,
         }
     }
 
@@ -97,13 +123,19 @@ impl FrameReader {
         let frame_end = self.start + self.consumed;
         let payload = self.start + FRAME_HEADER_LEN..frame_end;
         let ahead = self.end - frame_end;
-        if fresh.len() < ahead {
-            fresh.resize(ahead, 0);
+        let slack = self.align.map_or(0, |(_, a)| a);
+        if fresh.capacity() < ahead + slack {
+            // Growing moves the memory: where the frame goes is known only after.
+            fresh.reserve_exact(ahead + slack - fresh.len());
         }
-        fresh[..ahead].copy_from_slice(&self.buf[frame_end..self.end]);
+        let home = self.home(&fresh);
+        if fresh.len() < home + ahead {
+            fresh.resize(home + ahead, 0);
+        }
+        fresh[home..home + ahead].copy_from_slice(&self.buf[frame_end..self.end]);
         let old = std::mem::replace(&mut self.buf, fresh);
-        self.start = 0;
-        self.end = ahead;
+        self.start = home;
+        self.end = home + ahead;
         self.consumed = 0;
         Some((old, payload))
     }
@@ -118,6 +150,9 @@ impl FrameReader {
 
     /// Ensures the buffer can hold `need` bytes from `start`, with read-ahead room.
     fn make_room(&mut self, need: usize) {
+        if let Some((_, align)) = self.align {
+            return self.make_room_aligned(need, align);
+        }
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
@@ -136,6 +171,37 @@ impl FrameReader {
             // `need > end`; the resize above made room.
             self.buf.resize(self.buf.len() + READ_CHUNK, 0);
         }
+    }
+
+    /// [`FrameReader::make_room`] that puts the frame it moves at its aligned place.
+    fn make_room_aligned(&mut self, need: usize, align: usize) {
+        let want = need.max(READ_CHUNK);
+        if self.start == self.end {
+            // Nothing buffered: the next frame starts at its aligned place.
+            let home = self.home(&self.buf);
+            if self.buf.len() >= home + want {
+                (self.start, self.end) = (home, home);
+                return;
+            }
+            (self.start, self.end) = (0, 0);
+        } else if self.buf.len() - self.start >= want {
+            return;
+        }
+        let len = self.end - self.start;
+        if self.buf.capacity() < want + align {
+            // Keep only the frame's bytes, at the front, for the reallocation to copy.
+            self.buf.copy_within(self.start..self.end, 0);
+            self.buf.truncate(len);
+            (self.start, self.end) = (0, len);
+            self.buf.reserve_exact(want + align - self.buf.len());
+        }
+        let home = self.home(&self.buf);
+        if self.buf.len() < home + want {
+            // Within the capacity: the memory (and so `home`) stays where it is.
+            self.buf.resize(home + want, 0);
+        }
+        self.buf.copy_within(self.start..self.end, home);
+        (self.start, self.end) = (home, home + len);
     }
 }
 
@@ -217,6 +283,71 @@ mod tests {
             }
         }
         assert!(r.read_frame(&mut src).unwrap().is_none());
+    }
+
+    #[test]
+    fn payloads_placed_aligned_after_a_taken_frame_and_when_moved() {
+        // Where a raw stream block's bytes start in its payload (`body_at(1)`).
+        const AT: usize = 64;
+        const ALIGN: usize = 4096;
+        let mut stream = Vec::new();
+        let mut s = Sealer::new(K, true);
+        let payloads: Vec<Vec<u8>> = (0..12u8)
+            .map(|i| {
+                // Large ones (as raw blocks are) and small ones between them.
+                let len = if i % 3 == 2 {
+                    100 + i as usize
+                } else {
+                    300_000 + 4099 * i as usize
+                };
+                (0..len).map(|k| (k as u8) ^ i).collect()
+            })
+            .collect();
+        for p in &payloads {
+            frame(&mut s, &mut stream, FrameKind::Data, p);
+        }
+        for step in [7777, 64 << 10, 1 << 20, usize::MAX] {
+            let mut t = Trickle {
+                data: stream.clone(),
+                pos: 0,
+                step,
+                tick: false,
+            };
+            let mut r = reader();
+            r.align_payloads(AT, ALIGN);
+            // Taken buffers come back as fresh ones, as a window recycles them.
+            let mut spare: Vec<Vec<u8>> = vec![Vec::new(), vec![1; 5], Vec::with_capacity(400_000)];
+            let mut taken_last = true;
+            for (i, want) in payloads.iter().enumerate() {
+                let got = loop {
+                    match r.read_frame(&mut t) {
+                        Ok(Some(f)) => break f.payload == &want[..],
+                        Ok(None) => panic!("frame {i}: the end"),
+                        Err(e) if e.is_timeout() => continue,
+                        Err(e) => panic!("frame {i}: {e}"),
+                    }
+                };
+                assert!(got, "frame {i} (step {step})");
+                let take = want.len() > 1000;
+                if take {
+                    let (buf, range) = r.take_frame(spare.pop().unwrap_or_default()).unwrap();
+                    assert!(buf[range.clone()] == want[..], "frame {i} (step {step})");
+                    if taken_last {
+                        let addr = buf[range.start + AT..].as_ptr() as usize;
+                        assert_eq!(addr % ALIGN, 0, "frame {i} (step {step}) not aligned");
+                    }
+                    spare.insert(0, buf);
+                }
+                taken_last = take;
+            }
+            let end = loop {
+                match r.read_frame(&mut t) {
+                    Err(e) if e.is_timeout() => continue,
+                    other => break matches!(other, Ok(None)),
+                }
+            };
+            assert!(end, "step {step}: the end");
+        }
     }
 
     #[test]

@@ -12,8 +12,9 @@ use super::window::{aligned_start, Held, Packed, Shared, TICK};
 use crate::codec::Decoder;
 use crate::error::{unless_panicked, Error, Result};
 use crate::progress::Counters;
-use crate::protocol::{Codec, DataHeader, FrameKind, ProtocolError, ReadError};
+use crate::protocol::{body_at, Codec, DataHeader, FrameKind, ProtocolError, ReadError};
 use crate::session::frame_reader;
+use crate::store::direct::ALIGN;
 use crate::transport::Conn;
 
 pub(super) fn spawn_reader(shared: &Arc<Shared>, conn: Conn) {
@@ -52,6 +53,8 @@ fn read_loop(mut conn: Conn, shared: &Shared, slot: &Slot) -> Result<bool> {
         return Ok(false);
     }
     let mut reader = frame_reader(&conn);
+    // A raw block's bytes (one segment) land aligned, for a direct write as they lie.
+    reader.align_payloads(body_at(1), ALIGN);
     let mut decoder = Decoder::new(shared.key);
     let peer = conn.peer_desc();
     let forged = |what: &dyn std::fmt::Display| -> Result<bool> {

@@ -140,7 +140,9 @@ impl Shared {
     /// default window peaked at 164 MiB, against ~110 MiB with one arena).
     pub(super) fn buffer(&self) -> Vec<u8> {
         let spare = self.spare.lock().ok().and_then(|mut s| s.pop());
-        spare.unwrap_or_else(|| Vec::with_capacity(self.block as usize + ALIGN))
+        // Room for a block decoded at its aligned start, or for a raw block's whole frame
+        // placed so that its bytes are aligned (`FrameReader::align_payloads`).
+        spare.unwrap_or_else(|| Vec::with_capacity(self.block as usize + 2 * ALIGN))
     }
 
     /// Keeps `v` for [`Shared::buffer`], up to what a full window needs.
