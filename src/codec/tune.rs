@@ -95,11 +95,14 @@
 //! dear as the whole unit's time divided by the unit's few wire bytes, the more so the
 //! harder the stream compressed, and kept the streams on zstd:1 where lz4 spends the
 //! least CPU in all (quiet: lz4 3.26 s, zstd:1 3.84, auto 3.98). TCP's delivery samples
-//! say the same wrong thing there (the rate is what the cores let through). So of each
-//! write, beside the receiver's window share, a part goes to `recv` too: the write times
-//! the saturation (0 at `stretch` 1, 1 from `SATURATED`), but at most `CORE_WAIT` times
-//! the unit's compression wall time, so that a slow link on a machine busy with other
-//! work, whose writes wait far longer than any compression, still counts as the link.
+//! say the same wrong thing there (the rate is what the cores let through), unless the
+//! link paces them whatever the cores (at 1 Gbit/s, lz4's output fills it): two levels'
+//! busy samples tell which ([`delivery`]), and the cores discount them only so far.
+//! So of each write, beside the receiver's window share, a part goes to `recv` too:
+//! the write times the saturation (0 at `stretch` 1, 1 from `SATURATED`), but at most
+//! `CORE_WAIT` times the unit's compression wall time, so that a slow link on a machine
+//! busy with other work, whose writes wait far longer than any compression, still counts
+//! as the link.
 //! The running share of write time that went to `recv` this way or the receiver's
 //! (`held`) then weighs what the other levels would cost the shared cores: the
 //! receiver's decryption per wire byte more or less, its decompression per level
@@ -113,9 +116,14 @@
 use std::time::Duration;
 
 use super::mode::Compression;
+use delivery::Delivery;
+use mean::{Mean, KEEP, LEVELS};
+
+mod delivery;
+mod mean;
 
 /// The levels the controller chooses among, cheapest first.
-pub const LADDER: [Compression; 5] = [
+pub const LADDER: [Compression; LEVELS] = [
     Compression::None,
     Compression::Lz4,
     Compression::Zstd(1),
@@ -131,10 +139,6 @@ const START: usize = 1;
 /// The unit of a stream's first probe: early, so that a slow link is seen within a few
 /// units (the warm-up lets a stream move only to levels that send less).
 const FIRST_PROBE: u32 = 2;
-/// What a running mean keeps of its past at each new sample of a unit: a time constant
-/// of about ten units (a second or two at 100 Mbit/s; single units are noisy: a write
-/// into a socket buffer with room returns at once, the next one waits for the link).
-const KEEP: f64 = 0.9;
 /// The same at each probe (probes are rarer: each one counts more).
 const PROBE_KEEP: f64 = 0.7;
 /// A switch needs the new level to be predicted this much faster (hysteresis).
@@ -209,38 +213,6 @@ pub struct Probe {
     pub current_out: usize,
 }
 
-/// A running mean of a rate: decaying sums of a quantity and of the bytes it was measured
-/// over, so a big unit counts more than a small one and one odd sample cannot swing it.
-#[derive(Debug, Clone, Copy)]
-struct Mean {
-    num: f64,
-    den: f64,
-    prior: f64,
-}
-
-impl Mean {
-    fn new(prior: f64) -> Mean {
-        Mean {
-            num: 0.0,
-            den: 0.0,
-            prior,
-        }
-    }
-
-    fn add(&mut self, num: f64, den: f64, keep: f64) {
-        self.num = self.num * keep + num;
-        self.den = self.den * keep + den;
-    }
-
-    fn get(&self) -> f64 {
-        if self.den > 0.0 {
-            self.num / self.den
-        } else {
-            self.prior
-        }
-    }
-}
-
 /// One stream's controller.
 #[derive(Debug, Clone)]
 pub struct Tuner {
@@ -261,11 +233,8 @@ pub struct Tuner {
     held: Mean,
     /// The last unit's compression in wall seconds (see `Tuner::observe_wall`).
     wall: f64,
-    /// Seconds per wire byte at TCP's delivery rate, from samples that were not
-    /// app-limited.
-    link: Mean,
-    /// The running share of delivery samples that were not app-limited (0 to 1).
-    bound: f64,
+    /// TCP's delivery samples (see [`delivery`]).
+    delivery: Delivery,
     /// Wire bytes written so far (up to `WARMUP_WIRE`).
     written: u64,
     current: usize,
@@ -297,8 +266,7 @@ impl Tuner {
             recv_share: Mean::new(0.0),
             held: Mean::new(0.0),
             wall: 0.0,
-            link: Mean::new(0.0),
-            bound: 0.0,
+            delivery: Delivery::new(),
             written: 0,
             current: START,
             since: MIN_INTERVAL - FIRST_PROBE,
@@ -426,22 +394,19 @@ impl Tuner {
             // unshaped, writes stalled 0.2-0.4 s for a receiver writing durably, the
             // delivery rate then read 10 MB/s, and a weight of `1 - held` (0.7 at times
             // where the receiver's share was 1) made every wire byte cost 100 ns and kept
-            // the streams on zstd:1 for their first 80 units.
-            let weight = if l.rwnd.is_zero() {
-                1.0 - share.max(self.share())
+            // the streams on zstd:1 for their first 80 units. But the cores' part is
+            // taken off only as far as the cores pace the samples: behind a full link
+            // they are the link's however busy the cores (see [`delivery`]).
+            let open = if l.rwnd.is_zero() {
+                1.0 - self.share()
             } else {
                 0.0
             };
-            let limited = if !l.app_limited && l.rate > 0.0 {
-                weight
-            } else {
-                0.0
-            };
-            self.bound = self.bound * KEEP + limited * (1.0 - KEEP);
-            if limited > 0.0 && wire > 0 {
-                let w = wire as f64 * limited;
-                self.link.add(w / l.rate, w, KEEP);
-            }
+            let cores = (share - self.share()).max(0.0);
+            let paced = self.delivery.link_paced();
+            let weight = open - (1.0 - paced) * cores;
+            self.delivery
+                .learn(c, (wire, raw), l.rate, !l.app_limited, (open, weight));
         }
         self.reconsider(false);
         self.sending = self.current;
@@ -503,8 +468,7 @@ impl Tuner {
 
     /// Seconds a wire byte costs the stream (see the module's *what the link costs*).
     fn wire_cost(&self) -> f64 {
-        let wire = self.wire.get();
-        wire + self.bound * (self.link.get() - wire).max(0.0)
+        self.delivery.wire_cost(self.wire.get())
     }
 
     /// The share of write time that waited for the receiver, 0 to 1.
