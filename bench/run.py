@@ -36,7 +36,7 @@ QUICK_SHAPED_METHODS = ("haul", "haul-none", "rsync-z", "tar-nc", "iperf3",
                         "haul-pipe", "nc")
 # `haul --compress auto` is what plain `haul` does across a network, and pipe mode with another
 # codec is a variant: run only when asked.
-NOT_BY_DEFAULT = ("haul-auto", "haul-pipe-auto", "haul-pipe-lz4")
+NOT_BY_DEFAULT = ("haul-auto", "haul-pipe-auto", "haul-pipe-lz4", "haul-pipe-zstd")
 
 # Sizes per mode: the defaults for a 2-core, 24 GB machine, and tiny ones for --quick.
 SIZES = {
