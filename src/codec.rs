@@ -310,6 +310,10 @@ impl<'a> VerifiedUnit<'a> {
     }
 }
 
+/// Where [`Decoder::decode`] places a decompressed unit: at an address that is a multiple
+/// of this (the alignment the store's direct writes need, `store::direct::ALIGN`).
+pub const PAGE: usize = 4096;
+
 /// Decompresses and verifies units for one stream, reusing its buffer.
 pub struct Decoder {
     key: [u8; 32],
@@ -333,8 +337,14 @@ impl Decoder {
         let bytes: &'a [u8] = match h.codec {
             Codec::Raw => h.body,
             _ => {
-                decompress(&mut self.zstd, h, &mut self.buf, 0)?;
-                &self.buf[..raw_len]
+                // Decompressed where a page starts, so that an `O_DIRECT` write takes the
+                // unit as it lies instead of copying it into an aligned buffer first.
+                if self.buf.capacity() < raw_len + PAGE {
+                    self.buf.reserve(raw_len + PAGE - self.buf.len());
+                }
+                let at = self.buf.as_ptr().align_offset(PAGE);
+                decompress(&mut self.zstd, h, &mut self.buf, at)?;
+                &self.buf[at..at + raw_len]
             }
         };
         if unit_hash(&self.key, h.hashed(), bytes) != h.hash {

@@ -9,8 +9,9 @@ use super::shared::{Shared, TICK};
 use crate::codec::Decoder;
 use crate::error::{unless_panicked, Error, Result};
 use crate::progress::Counters;
-use crate::protocol::{DataHeader, FrameKind, ProtocolError, ReadError};
+use crate::protocol::{body_at, DataHeader, FrameKind, ProtocolError, ReadError};
 use crate::session::frame_reader;
+use crate::store::direct::ALIGN;
 use crate::store::WriterCache;
 use crate::transport::Conn;
 
@@ -70,6 +71,9 @@ fn data_worker(mut conn: Conn, shared: &Shared) -> Result<()> {
         return Ok(());
     }
     let mut reader = frame_reader(&conn);
+    // A one-segment unit's bytes (a block of a large file) land aligned, for a direct
+    // write as they lie (a pack of small files is written buffered anyway).
+    reader.align_payloads(body_at(1), ALIGN);
     let mut decoder = Decoder::new(shared.key);
     let peer = conn.peer_desc();
     let forged = |what: &dyn std::fmt::Display| shared.forged.note("data", &peer, what);
