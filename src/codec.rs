@@ -314,6 +314,18 @@ impl<'a> VerifiedUnit<'a> {
 /// of this (the alignment the store's direct writes need, `store::direct::ALIGN`).
 pub const PAGE: usize = 4096;
 
+/// Where in `buf` `len` bytes decoded into it start so that their memory is [`PAGE`]-
+/// aligned for a direct write (`store::direct`: a file written takes them as they are
+/// instead of copying them into an aligned buffer first). Makes room first, so they never
+/// move: a reused buffer keeps its place and its old bytes (none zero-filled again).
+pub fn aligned_start(buf: &mut Vec<u8>, len: usize) -> usize {
+    let room = len + PAGE;
+    if buf.capacity() < room {
+        buf.reserve(room - buf.len());
+    }
+    buf.as_ptr().align_offset(PAGE)
+}
+
 /// Decompresses and verifies units for one stream, reusing its buffer.
 pub struct Decoder {
     key: [u8; 32],
@@ -339,10 +351,7 @@ impl Decoder {
             _ => {
                 // Decompressed where a page starts, so that an `O_DIRECT` write takes the
                 // unit as it lies instead of copying it into an aligned buffer first.
-                if self.buf.capacity() < raw_len + PAGE {
-                    self.buf.reserve(raw_len + PAGE - self.buf.len());
-                }
-                let at = self.buf.as_ptr().align_offset(PAGE);
+                let at = aligned_start(&mut self.buf, raw_len);
                 decompress(&mut self.zstd, h, &mut self.buf, at)?;
                 &self.buf[at..at + raw_len]
             }

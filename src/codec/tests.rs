@@ -4,10 +4,17 @@ use super::*;
 use crate::protocol::{encode_data_header, hashed_parts, set_hash, Segment};
 use tune::{LinkSample, Tuner};
 
-/// A data payload for `segs`, hashed with `key` over `raw`, carrying `body`.
-fn unit(key: &[u8; 32], codec: Codec, raw: &[u8], segs: &[Segment], body: &[u8]) -> Vec<u8> {
+/// A data payload for one segment (all of `raw`, file 0 at 0), hashed with `key` over
+/// `raw`, carrying `body`.
+fn unit(key: &[u8; 32], codec: Codec, raw: &[u8], body: &[u8]) -> Vec<u8> {
+    let seg = [Segment {
+        file: 0,
+        offset: 0,
+        len: raw.len() as u32,
+        keep: false,
+    }];
     let mut p = Vec::new();
-    encode_data_header(&mut p, codec, raw.len() as u32, segs);
+    encode_data_header(&mut p, codec, raw.len() as u32, &seg);
     let hash = unit_hash(key, hashed_parts(&p), raw);
     set_hash(&mut p, &hash);
     p.extend_from_slice(body);
@@ -24,13 +31,7 @@ fn round_trip_in(enc: &mut Encoder, cbuf: &mut Vec<u8>, raw: &[u8]) -> (Codec, V
     let key = [3u8; 32];
     let (codec, packed) = enc.encode(raw, cbuf);
     let body: &[u8] = if codec == Codec::Raw { raw } else { packed };
-    let seg = [Segment {
-        file: 0,
-        offset: 0,
-        len: raw.len() as u32,
-        keep: false,
-    }];
-    let p = unit(&key, codec, raw, &seg, body);
+    let p = unit(&key, codec, raw, body);
     let h = DataHeader::parse(&p).unwrap();
     let mut dec = Decoder::new(key);
     let out = dec.decode(&h).unwrap().bytes().to_vec();
@@ -95,13 +96,7 @@ fn incompressible_data_falls_back_to_raw() {
 fn tampered_body_fails_verification() {
     let key = [1u8; 32];
     let raw = vec![9u8; 1000];
-    let seg = [Segment {
-        file: 0,
-        offset: 0,
-        len: 1000,
-        keep: false,
-    }];
-    let good = unit(&key, Codec::Raw, &raw, &seg, &raw);
+    let good = unit(&key, Codec::Raw, &raw, &raw);
     assert!(Decoder::new(key)
         .decode(&DataHeader::parse(&good).unwrap())
         .is_ok());
@@ -330,13 +325,7 @@ fn a_decompressed_unit_lies_page_aligned() {
         let mut cbuf = Vec::new();
         let (codec, packed) = Encoder::new(mode, 1).encode(raw, &mut cbuf);
         assert_ne!(codec, Codec::Raw);
-        let seg = [Segment {
-            file: 0,
-            offset: 0,
-            len: len as u32,
-            keep: false,
-        }];
-        let p = unit(&key, codec, raw, &seg, packed);
+        let p = unit(&key, codec, raw, packed);
         let h = DataHeader::parse(&p).unwrap();
         let out = dec.decode(&h).unwrap().bytes();
         assert_eq!(out, raw);

@@ -237,27 +237,6 @@ fn saturated_cores_behind_a_full_link_still_compress() {
     }
 }
 
-/// The pg cell unshaped on the test bed, the kernel counting none of the receiver's wait
-/// (as traced: no rwnd-limited time around any of 825 writes): the cores pace the
-/// writes, and TCP's busy samples say the rate they let through, which follows the level
-/// (traced: 15 ns per wire byte at lz4, 1.3 at none). Counted as the link's (auto11's
-/// change, `5a1a8fc`: 1.18x lz4 in nine quiet runs), they made a wire byte look dear and
-/// sent the streams to zstd:1. Busy samples whose rate moves with the ratio are the
-/// cores', discounted as before.
-#[test]
-fn busy_samples_the_cores_pace_are_not_the_links() {
-    let best = shared_unit(1).0 * 400.0;
-    for busy in [1, 2, 4] {
-        let mut t = Tuner::new(4);
-        let (took, levels) = run_shared_cores(&mut t, 400, 0.0, busy);
-        assert_eq!(t.current(), 1, "busy 1/{busy}: {levels:?}");
-        assert!(
-            took <= 1.05 * best,
-            "busy 1/{busy}: {took} against {best}, {levels:?}"
-        );
-    }
-}
-
 /// What paces the busy samples, from two levels' (see `tune::delivery`): the cores of
 /// [`shared_unit`] pace them at the rate each level's unit goes at, which moves with the
 /// ratio; a link at its share, which does not. Fewer than two levels, or two whose

@@ -33,6 +33,8 @@ use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
 
 /// Alignment of direct writes: offset, length and buffer address.
 pub(crate) const ALIGN: usize = 4096;
+// The decoder places units at this alignment for these writes to take them as they lie.
+const _: () = assert!(ALIGN == crate::codec::PAGE);
 /// Size of a writer's bounce buffer (one unit: a body larger than this is written in
 /// several pieces).
 const BOUNCE: usize = 4 << 20;

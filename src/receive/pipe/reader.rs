@@ -8,8 +8,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::slots::Slot;
-use super::window::{aligned_start, Held, Packed, Shared, TICK};
-use crate::codec::Decoder;
+use super::window::{Held, Packed, Shared, TICK};
+use crate::codec::{aligned_start, Decoder};
 use crate::error::{unless_panicked, Error, Result};
 use crate::progress::Counters;
 use crate::protocol::{body_at, Codec, DataHeader, FrameKind, ProtocolError, ReadError};

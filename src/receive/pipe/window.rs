@@ -56,18 +56,6 @@ impl Held {
     }
 }
 
-/// Where in `buf` a block of `len` bytes decoded into it starts so that its memory is
-/// aligned for a direct write (`store::direct`: a file written takes it as it is instead
-/// of copying it into an aligned buffer first). Makes room first, so the block never
-/// moves: a recycled buffer keeps its place and its old bytes (none zero-filled again).
-pub(super) fn aligned_start(buf: &mut Vec<u8>, len: usize) -> usize {
-    let room = len + ALIGN;
-    if buf.capacity() < room {
-        buf.reserve(room - buf.len());
-    }
-    buf.as_ptr().align_offset(ALIGN)
-}
-
 /// What the readers, the writer and the control loop share.
 pub(super) struct Shared {
     pub(super) key: [u8; 32],
@@ -199,6 +187,7 @@ impl Shared {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codec::aligned_start;
 
     #[test]
     fn a_block_decoded_at_its_aligned_start_is_aligned_and_stays_put() {
