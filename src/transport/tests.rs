@@ -50,7 +50,7 @@ fn round_trip(encrypt: bool) {
     assert_eq!(acc.encrypted, encrypt);
     assert_eq!(dialer.is_encrypted(), encrypt);
     if let super::conn::Io::Tls(s) = dialer.io() {
-        let suite = s.machine().negotiated_cipher_suite().map(|s| s.suite());
+        let suite = s.suite().map(|s| s.suite());
         assert_eq!(suite, Some(rustls::CipherSuite::TLS13_AES_128_GCM_SHA256));
     }
     assert_eq!(dialer.link_key(), acc.conn.link_key());

@@ -66,6 +66,8 @@ pub(super) fn server_identity() -> Result<ServerIdentity, TransportError> {
     // Every connection is a fresh handshake; resumption tickets would only cost a round of
     // writes after the handshake.
     config.send_tls13_tickets = 0;
+    // Once authenticated, records are ours (`record`): rustls hands over the secrets.
+    config.enable_secret_extraction = true;
     Ok(ServerIdentity {
         config: Arc::new(config),
         fingerprint,
@@ -74,7 +76,24 @@ pub(super) fn server_identity() -> Result<ServerIdentity, TransportError> {
 
 /// A client config that trusts exactly the certificate with this fingerprint.
 pub(super) fn client_config(fingerprint: [u8; 32]) -> Result<Arc<ClientConfig>, TransportError> {
-    let provider = provider();
+    client_config_with(fingerprint, provider())
+}
+
+/// A client that offers only `suite` (tests: each suite our record layer runs).
+#[cfg(test)]
+pub(super) fn client_config_only(
+    fingerprint: [u8; 32],
+    suite: rustls::CipherSuite,
+) -> Result<Arc<ClientConfig>, TransportError> {
+    let mut p = (*provider()).clone();
+    p.cipher_suites.retain(|s| s.suite() == suite);
+    client_config_with(fingerprint, Arc::new(p))
+}
+
+fn client_config_with(
+    fingerprint: [u8; 32],
+    provider: Arc<CryptoProvider>,
+) -> Result<Arc<ClientConfig>, TransportError> {
     let verifier = PinnedCert {
         fingerprint,
         algorithms: provider.signature_verification_algorithms,
@@ -87,6 +106,7 @@ pub(super) fn client_config(fingerprint: [u8; 32]) -> Result<Arc<ClientConfig>, 
         .with_no_client_auth();
     config.resumption = rustls::client::Resumption::disabled();
     config.enable_sni = false;
+    config.enable_secret_extraction = true;
     Ok(Arc::new(config))
 }
 

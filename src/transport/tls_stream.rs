@@ -6,9 +6,12 @@
 //! is copied once more from our socket buffer into it. Here the socket is read straight into
 //! one large buffer (up to [`INCOMING_SIZE`] per system call, many records at once), rustls
 //! decrypts each record in place there, and plaintext is copied out into the caller's buffer.
-//! rustls 0.23 still copies each decrypted record into a vector of its own before handing it
-//! over (`ReadTraffic::next_record`), and each encrypted record out of a vector of its own into
-//! our ciphertext buffer: those two copies are rustls's and remain.
+//!
+//! **Two record layers.** The handshakes (TLS's and the secret one, `auth`) run on rustls's.
+//! Once the peer is authenticated ([`TlsStream::established`]) the connection's traffic
+//! secrets move from rustls to this crate's TLS 1.3 record layer (`record`, rustls's
+//! kernel-TLS interface), which seals each record in place in our outgoing buffer and opens
+//! it in place in the incoming one: rustls 0.23 copies every record once more each way.
 //!
 //! **Calling order.** `new`, then [`TlsStream::handshake`] (under the deadline given to `new`,
 //! which bounds every socket read and write until [`TlsStream::established`]), then any mix of
@@ -20,21 +23,21 @@
 //! error (a forged or garbled record, an alert) fails the call with `InvalidData` wrapping
 //! the `rustls::Error`, after a best-effort attempt to send the alert rustls queued.
 //!
-//! Key updates are rustls's: `WriteTraffic::encrypt` updates our keys before their limit, and
-//! a peer's update is handled while its records are read.
+//! Key updates: ours before the keys' limit, the peer's while its records are read (rustls's
+//! state machine during the handshakes, `record` after).
 //!
 //! Not here: configuration and certificate pinning (`tls`), the secret handshake (`auth`).
 
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::ops::DerefMut;
 use std::time::Instant;
 
-use rustls::client::{ClientConnectionData, UnbufferedClientConnection};
-use rustls::server::{ServerConnectionData, UnbufferedServerConnection};
-use rustls::unbuffered::{ConnectionState, UnbufferedConnectionCommon, UnbufferedStatus};
+use rustls::unbuffered::{ConnectionState, UnbufferedStatus};
+use rustls::{AlertDescription, SupportedCipherSuite};
 
 use super::deadline::arm_deadline;
+use super::record::{alert_for, Opened, Records, OVERHEAD};
+use super::tls_machine::Machine;
 use super::tls_wire::{encoded, encrypted, Incoming, Wire};
 
 /// Ciphertext buffer once the connection is authenticated: many records per `read(2)`.
@@ -49,42 +52,13 @@ pub(super) const WRITE_CHUNK: usize = 64 * 1024;
 /// Room for the records' headers and tags around `WRITE_CHUNK` bytes of plaintext.
 const OUTGOING_SIZE: usize = WRITE_CHUNK + 1024;
 
-/// A rustls connection that runs the unbuffered state machine: client or server.
-pub(super) trait Machine:
-    DerefMut<Target = UnbufferedConnectionCommon<Self::Side>> + Send
-{
-    /// rustls's per-side data type.
-    type Side;
-    /// `process_tls_records` (an inherent method of each side's type in rustls).
-    fn process<'c, 'i>(
-        &'c mut self,
-        incoming: &'i mut [u8],
-    ) -> UnbufferedStatus<'c, 'i, Self::Side>;
-}
-
-impl Machine for UnbufferedClientConnection {
-    type Side = ClientConnectionData;
-    fn process<'c, 'i>(
-        &'c mut self,
-        incoming: &'i mut [u8],
-    ) -> UnbufferedStatus<'c, 'i, Self::Side> {
-        self.process_tls_records(incoming)
-    }
-}
-
-impl Machine for UnbufferedServerConnection {
-    type Side = ServerConnectionData;
-    fn process<'c, 'i>(
-        &'c mut self,
-        incoming: &'i mut [u8],
-    ) -> UnbufferedStatus<'c, 'i, Self::Side> {
-        self.process_tls_records(incoming)
-    }
-}
-
 /// A TLS connection over a TCP socket; `Read + Write + Send`.
 pub(super) struct TlsStream<M> {
-    conn: M,
+    /// rustls, until the connection is established…
+    conn: Option<M>,
+    /// …then our record layer.
+    records: Option<Records>,
+    suite: Option<SupportedCipherSuite>,
     inc: Incoming,
     wire: Wire,
     /// The TLS error that ended this connection: every later call fails with it, without
@@ -123,7 +97,9 @@ impl<M: Machine> TlsStream<M> {
     /// socket read and write until [`TlsStream::established`].
     pub(super) fn new(conn: M, sock: TcpStream, deadline: Option<Instant>) -> TlsStream<M> {
         TlsStream {
-            conn,
+            conn: Some(conn),
+            records: None,
+            suite: None,
             inc: Incoming {
                 buf: vec![0; HANDSHAKE_INCOMING],
                 start: 0,
@@ -158,8 +134,22 @@ impl<M: Machine> TlsStream<M> {
     }
 
     /// The handshakes are over and the peer is authenticated: ends the deadline (clearing
-    /// the socket timeouts it set) and gives reads their full-size buffer.
+    /// the socket timeouts it set), gives reads their full-size buffer and moves the traffic
+    /// secrets from rustls to our record layer (ciphertext already read is opened by it, with
+    /// the sequence numbers rustls had reached).
     pub(super) fn established(&mut self) -> io::Result<()> {
+        self.wire.flush_out()?;
+        let conn = self
+            .conn
+            .take()
+            .ok_or_else(|| io::Error::other("TLS connection established twice"))?;
+        let suite = conn.negotiated_cipher_suite();
+        let limit = suite
+            .and_then(|s| s.tls13())
+            .map_or(1 << 23, |s| s.common.confidentiality_limit);
+        let (secrets, rekey) = conn.into_kernel().map_err(tls_error)?;
+        self.records = Some(Records::new(secrets.tx, secrets.rx, rekey, limit).map_err(tls_error)?);
+        self.suite = suite;
         self.wire.deadline = None;
         self.wire.sock.set_read_timeout(None)?;
         self.wire.sock.set_write_timeout(None)?;
@@ -176,10 +166,16 @@ impl<M: Machine> TlsStream<M> {
         &self.wire.sock
     }
 
-    /// The rustls connection (for tests that look inside).
+    /// The cipher suite negotiated (once established).
     #[cfg(test)]
-    pub(super) fn machine(&self) -> &M {
-        &self.conn
+    pub(super) fn suite(&self) -> Option<SupportedCipherSuite> {
+        self.suite
+    }
+
+    /// Our record layer (for tests that look inside).
+    #[cfg(test)]
+    pub(super) fn records(&mut self) -> Option<&mut Records> {
+        self.records.as_mut()
     }
 
     /// Sends close_notify after everything written so far, then shuts down the socket's
@@ -187,7 +183,11 @@ impl<M: Machine> TlsStream<M> {
     pub(super) fn shutdown_write(&mut self) -> io::Result<()> {
         self.wire.flush_out()?;
         if !self.wire.we_closed {
-            self.advance_blocked_is_error(Goal::CloseNotify)?;
+            if self.records.is_some() {
+                self.seal_own(|r, out| r.seal_alert(AlertDescription::CloseNotify, out))?;
+            } else {
+                self.advance_blocked_is_error(Goal::CloseNotify)?;
+            }
             self.wire.we_closed = true;
             self.wire.flush_out()?;
         }
@@ -197,7 +197,88 @@ impl<M: Machine> TlsStream<M> {
     /// Makes the next write start with a key update (what rustls does near the keys' limit).
     #[cfg(test)]
     pub(super) fn refresh_keys(&mut self) -> io::Result<()> {
+        if self.records.is_some() {
+            return self.seal_own(|r, out| r.seal_key_update(out));
+        }
         self.advance_blocked_is_error(Goal::RefreshKeys)
+    }
+
+    /// Lets our record layer seal into the outgoing buffer (made room for first).
+    fn seal_own(
+        &mut self,
+        f: impl FnOnce(&mut Records, &mut [u8]) -> Result<usize, rustls::Error>,
+    ) -> io::Result<()> {
+        self.seal_own_sized(2 * OVERHEAD, f)
+    }
+
+    fn seal_own_sized(
+        &mut self,
+        room: usize,
+        f: impl FnOnce(&mut Records, &mut [u8]) -> Result<usize, rustls::Error>,
+    ) -> io::Result<()> {
+        if let Some(e) = &self.broken {
+            return Err(tls_error(e.clone()));
+        }
+        if self.wire.we_closed {
+            return Err(closed());
+        }
+        let Some(records) = self.records.as_mut() else {
+            return Err(closed());
+        };
+        let out = self.wire.room(room)?;
+        let n = f(records, out).map_err(tls_error)?;
+        self.wire.used += n;
+        Ok(())
+    }
+
+    /// Reads plaintext through our record layer (see `read`).
+    fn read_own(&mut self, dst: &mut [u8]) -> io::Result<usize> {
+        let mut filled = 0;
+        loop {
+            if let Some(e) = &self.broken {
+                return Err(tls_error(e.clone()));
+            }
+            while filled < dst.len() {
+                let Some(records) = self.records.as_mut() else {
+                    return Err(closed());
+                };
+                let start = self.inc.start;
+                match records.open(self.inc.unread()) {
+                    Ok(Opened::Partial) => break,
+                    Ok(Opened::Data { len, at, n }) => {
+                        let plain = &self.inc.buf[start + at..start + at + n];
+                        self.wire.deliver(plain, dst, &mut filled);
+                        self.inc.consume(len);
+                    }
+                    Ok(Opened::Nothing { len }) => self.inc.consume(len),
+                    Ok(Opened::Closed { len }) => {
+                        self.inc.consume(len);
+                        self.wire.peer_closed = true;
+                        return Ok(filled);
+                    }
+                    Err(e) => {
+                        // Nothing of the refused record is used again, nor anything after it.
+                        self.inc.consume(self.inc.end - self.inc.start);
+                        let alert = alert_for(&e);
+                        if self
+                            .seal_own_sized(OVERHEAD, |r, out| r.seal_alert(alert, out))
+                            .is_ok()
+                        {
+                            let _ = self.wire.flush_out();
+                        }
+                        self.broken = Some(e.clone());
+                        if filled > 0 {
+                            return Ok(filled);
+                        }
+                        return Err(tls_error(e));
+                    }
+                }
+            }
+            if filled > 0 {
+                return Ok(filled);
+            }
+            self.fill()?;
+        }
     }
 
     /// Runs the state machine for a goal that needs nothing from the socket.
@@ -224,7 +305,10 @@ impl<M: Machine> TlsStream<M> {
             if let Some(e) = &self.broken {
                 return Err(tls_error(e.clone()));
             }
-            let UnbufferedStatus { mut discard, state } = self.conn.process(self.inc.unread());
+            let Some(conn) = self.conn.as_mut() else {
+                return Err(closed());
+            };
+            let UnbufferedStatus { mut discard, state } = conn.process(self.inc.unread());
             let state = match state {
                 Ok(s) => s,
                 Err(e) => {
@@ -317,7 +401,8 @@ impl<M: Machine> TlsStream<M> {
             match step? {
                 // The server may send before the client's Finished arrives: not done yet.
                 Some(Outcome::Done)
-                    if matches!(goal, Goal::Handshake) && self.conn.is_handshaking() =>
+                    if matches!(goal, Goal::Handshake)
+                        && self.conn.as_ref().is_some_and(|c| c.is_handshaking()) =>
                 {
                     return Ok(Outcome::Blocked)
                 }
@@ -351,8 +436,8 @@ impl<M: Machine> TlsStream<M> {
     /// rustls has queued is taken (it hands that out before it looks at input again): the
     /// input that failed must not be processed twice.
     fn send_alert(&mut self) {
-        while self.conn.wants_write() {
-            let UnbufferedStatus { discard, state } = self.conn.process(self.inc.unread());
+        while let Some(conn) = self.conn.as_mut().filter(|c| c.wants_write()) {
+            let UnbufferedStatus { discard, state } = conn.process(self.inc.unread());
             let taken = match state {
                 Ok(ConnectionState::EncodeTlsData(mut data)) => {
                     self.wire.put(|out| encoded(data.encode(out))).is_ok()
@@ -374,7 +459,11 @@ impl<M: Machine> TlsStream<M> {
         let mut taken = 0;
         for b in bufs {
             let part = &b[..b.len().min(WRITE_CHUNK - taken)];
-            if !part.is_empty() {
+            if part.is_empty() {
+            } else if self.records.is_some() {
+                self.seal_own_sized(Records::sealed_len(part.len()), |r, out| r.seal(part, out))?;
+                taken += part.len();
+            } else {
                 self.advance_blocked_is_error(Goal::Encrypt(part))?;
                 taken += part.len();
             }
@@ -399,6 +488,9 @@ impl<M: Machine> Read for TlsStream<M> {
         }
         if self.wire.peer_closed {
             return Ok(0);
+        }
+        if self.records.is_some() {
+            return self.read_own(dst);
         }
         let mut filled = 0;
         loop {
@@ -437,6 +529,10 @@ fn tls_error(e: rustls::Error) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e)
 }
 
+fn closed() -> io::Error {
+    io::Error::new(io::ErrorKind::BrokenPipe, "the TLS connection is closed")
+}
+
 fn eof(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::UnexpectedEof, what.to_string())
 }
@@ -444,3 +540,7 @@ fn eof(what: &str) -> io::Error {
 #[cfg(test)]
 #[path = "tls_stream_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "tls_interop_tests.rs"]
+mod interop_tests;

@@ -114,6 +114,21 @@ impl Wire {
         n
     }
 
+    /// At least `n` bytes of room after `out[..used]` (growing `out` up to
+    /// [`OUTGOING_LIMIT`]) for ciphertext the caller then counts into `used`.
+    pub(super) fn room(&mut self, n: usize) -> io::Result<&mut [u8]> {
+        let want = self.used + n;
+        if want > OUTGOING_LIMIT {
+            return Err(io::Error::other(format!(
+                "TLS wants {n} bytes of output room"
+            )));
+        }
+        if self.out.len() < want {
+            self.out.resize(want, 0);
+        }
+        Ok(&mut self.out[self.used..])
+    }
+
     /// Lets `f` write ciphertext after `out[..used]`; when it reports the room too small
     /// (`Ok(Err(size))`), grows `out` (up to [`OUTGOING_LIMIT`]) and asks again.
     pub(super) fn put(

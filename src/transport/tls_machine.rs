@@ -1,0 +1,54 @@
+//! [`Machine`]: rustls's unbuffered client and server connections behind one trait, so
+//! `tls_stream` drives either the same way and hands either's secrets to `record`.
+
+use std::ops::DerefMut;
+
+use rustls::client::{ClientConnectionData, UnbufferedClientConnection};
+use rustls::server::{ServerConnectionData, UnbufferedServerConnection};
+use rustls::unbuffered::{UnbufferedConnectionCommon, UnbufferedStatus};
+use rustls::ExtractedSecrets;
+
+use super::record::Rekey;
+
+/// A rustls connection that runs the unbuffered state machine: client or server.
+pub(super) trait Machine:
+    DerefMut<Target = UnbufferedConnectionCommon<Self::Side>> + Send
+{
+    /// rustls's per-side data type.
+    type Side;
+    /// `process_tls_records` (an inherent method of each side's type in rustls).
+    fn process<'c, 'i>(
+        &'c mut self,
+        incoming: &'i mut [u8],
+    ) -> UnbufferedStatus<'c, 'i, Self::Side>;
+    /// The traffic secrets and what derives the next ones (`dangerous_into_kernel_connection`).
+    fn into_kernel(self) -> Result<(ExtractedSecrets, Box<dyn Rekey>), rustls::Error>;
+}
+
+impl Machine for UnbufferedClientConnection {
+    type Side = ClientConnectionData;
+    fn process<'c, 'i>(
+        &'c mut self,
+        incoming: &'i mut [u8],
+    ) -> UnbufferedStatus<'c, 'i, Self::Side> {
+        self.process_tls_records(incoming)
+    }
+    fn into_kernel(self) -> Result<(ExtractedSecrets, Box<dyn Rekey>), rustls::Error> {
+        let (secrets, kernel) = self.dangerous_into_kernel_connection()?;
+        Ok((secrets, Box::new(kernel)))
+    }
+}
+
+impl Machine for UnbufferedServerConnection {
+    type Side = ServerConnectionData;
+    fn process<'c, 'i>(
+        &'c mut self,
+        incoming: &'i mut [u8],
+    ) -> UnbufferedStatus<'c, 'i, Self::Side> {
+        self.process_tls_records(incoming)
+    }
+    fn into_kernel(self) -> Result<(ExtractedSecrets, Box<dyn Rekey>), rustls::Error> {
+        let (secrets, kernel) = self.dangerous_into_kernel_connection()?;
+        Ok((secrets, Box::new(kernel)))
+    }
+}
