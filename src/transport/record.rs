@@ -235,10 +235,23 @@ impl Records {
     /// Opens the record at the front of `buf` in place. A bad record is an error whose
     /// alert [`alert_for`] names.
     pub(super) fn open(&mut self, buf: &mut [u8]) -> Result<Opened, Error> {
-        if buf.len() < HEADER {
+        self.open_to(buf, 0, HEADER)
+    }
+
+    /// Opens the record at `buf[at..]` with its plaintext decrypted to `buf[to..]`, where
+    /// `to` is at most `at + 5` (the decryption moves it down over what came before, in the
+    /// same pass: no copy). `Opened::Data`'s `at` is then `to`.
+    pub(super) fn open_to(
+        &mut self,
+        buf: &mut [u8],
+        at: usize,
+        to: usize,
+    ) -> Result<Opened, Error> {
+        let rec = &buf[at.min(buf.len())..];
+        if rec.len() < HEADER {
             return Ok(Opened::Partial);
         }
-        let header: [u8; HEADER] = [buf[0], buf[1], buf[2], buf[3], buf[4]];
+        let header: [u8; HEADER] = [rec[0], rec[1], rec[2], rec[3], rec[4]];
         let len = usize::from(u16::from_be_bytes([header[3], header[4]]));
         if header[0] != APPLICATION_DATA {
             return Err(Error::InvalidMessage(InvalidMessage::InvalidContentType));
@@ -249,15 +262,23 @@ impl Records {
         if len < 1 + TAG {
             return Err(Error::DecryptError);
         }
-        if buf.len() < HEADER + len {
+        if rec.len() < HEADER + len {
             return Ok(Opened::Partial);
         }
         let total = HEADER + len;
+        if to > at + HEADER {
+            return Err(Error::General("record opened above itself".into()));
+        }
         let nonce = self.rx.next_nonce()?;
         let plain = self
             .rx
             .key
-            .open_in_place(nonce, Aad::from(header), &mut buf[HEADER..total])
+            .open_within(
+                nonce,
+                Aad::from(header),
+                &mut buf[to..at + total],
+                at + HEADER - to..,
+            )
             .map_err(|_| Error::DecryptError)?;
         // The content type is the last byte that is not padding.
         let Some(end) = plain.iter().rposition(|&b| b != 0) else {
@@ -272,7 +293,7 @@ impl Records {
         match kind {
             APPLICATION_DATA => Ok(Opened::Data {
                 len: total,
-                at: HEADER,
+                at: to,
                 n: end,
             }),
             ALERT => match &plain[..end] {

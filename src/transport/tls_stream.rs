@@ -35,10 +35,9 @@ use std::time::Instant;
 use rustls::unbuffered::{ConnectionState, UnbufferedStatus};
 use rustls::{AlertDescription, SupportedCipherSuite};
 
-use super::deadline::arm_deadline;
 use super::record::{alert_for, Opened, Records, OVERHEAD};
 use super::tls_machine::Machine;
-use super::tls_wire::{encoded, encrypted, Incoming, Wire};
+use super::tls_wire::{encoded, encrypted, eof, recv, Incoming, Wire};
 
 /// Ciphertext buffer once the connection is authenticated: many records per `read(2)`.
 pub(super) const INCOMING_SIZE: usize = 256 * 1024;
@@ -47,6 +46,8 @@ pub(super) const INCOMING_SIZE: usize = 256 * 1024;
 const HANDSHAKE_INCOMING: usize = 32 * 1024;
 /// …and at most this much (rustls joins handshake messages of up to 64 KiB in the buffer).
 const HANDSHAKE_INCOMING_LIMIT: usize = 96 * 1024;
+/// A read this large (or larger) takes ciphertext straight into the caller's buffer.
+const DIRECT_READ: usize = 32 * 1024;
 /// Plaintext encrypted per write call (four full records), then written in one system call.
 pub(super) const WRITE_CHUNK: usize = 64 * 1024;
 /// Room for the records' headers and tags around `WRITE_CHUNK` bytes of plaintext.
@@ -231,7 +232,10 @@ impl<M: Machine> TlsStream<M> {
         Ok(())
     }
 
-    /// Reads plaintext through our record layer (see `read`).
+    /// Reads plaintext through our record layer (see `read`). With nothing buffered and
+    /// room for [`DIRECT_READ`] bytes in `dst`, the ciphertext is read straight into `dst`
+    /// and each record decrypted down to where its plaintext belongs (no copy); otherwise
+    /// records are opened in the incoming buffer and copied out.
     fn read_own(&mut self, dst: &mut [u8]) -> io::Result<usize> {
         let mut filled = 0;
         loop {
@@ -256,29 +260,72 @@ impl<M: Machine> TlsStream<M> {
                         self.wire.peer_closed = true;
                         return Ok(filled);
                     }
-                    Err(e) => {
-                        // Nothing of the refused record is used again, nor anything after it.
-                        self.inc.consume(self.inc.end - self.inc.start);
-                        let alert = alert_for(&e);
-                        if self
-                            .seal_own_sized(OVERHEAD, |r, out| r.seal_alert(alert, out))
-                            .is_ok()
-                        {
-                            let _ = self.wire.flush_out();
-                        }
-                        self.broken = Some(e.clone());
-                        if filled > 0 {
-                            return Ok(filled);
-                        }
-                        return Err(tls_error(e));
-                    }
+                    Err(e) => return self.refused(e, filled),
                 }
             }
             if filled > 0 {
                 return Ok(filled);
             }
-            self.fill()?;
+            if self.inc.start == self.inc.end && dst.len() >= DIRECT_READ {
+                let n = self.read_direct(dst)?;
+                if n > 0 || self.wire.peer_closed {
+                    return Ok(n);
+                }
+            } else {
+                self.fill()?;
+            }
         }
+    }
+
+    /// One socket read into `dst`, its whole records opened there (plaintext moved down
+    /// over headers and tags as it is decrypted); a record's first part, read without
+    /// its end, goes to the incoming buffer.
+    fn read_direct(&mut self, dst: &mut [u8]) -> io::Result<usize> {
+        let got = recv(&self.wire, dst)?;
+        let (mut r, mut w) = (0, 0);
+        loop {
+            let Some(records) = self.records.as_mut() else {
+                return Err(closed());
+            };
+            match records.open_to(&mut dst[..got], r, w) {
+                Ok(Opened::Partial) => break,
+                Ok(Opened::Data { len, n, .. }) => {
+                    r += len;
+                    w += n;
+                }
+                Ok(Opened::Nothing { len }) => r += len,
+                Ok(Opened::Closed { .. }) => {
+                    self.wire.peer_closed = true;
+                    return Ok(w);
+                }
+                Err(e) => return self.refused(e, w),
+            }
+        }
+        let rest = &dst[r..got];
+        self.inc.grow_to(rest.len());
+        self.inc.buf[..rest.len()].copy_from_slice(rest);
+        self.inc.start = 0;
+        self.inc.end = rest.len();
+        Ok(w)
+    }
+
+    /// A record our layer refused: nothing read after it is used, the peer gets the alert
+    /// that says why, and the connection stays failed. Plaintext already delivered by this
+    /// call goes out first; the failure is then the next call's.
+    fn refused(&mut self, e: rustls::Error, filled: usize) -> io::Result<usize> {
+        self.inc.consume(self.inc.end - self.inc.start);
+        let alert = alert_for(&e);
+        if self
+            .seal_own_sized(OVERHEAD, |r, out| r.seal_alert(alert, out))
+            .is_ok()
+        {
+            let _ = self.wire.flush_out();
+        }
+        self.broken = Some(e.clone());
+        if filled > 0 {
+            return Ok(filled);
+        }
+        Err(tls_error(e))
     }
 
     /// Runs the state machine for a goal that needs nothing from the socket.
@@ -416,19 +463,7 @@ impl<M: Machine> TlsStream<M> {
     /// end (close_notify) is seen by the state machine before this is called.
     fn fill(&mut self) -> io::Result<()> {
         let room = self.inc.make_room()?;
-        arm_deadline(&self.wire.sock, self.wire.deadline, true)?;
-        let n = loop {
-            match (&self.wire.sock).read(room) {
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                r => break r?,
-            }
-        };
-        if n == 0 {
-            return Err(eof(
-                "peer closed connection without sending TLS close_notify",
-            ));
-        }
-        self.inc.end += n;
+        self.inc.end += recv(&self.wire, room)?;
         Ok(())
     }
 
@@ -531,10 +566,6 @@ fn tls_error(e: rustls::Error) -> io::Error {
 
 fn closed() -> io::Error {
     io::Error::new(io::ErrorKind::BrokenPipe, "the TLS connection is closed")
-}
-
-fn eof(what: &str) -> io::Error {
-    io::Error::new(io::ErrorKind::UnexpectedEof, what.to_string())
 }
 
 #[cfg(test)]

@@ -260,6 +260,13 @@ fn close_notify_is_an_end_and_a_cut_is_an_error() {
 
 #[test]
 fn garbage_after_the_handshake_fails_the_read_and_alerts_the_peer() {
+    // Small reads open records in the incoming buffer, large ones in the caller's.
+    for size in [64, 64 * 1024] {
+        garbage_after_the_handshake(size);
+    }
+}
+
+fn garbage_after_the_handshake(size: usize) {
     let mut r = relayed();
     r.client.write_all(b"genuine").unwrap();
     let mut wire = ciphertext(&mut r.client_far, 7 + OVERHEAD);
@@ -270,7 +277,7 @@ fn garbage_after_the_handshake_fails_the_read_and_alerts_the_peer() {
     wire.extend(forged);
     wire.extend(pattern(1000, 9));
     r.server_far.write_all(&wire).unwrap();
-    let mut buf = [0u8; 64];
+    let mut buf = vec![0u8; size];
     let n = r.server.read(&mut buf).unwrap();
     assert_eq!(&buf[..n], b"genuine");
     let err = r.server.read(&mut buf).unwrap_err();

@@ -5,7 +5,7 @@
 //! Not here: driving rustls (`tls_stream`); these only hold bytes and move them to and from
 //! the socket, under the handshake deadline while there is one.
 
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::time::Instant;
 
@@ -169,6 +169,28 @@ impl Wire {
         self.used = 0;
         Ok(())
     }
+}
+
+/// One read from the socket into `room` (under the handshake deadline while there is one);
+/// a TCP end is `UnexpectedEof`.
+pub(super) fn recv(wire: &Wire, room: &mut [u8]) -> io::Result<usize> {
+    arm_deadline(&wire.sock, wire.deadline, true)?;
+    let n = loop {
+        match (&wire.sock).read(room) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            r => break r?,
+        }
+    };
+    if n == 0 {
+        return Err(eof(
+            "peer closed connection without sending TLS close_notify",
+        ));
+    }
+    Ok(n)
+}
+
+pub(super) fn eof(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::UnexpectedEof, what.to_string())
 }
 
 /// An encode call's result as [`Wire::put`] wants it.
