@@ -13,7 +13,7 @@ cd "$(dirname "$0")"
 
 secs=${1:-10}
 shift || true
-all=(frame control ticket path journal receive shard pipe)
+all=(frame control ticket path journal receive shard pipe record)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 

@@ -39,7 +39,7 @@ mod dial;
 pub mod handshake;
 pub mod lane;
 mod listen;
-mod record;
+pub mod record;
 mod sys;
 mod ticket;
 mod tls;

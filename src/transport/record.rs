@@ -30,13 +30,13 @@ use rustls::server::ServerConnectionData;
 use rustls::{AlertDescription, ConnectionTrafficSecrets, Error, InvalidMessage, PeerMisbehaved};
 
 /// The most plaintext one record carries (RFC 8446 §5.1).
-pub(super) const MAX_PLAINTEXT: usize = 16 * 1024;
+pub const MAX_PLAINTEXT: usize = 16 * 1024;
 /// Header, content type byte and tag: what a record adds to its plaintext.
-pub(super) const OVERHEAD: usize = HEADER + 1 + TAG;
+pub const OVERHEAD: usize = HEADER + 1 + TAG;
 const HEADER: usize = 5;
 const TAG: usize = 16;
 /// The longest record a peer may send (RFC 8446 §5.2: 2^14 + 256 after the header).
-pub(super) const MAX_RECORD: usize = HEADER + MAX_PLAINTEXT + 256;
+pub const MAX_RECORD: usize = HEADER + MAX_PLAINTEXT + 256;
 
 const APPLICATION_DATA: u8 = 23;
 const ALERT: u8 = 21;
@@ -45,7 +45,7 @@ const KEY_UPDATE: u8 = 24;
 const NEW_SESSION_TICKET: u8 = 4;
 
 /// The next traffic secrets after a key update: rustls's kernel connection, either side.
-pub(super) trait Rekey: Send {
+pub trait Rekey: Send {
     fn next_tx(&mut self) -> Result<ConnectionTrafficSecrets, Error>;
     fn next_rx(&mut self) -> Result<ConnectionTrafficSecrets, Error>;
 }
@@ -111,7 +111,7 @@ impl Keys {
 
 /// What [`Records::open`] found at the front of the incoming bytes.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) enum Opened {
+pub enum Opened {
     /// Not a whole record yet: read more.
     Partial,
     /// A record of `len` bytes whose plaintext is `at..at + n` of the same buffer.
@@ -123,7 +123,7 @@ pub(super) enum Opened {
 }
 
 /// Both directions of an authenticated connection.
-pub(super) struct Records {
+pub struct Records {
     tx: Keys,
     rx: Keys,
     rekey: Box<dyn Rekey>,
@@ -136,7 +136,7 @@ pub(super) struct Records {
 impl Records {
     /// The record layer on rustls's extracted secrets; `limit` is the suite's
     /// confidentiality limit (records per key).
-    pub(super) fn new(
+    pub fn new(
         tx: (u64, ConnectionTrafficSecrets),
         rx: (u64, ConnectionTrafficSecrets),
         rekey: Box<dyn Rekey>,
@@ -153,19 +153,18 @@ impl Records {
     }
 
     /// Updates our keys after this many more records (tests use it to rekey often).
-    #[cfg(test)]
-    pub(super) fn rekey_after(&mut self, records: u64) {
+    pub fn rekey_after(&mut self, records: u64) {
         self.tx_limit = self.tx.seq + records;
     }
 
     /// Room `seal` needs in the output for `n` bytes of plaintext (a key update included).
-    pub(super) fn sealed_len(n: usize) -> usize {
+    pub fn sealed_len(n: usize) -> usize {
         n + n.div_ceil(MAX_PLAINTEXT).max(1) * OVERHEAD + OVERHEAD + 5
     }
 
     /// Encrypts `data` as application-data records into `out` (at least
     /// [`Records::sealed_len`] long); the bytes written.
-    pub(super) fn seal(&mut self, data: &[u8], out: &mut [u8]) -> Result<usize, Error> {
+    pub fn seal(&mut self, data: &[u8], out: &mut [u8]) -> Result<usize, Error> {
         let mut at = self.update_if_due(out, false)?;
         for piece in data.chunks(MAX_PLAINTEXT) {
             at += self.seal_one(APPLICATION_DATA, piece, &mut out[at..])?;
@@ -174,11 +173,7 @@ impl Records {
     }
 
     /// Encrypts an alert (close_notify is `CloseNotify` at warning level, any other fatal).
-    pub(super) fn seal_alert(
-        &mut self,
-        desc: AlertDescription,
-        out: &mut [u8],
-    ) -> Result<usize, Error> {
+    pub fn seal_alert(&mut self, desc: AlertDescription, out: &mut [u8]) -> Result<usize, Error> {
         let level = if desc == AlertDescription::CloseNotify {
             1
         } else {
@@ -189,8 +184,7 @@ impl Records {
 
     /// Sends a key update now, asking the peer to update its keys too (as rustls's
     /// `refresh_traffic_keys`).
-    #[cfg(test)]
-    pub(super) fn seal_key_update(&mut self, out: &mut [u8]) -> Result<usize, Error> {
+    pub fn seal_key_update(&mut self, out: &mut [u8]) -> Result<usize, Error> {
         self.update_keys(out, true)
     }
 
@@ -234,19 +228,14 @@ impl Records {
 
     /// Opens the record at the front of `buf` in place. A bad record is an error whose
     /// alert [`alert_for`] names.
-    pub(super) fn open(&mut self, buf: &mut [u8]) -> Result<Opened, Error> {
+    pub fn open(&mut self, buf: &mut [u8]) -> Result<Opened, Error> {
         self.open_to(buf, 0, HEADER)
     }
 
     /// Opens the record at `buf[at..]` with its plaintext decrypted to `buf[to..]`, where
     /// `to` is at most `at + 5` (the decryption moves it down over what came before, in the
     /// same pass: no copy). `Opened::Data`'s `at` is then `to`.
-    pub(super) fn open_to(
-        &mut self,
-        buf: &mut [u8],
-        at: usize,
-        to: usize,
-    ) -> Result<Opened, Error> {
+    pub fn open_to(&mut self, buf: &mut [u8], at: usize, to: usize) -> Result<Opened, Error> {
         let rec = &buf[at.min(buf.len())..];
         if rec.len() < HEADER {
             return Ok(Opened::Partial);
@@ -356,7 +345,7 @@ impl Records {
 }
 
 /// The alert that tells the peer why its record was refused.
-pub(super) fn alert_for(e: &Error) -> AlertDescription {
+pub fn alert_for(e: &Error) -> AlertDescription {
     match e {
         Error::DecryptError => AlertDescription::BadRecordMac,
         Error::PeerSentOversizedRecord | Error::InvalidMessage(InvalidMessage::MessageTooLarge) => {
