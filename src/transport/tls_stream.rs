@@ -232,10 +232,11 @@ impl<M: Machine> TlsStream<M> {
         Ok(())
     }
 
-    /// Reads plaintext through our record layer (see `read`). With nothing buffered and
-    /// room for [`DIRECT_READ`] bytes in `dst`, the ciphertext is read straight into `dst`
-    /// and each record decrypted down to where its plaintext belongs (no copy); otherwise
-    /// records are opened in the incoming buffer and copied out.
+    /// Reads plaintext through our record layer (see `read`). Whole records already in the
+    /// incoming buffer are opened there and copied out. Otherwise, with room for
+    /// [`DIRECT_READ`] bytes in `dst` after the part of a record buffered, the ciphertext is
+    /// read straight into `dst` and each record decrypted down to where its plaintext
+    /// belongs (no copy but that part's).
     fn read_own(&mut self, dst: &mut [u8]) -> io::Result<usize> {
         let mut filled = 0;
         loop {
@@ -266,7 +267,7 @@ impl<M: Machine> TlsStream<M> {
             if filled > 0 {
                 return Ok(filled);
             }
-            if self.inc.start == self.inc.end && dst.len() >= DIRECT_READ {
+            if dst.len() >= self.inc.end - self.inc.start + DIRECT_READ {
                 let n = self.read_direct(dst)?;
                 if n > 0 || self.wire.peer_closed {
                     return Ok(n);
@@ -277,11 +278,15 @@ impl<M: Machine> TlsStream<M> {
         }
     }
 
-    /// One socket read into `dst`, its whole records opened there (plaintext moved down
-    /// over headers and tags as it is decrypted); a record's first part, read without
-    /// its end, goes to the incoming buffer.
+    /// The buffered part of a record and one socket read into `dst`, whose whole records
+    /// are opened there (plaintext moved down over headers and tags as it is decrypted); a
+    /// record's first part, read without its end, goes back to the incoming buffer.
     fn read_direct(&mut self, dst: &mut [u8]) -> io::Result<usize> {
-        let got = recv(&self.wire, dst)?;
+        let part = self.inc.end - self.inc.start;
+        dst[..part].copy_from_slice(self.inc.unread());
+        // A failed read (a timeout) leaves the part where it was.
+        let got = part + recv(&self.wire, &mut dst[part..])?;
+        self.inc.consume(part);
         let (mut r, mut w) = (0, 0);
         loop {
             let Some(records) = self.records.as_mut() else {
