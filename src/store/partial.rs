@@ -166,15 +166,21 @@ impl Store {
                 if let Ok(mut a) = self.arrived.lock() {
                     a.push(seg.file);
                 }
-                if let Ok(mut m) = self.files.lock() {
-                    m.remove(&seg.file);
-                }
-                self.forget_ranges(&state);
                 cache.open = None;
                 let file = Arc::try_unwrap(file)
                     .or_else(|shared| shared.try_clone())
                     .map_err(|x| self.dest_err(&state.path, x))?;
-                self.queue_finish(state, file, Some((seg.offset, seg.len)))?;
+                fsops::race_point("file complete, not yet queued");
+                let queued =
+                    self.queue_finish(Arc::clone(&state), file, Some((seg.offset, seg.len)));
+                // Out of the table of files waiting for data only once the finishers have
+                // it: until then the transfer counts it as incomplete, so it cannot finish
+                // (and stop the finishers) with this file on its way to them.
+                if let Ok(mut m) = self.files.lock() {
+                    m.remove(&seg.file);
+                }
+                self.forget_ranges(&state);
+                queued?;
             }
         }
         Ok(())

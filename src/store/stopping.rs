@@ -113,7 +113,7 @@ mod tests {
     use std::fs;
     use std::sync::Arc;
 
-    use super::super::tests::{entry, file, store, write};
+    use super::super::tests::{at_point, entry, file, no_race, store, write};
     use crate::protocol::Segment;
 
     const MIB: u64 = 1 << 20;
@@ -155,6 +155,32 @@ mod tests {
             fs::read(root.join("big")).unwrap(),
             vec![3u8; 2 * MIB as usize]
         );
+    }
+
+    /// A file completed while the transfer finishes is never left out of a finish that
+    /// succeeds: until the finishers have it, it counts as incomplete (before, it left the
+    /// table of files waiting for data first, so a finish in that moment stopped the
+    /// finishers, succeeded, and the file was never linked in).
+    #[test]
+    fn a_finish_while_a_completed_file_is_on_its_way_does_not_succeed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = Arc::new(store(tmp.path()));
+        s.apply_entries(vec![entry(1, "f", file(MIB), 0o644)])
+            .unwrap();
+        s.start();
+        let seen = Arc::new(std::sync::Mutex::new(None));
+        let (s2, seen2) = (Arc::clone(&s), Arc::clone(&seen));
+        at_point("file complete, not yet queued", move || {
+            let incomplete = s2.incomplete();
+            let finished = s2.finish().is_ok();
+            *seen2.lock().unwrap() = Some((incomplete, finished));
+        });
+        let written = write(&s, &[unit(0)], &vec![5u8; MIB as usize]);
+        no_race();
+        let seen = seen.lock().unwrap().take();
+        assert_eq!(seen, Some((1, false)), "(incomplete, finish succeeded)");
+        // The writer learns that its file could not be finished.
+        assert!(written.is_err());
     }
 
     /// Once progress is saved, no write starts: what the journal says stays what is there.

@@ -56,7 +56,7 @@ pub(super) fn store(dir: &Path) -> Store {
 }
 
 /// Runs `f` at race point `point` (once), on this thread.
-fn at_point(point: &'static str, f: impl FnOnce() + 'static) {
+pub(super) fn at_point(point: &'static str, f: impl FnOnce() + 'static) {
     let mut f = Some(f);
     fsops::RACE.with(|r| {
         *r.borrow_mut() = Some(Box::new(move |p: &str| {
@@ -69,7 +69,7 @@ fn at_point(point: &'static str, f: impl FnOnce() + 'static) {
     });
 }
 
-fn no_race() {
+pub(super) fn no_race() {
     fsops::RACE.with(|r| *r.borrow_mut() = None);
 }
 
