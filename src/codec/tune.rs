@@ -48,6 +48,13 @@
 //! (throttled to 100 Mbit/s, streams sat on zstd:1 where zstd:3 was faster). So when the
 //! current level's ratio moves, every other measured level's moves by the same factor.
 //!
+//! Data that changes. A probe (one slice) barely moved what a level had measured on ten
+//! units of other data: from `none`, lz4's probes on easy pages read 0.065, lz4 still
+//! stood at the hard pages' 0.3, and a pg tar went raw to the end. So when the data
+//! changes (a ratio a fifth off since the last probe, or off its estimate in a probe),
+//! the other levels' measurements count for a tenth of a probe; from `none` the probed
+//! ratio's change also moves every level's.
+//!
 //! What the link costs. `wire` alone misleads where the link is the limit: a write into
 //! a socket buffer with room returns at once and the next one waits, so on a slow link
 //! shared with busy cores a unit's write time per byte swings tenfold, and the more a
@@ -143,6 +150,10 @@ const FIRST_PROBE: u32 = 2;
 const PROBE_KEEP: f64 = 0.7;
 /// A switch needs the new level to be predicted this much faster (hysteresis).
 const MARGIN: f64 = 0.02;
+/// How far (a share) a level's ratio moves before the data counts as changed.
+const CHANGED: f64 = 0.2;
+/// What a level's measurements on the data before a change count for, in probes.
+const STALE: f64 = 0.1;
 /// Probe intervals in units.
 const MIN_INTERVAL: u32 = 8;
 const MAX_INTERVAL: u32 = 64;
@@ -344,9 +355,10 @@ impl Tuner {
             self.ratio[c].add((wire as f64).min(raw_f), raw_f, KEEP);
             let now = self.ratio[c].get();
             self.follow(c, now / before);
-            if (now - self.ratio_at_probe).abs() > 0.2 * self.ratio_at_probe {
+            if (now - self.ratio_at_probe).abs() > CHANGED * self.ratio_at_probe {
                 self.interval = MIN_INTERVAL;
                 self.ratio_at_probe = now;
+                self.forget(c);
             }
         }
         self.written = (self.written + wire as u64).min(WARMUP_WIRE);
@@ -422,6 +434,16 @@ impl Tuner {
         }
     }
 
+    /// The data changed: what the levels but `current` measured before counts for at most
+    /// `STALE` of one probe, estimates kept (see the module's *data that changes*).
+    fn forget(&mut self, current: usize) {
+        let cap = STALE * PROBE_SLICE as f64;
+        for l in (1..LADDER.len()).filter(|&l| l != current) {
+            self.cpu[l].cap(cap);
+            self.ratio[l].cap(cap);
+        }
+    }
+
     /// Output bytes per raw byte at `level` now (see `Tuner::follow`); for a level not
     /// measured yet, its prior relative to the current level's.
     fn ratio(&self, level: usize) -> f64 {
@@ -459,6 +481,17 @@ impl Tuner {
         let raw = p.raw as f64;
         let relative = p.out as f64 / p.current_out.max(1) as f64;
         let ratio = (self.ratio(self.current) * relative).min(1.0);
+        // A level that sends a fifth more or less than its estimate says the data changed
+        // since the level was measured (see the module's *data that changes*).
+        let known = self.ratio(p.level);
+        if p.level > 0 && self.ratio[p.level].den > 0.0 && (ratio - known).abs() > CHANGED * known {
+            if self.current == 0 {
+                // Raw units show no change: every level follows this one.
+                self.follow(0, ratio / known);
+            }
+            self.forget(self.current);
+            self.interval = MIN_INTERVAL;
+        }
         if p.level > 0 {
             self.cpu[p.level].add(p.cpu.as_secs_f64(), raw, PROBE_KEEP);
             self.ratio[p.level].add(ratio * raw, raw, PROBE_KEEP);

@@ -264,3 +264,142 @@ fn the_link_pacing_shows_as_the_same_rate_at_two_levels() {
         "zstd:1 and zstd:3 are too close"
     );
 }
+
+/// A tar of the pg set's data directory in pipe mode, as traced (`cat pg.tar | haul send
+/// -`, unshaped, both ends on the 2 cores; per stream): easy table pages that lz4 shrinks
+/// to 0.065 at 0.25 ns per byte of CPU, then some 60 units it shrinks to 0.3 only, at 0.8
+/// ns, while the cores' contention stretches compression 3.6 times; then easy pages again
+/// to the end. A raw unit's write took ~4.5 ms (TLS on the busy cores), a compressed one's
+/// 1-2 ms. On the hard data `none` costs the cores about what lz4 does and the streams
+/// went raw. When the data turned easy again, lz4's probes from `none` read 0.065 of the
+/// raw bytes at 0.25 ns, but each counted one 512 KiB slice against the ten 4 MiB units
+/// of lz4's hard-data ratio and cost (0.3, 0.67 ns), and the streams stayed raw to the end
+/// (1,072 MB on the wire against lz4's 437). Returns the units per level after the hard
+/// data.
+fn run_hard_then_easy(t: &mut Tuner, hard_stretch: f64) -> ([usize; 5], [usize; 5]) {
+    const EASY: [f64; 5] = [1.0, 0.065, 0.03, 0.028, 0.026];
+    const EASY_RATE: [f64; 5] = [f64::INFINITY, 4.0e9, 1.8e9, 9.0e8, 1.5e8];
+    const HARD: [f64; 5] = [1.0, 0.3, 0.15, 0.14, 0.13];
+    const HARD_RATE: [f64; 5] = [f64::INFINITY, 1.25e9, 9.0e8, 6.0e8, 1.2e8];
+    let raw = 4usize << 20;
+    let (mut levels, mut after) = ([0; 5], [0; 5]);
+    for i in 0..300 {
+        let hard = (40..100).contains(&i);
+        let (ratio, rate, stretch) = if hard {
+            (HARD, HARD_RATE, hard_stretch)
+        } else {
+            (EASY, EASY_RATE, 2.0)
+        };
+        let cost = |l: usize, n: usize| if l == 0 { 0.0 } else { n as f64 / rate[l] };
+        let l = t.current();
+        levels[l] += 1;
+        if i >= 100 {
+            after[l] += 1;
+        }
+        probe_if_due(t, &cost, ratio);
+        let c = cost(l, raw);
+        let wire = (raw as f64 * ratio[l]) as usize;
+        let write = if l == 0 {
+            4.5e-3
+        } else {
+            1.0e-3 + wire as f64 * 1.0e-9
+        };
+        t.observe_wall(
+            raw,
+            Duration::from_secs_f64(c),
+            Duration::from_secs_f64(c * stretch),
+        );
+        let sample = LinkSample {
+            rate: 3.0e9,
+            app_limited: i % 2 == 0,
+            rwnd: Duration::ZERO,
+        };
+        t.observe(
+            raw,
+            wire,
+            Duration::from_secs_f64(c),
+            Duration::from_secs_f64(write),
+            Some(sample),
+        );
+    }
+    (levels, after)
+}
+
+/// [`run_hard_then_easy`]: once the data is easy again, the streams go back to lz4 within
+/// a few probes.
+#[test]
+fn easy_data_after_hard_data_leaves_none() {
+    for hard_stretch in [2.5, 3.6] {
+        let mut t = Tuner::new(4);
+        let (levels, after) = run_hard_then_easy(&mut t, hard_stretch);
+        assert!(
+            after[1] >= 180,
+            "stretch {hard_stretch}: units per level {levels:?}, after the hard data {after:?}"
+        );
+    }
+}
+
+/// The same tar with both ends' work on the 2 cores as in `shared_unit`, where zstd:1
+/// compresses the hard data as fast as lz4 (probes on the trace: 0.8 against 0.67-0.88 ns
+/// per byte) and takes over there. On the easy data after it, lz4's cost was still the
+/// hard data's (0.83 ns per byte where it now takes 0.25), which its probes moved by a
+/// tenth each, and the streams stayed on zstd:1 to the end. The data changing (zstd:1's
+/// own ratio falling to a fifth) now makes the other levels' old measurements count
+/// for little against their next probe.
+#[test]
+fn a_level_measured_on_other_data_is_measured_again() {
+    const EASY: [f64; 5] = [1.0, 0.065, 0.03, 0.028, 0.026];
+    const EASY_RATE: [f64; 5] = [f64::INFINITY, 4.0e9, 1.8e9, 9.0e8, 1.5e8];
+    const HARD: [f64; 5] = [1.0, 0.3, 0.15, 0.14, 0.13];
+    const HARD_RATE: [f64; 5] = [f64::INFINITY, 1.2e9, 1.25e9, 6.0e8, 1.2e8];
+    let raw = 4usize << 20;
+    let unit = |l: usize, ratio: [f64; 5], rate: [f64; 5]| {
+        let wire = raw as f64 * ratio[l];
+        let c = if l == 0 { 0.0 } else { raw as f64 / rate[l] };
+        let sender = c + wire * TLS + raw as f64 * HASH;
+        let receiver = wire * TLS + raw as f64 * (DECOMP_REAL[l] + HASH + STORE);
+        (4.0 * (sender + receiver) / 2.0, sender, wire as usize, c)
+    };
+    for stretch in [2.0, 2.5, 3.5] {
+        let mut t = Tuner::new(4);
+        let (mut levels, mut after) = ([0; 5], [0; 5]);
+        for i in 0..300 {
+            let (ratio, rate) = if (40..100).contains(&i) {
+                (HARD, HARD_RATE)
+            } else {
+                (EASY, EASY_RATE)
+            };
+            let cost = |l: usize, n: usize| if l == 0 { 0.0 } else { n as f64 / rate[l] };
+            let l = t.current();
+            levels[l] += 1;
+            if i >= 120 {
+                after[l] += 1;
+            }
+            probe_if_due(&mut t, &cost, ratio);
+            let (took, sender, wire, c) = unit(l, ratio, rate);
+            let write = wire as f64 * TLS * stretch + (took - sender * stretch).max(0.0);
+            t.observe_wall(
+                raw,
+                Duration::from_secs_f64(c),
+                Duration::from_secs_f64(c * stretch),
+            );
+            let sample = LinkSample {
+                rate: wire as f64 / took,
+                app_limited: i % 2 == 0,
+                rwnd: Duration::ZERO,
+            };
+            t.observe(
+                raw,
+                wire,
+                Duration::from_secs_f64(c),
+                Duration::from_secs_f64(write),
+                Some(sample),
+            );
+        }
+        assert!(
+            after[1] >= 165,
+            "stretch {stretch}: units per level {levels:?}, on the easy data after the hard \
+             {after:?}"
+        );
+    }
+}

@@ -33,6 +33,14 @@ impl Mean {
         self.den = self.den * keep + den;
     }
 
+    /// Keeps the mean but lets it count for at most `den` bytes.
+    pub(super) fn cap(&mut self, den: f64) {
+        if self.den > den {
+            self.num *= den / self.den;
+            self.den = den;
+        }
+    }
+
     pub(super) fn get(&self) -> f64 {
         if self.den > 0.0 {
             self.num / self.den
