@@ -52,8 +52,8 @@
 //! units of other data: from `none`, lz4's probes on easy pages read 0.065, lz4 still
 //! stood at the hard pages' 0.3, and a pg tar went raw to the end. So when the data
 //! changes (a ratio a fifth off since the last probe, or off its estimate in a probe),
-//! the other levels' measurements count for a tenth of a probe; from `none` the probed
-//! ratio's change also moves every level's.
+//! the other levels' measurements count for a tenth of a probe, and a level is a
+//! candidate again once a probe or a unit measured it.
 //!
 //! What the link costs. `wire` alone misleads where the link is the limit: a write into
 //! a socket buffer with room returns at once and the next one waits, so on a slow link
@@ -262,6 +262,8 @@ pub struct Tuner {
     overlap: f64,
     /// The current level's ratio when the last probe was decided.
     ratio_at_probe: f64,
+    /// Levels measured on data that has changed since (see `Tuner::forget`).
+    stale: [bool; LEVELS],
 }
 
 impl Tuner {
@@ -287,6 +289,7 @@ impl Tuner {
             sending: START,
             overlap: 1.0 / streams.max(1) as f64,
             ratio_at_probe: PRIOR_RATIO[START],
+            stale: [false; LEVELS],
         }
     }
 
@@ -350,6 +353,7 @@ impl Tuner {
         // to the new level, the unit made it look as good as the old one).
         let c = self.sending;
         if c > 0 {
+            self.stale[c] = false;
             self.cpu[c].add(cpu.as_secs_f64(), raw_f, KEEP);
             let before = self.ratio[c].get();
             self.ratio[c].add((wire as f64).min(raw_f), raw_f, KEEP);
@@ -435,12 +439,14 @@ impl Tuner {
     }
 
     /// The data changed: what the levels but `current` measured before counts for at most
-    /// `STALE` of one probe, estimates kept (see the module's *data that changes*).
+    /// `STALE` of one probe, estimates kept, and they are no candidates until measured
+    /// again (see the module's *data that changes*).
     fn forget(&mut self, current: usize) {
         let cap = STALE * PROBE_SLICE as f64;
         for l in (1..LADDER.len()).filter(|&l| l != current) {
             self.cpu[l].cap(cap);
             self.ratio[l].cap(cap);
+            self.stale[l] = true;
         }
     }
 
@@ -485,14 +491,11 @@ impl Tuner {
         // since the level was measured (see the module's *data that changes*).
         let known = self.ratio(p.level);
         if p.level > 0 && self.ratio[p.level].den > 0.0 && (ratio - known).abs() > CHANGED * known {
-            if self.current == 0 {
-                // Raw units show no change: every level follows this one.
-                self.follow(0, ratio / known);
-            }
             self.forget(self.current);
             self.interval = MIN_INTERVAL;
         }
         if p.level > 0 {
+            self.stale[p.level] = false;
             self.cpu[p.level].add(p.cpu.as_secs_f64(), raw, PROBE_KEEP);
             self.ratio[p.level].add(ratio * raw, raw, PROBE_KEEP);
         }
@@ -563,7 +566,7 @@ impl Tuner {
         for level in 0..LADDER.len() {
             // Only measured levels (see the module's *exploration*).
             if level == self.current
-                || (level > 0 && self.ratio[level].den == 0.0)
+                || (level > 0 && (self.ratio[level].den == 0.0 || self.stale[level]))
                 || (!warm && self.ratio(level) > self.ratio(self.current))
             {
                 continue;
