@@ -47,13 +47,9 @@
 //! compared as measured, a level last seen on harder data looked worse than it is
 //! (throttled to 100 Mbit/s, streams sat on zstd:1 where zstd:3 was faster). So when the
 //! current level's ratio moves, every other measured level's moves by the same factor.
-//!
-//! Data that changes. A probe (one slice) barely moved what a level had measured on ten
-//! units of other data: from `none`, lz4's probes on easy pages read 0.065, lz4 still
-//! stood at the hard pages' 0.3, and a pg tar went raw to the end. So when the data
-//! changes (a ratio a fifth off since the last probe, or off its estimate in a probe),
-//! the other levels' measurements count for a tenth of a probe, and a level is a
-//! candidate again once a probe or a unit measured it.
+//! When a probe finds its level's ratio or cost off the estimate, the data changed: the
+//! other levels' old measurements count for little and are no candidates until measured
+//! again (`Tuner::forget`; docs/design.md, *Data that changes under a stream*).
 //!
 //! What the link costs. `wire` alone misleads where the link is the limit: a write into
 //! a socket buffer with room returns at once and the next one waits, so on a slow link
@@ -150,9 +146,10 @@ const FIRST_PROBE: u32 = 2;
 const PROBE_KEEP: f64 = 0.7;
 /// A switch needs the new level to be predicted this much faster (hysteresis).
 const MARGIN: f64 = 0.02;
-/// How far (a share) a level's ratio moves before the data counts as changed.
+/// The data changed when a ratio moves by `CHANGED` (a share) or a probe's cost per byte
+/// by `CPU_CHANGED` (a factor); old measurements then count `STALE` probes (`forget`).
 const CHANGED: f64 = 0.2;
-/// What a level's measurements on the data before a change count for, in probes.
+const CPU_CHANGED: f64 = 2.0;
 const STALE: f64 = 0.1;
 /// Probe intervals in units.
 const MIN_INTERVAL: u32 = 8;
@@ -362,7 +359,6 @@ impl Tuner {
             if (now - self.ratio_at_probe).abs() > CHANGED * self.ratio_at_probe {
                 self.interval = MIN_INTERVAL;
                 self.ratio_at_probe = now;
-                self.forget(c);
             }
         }
         self.written = (self.written + wire as u64).min(WARMUP_WIRE);
@@ -438,9 +434,8 @@ impl Tuner {
         }
     }
 
-    /// The data changed: what the levels but `current` measured before counts for at most
-    /// `STALE` of one probe, estimates kept, and they are no candidates until measured
-    /// again (see the module's *data that changes*).
+    /// The data changed: the levels but `current` count `STALE` probes, estimates kept,
+    /// and are no candidates until measured again (docs/design.md, *Data that changes*).
     fn forget(&mut self, current: usize) {
         let cap = STALE * PROBE_SLICE as f64;
         for l in (1..LADDER.len()).filter(|&l| l != current) {
@@ -487,10 +482,16 @@ impl Tuner {
         let raw = p.raw as f64;
         let relative = p.out as f64 / p.current_out.max(1) as f64;
         let ratio = (self.ratio(self.current) * relative).min(1.0);
-        // A level that sends a fifth more or less than its estimate says the data changed
-        // since the level was measured (see the module's *data that changes*).
-        let known = self.ratio(p.level);
-        if p.level > 0 && self.ratio[p.level].den > 0.0 && (ratio - known).abs() > CHANGED * known {
+        // A level that sends a fifth more or less than its estimate, or costs half or twice
+        // as much, says the data changed since it was measured (see `Tuner::forget`).
+        let (known, cost) = (self.ratio(p.level), self.cpu[p.level].get());
+        let per_byte = p.cpu.as_secs_f64() / raw;
+        if p.level > 0
+            && self.ratio[p.level].den > 0.0
+            && ((ratio - known).abs() > CHANGED * known
+                || per_byte > CPU_CHANGED * cost
+                || per_byte * CPU_CHANGED < cost)
+        {
             self.forget(self.current);
             self.interval = MIN_INTERVAL;
         }
