@@ -1,17 +1,19 @@
 //! [`TlsStream`]: a TLS 1.3 connection over a TCP socket, driven through rustls's unbuffered
-//! API with ciphertext buffers this module owns.
+//! API during the handshakes and through haul's own record layer (`record`) after them,
+//! with buffers this module owns.
 //!
 //! **Why not rustls's `StreamOwned`.** Its reads come 4 KiB at a time through rustls's own
 //! buffer, which it shrinks and regrows (zero-filling it) whenever it empties, and every byte
-//! is copied once more from our socket buffer into it. Here the socket is read straight into
-//! one large buffer (up to [`INCOMING_SIZE`] per system call, many records at once), rustls
-//! decrypts each record in place there, and plaintext is copied out into the caller's buffer.
+//! is copied once more from our socket buffer into it. Here the socket is read many records
+//! at a time, into one buffer of up to [`INCOMING_SIZE`] or straight into the caller's.
 //!
 //! **Two record layers.** The handshakes (TLS's and the secret one, `auth`) run on rustls's.
 //! Once the peer is authenticated ([`TlsStream::established`]) the connection's traffic
-//! secrets move from rustls to this crate's TLS 1.3 record layer (`record`, rustls's
-//! kernel-TLS interface), which seals each record in place in our outgoing buffer and opens
-//! it in place in the incoming one: rustls 0.23 copies every record once more each way.
+//! secrets move from rustls to this crate's TLS 1.3 record layer (`record`, through rustls's
+//! kernel-TLS interface): it seals each record in place in our outgoing buffer, and a read
+//! with room for [`DIRECT_READ`] bytes takes the ciphertext into the caller's buffer and
+//! decrypts each record down to where its plaintext belongs; smaller reads open records in
+//! the incoming buffer and copy them out. rustls 0.23 copies every record twice more.
 //!
 //! **Calling order.** `new`, then [`TlsStream::handshake`] (under the deadline given to `new`,
 //! which bounds every socket read and write until [`TlsStream::established`]), then any mix of
@@ -21,7 +23,8 @@
 //! **Ends.** A read returns 0 only after the peer's close_notify; a TCP end without it fails
 //! with `UnexpectedEof` (a cut, not an end). [`TlsStream::shutdown_write`] sends ours. A TLS
 //! error (a forged or garbled record, an alert) fails the call with `InvalidData` wrapping
-//! the `rustls::Error`, after a best-effort attempt to send the alert rustls queued.
+//! the `rustls::Error`, after a best-effort attempt to send the peer the alert that says
+//! why (rustls's during the handshakes, `record::alert_for`'s after).
 //!
 //! Key updates: ours before the keys' limit, the peer's while its records are read (rustls's
 //! state machine during the handshakes, `record` after).
