@@ -192,18 +192,7 @@ fn run_shared_link(t: &mut Tuner, link: f64, units: usize, busy: usize) -> (f64,
             app_limited: took <= cores && (busy == 0 || i % busy != 0),
             rwnd: Duration::ZERO,
         };
-        t.observe_wall(
-            raw,
-            Duration::from_secs_f64(c),
-            Duration::from_secs_f64(c * STRETCH),
-        );
-        t.observe(
-            raw,
-            wire,
-            Duration::from_secs_f64(c),
-            Duration::from_secs_f64(write),
-            Some(sample),
-        );
+        feed(t, raw, wire, c, STRETCH, write, sample);
     }
     let best = (0..5)
         .map(|l| unit(l).0 * units as f64)
@@ -304,23 +293,12 @@ fn run_hard_then_easy(t: &mut Tuner, hard_stretch: f64) -> ([usize; 5], [usize; 
         } else {
             1.0e-3 + wire as f64 * 1.0e-9
         };
-        t.observe_wall(
-            raw,
-            Duration::from_secs_f64(c),
-            Duration::from_secs_f64(c * stretch),
-        );
         let sample = LinkSample {
             rate: 3.0e9,
             app_limited: i % 2 == 0,
             rwnd: Duration::ZERO,
         };
-        t.observe(
-            raw,
-            wire,
-            Duration::from_secs_f64(c),
-            Duration::from_secs_f64(write),
-            Some(sample),
-        );
+        feed(t, raw, wire, c, stretch, write, sample);
     }
     (levels, after)
 }
@@ -378,23 +356,12 @@ fn a_level_measured_on_other_data_is_measured_again() {
             probe_if_due(&mut t, &cost, ratio);
             let (took, sender, wire, c) = unit(l, ratio, rate);
             let write = wire as f64 * TLS * stretch + (took - sender * stretch).max(0.0);
-            t.observe_wall(
-                raw,
-                Duration::from_secs_f64(c),
-                Duration::from_secs_f64(c * stretch),
-            );
             let sample = LinkSample {
                 rate: wire as f64 / took,
                 app_limited: i % 2 == 0,
                 rwnd: Duration::ZERO,
             };
-            t.observe(
-                raw,
-                wire,
-                Duration::from_secs_f64(c),
-                Duration::from_secs_f64(write),
-                Some(sample),
-            );
+            feed(&mut t, raw, wire, c, stretch, write, sample);
         }
         assert!(
             after[1] >= 165,

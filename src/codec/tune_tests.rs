@@ -475,20 +475,33 @@ fn run_shared_cores(t: &mut Tuner, units: usize, rwnd: f64, busy: usize) -> (f64
             app_limited: i % busy.max(1) != 0,
             rwnd: Duration::from_secs_f64(ticks * JIFFY),
         };
-        t.observe_wall(
-            raw,
-            Duration::from_secs_f64(c),
-            Duration::from_secs_f64(c * STRETCH),
-        );
-        t.observe(
-            raw,
-            wire,
-            Duration::from_secs_f64(c),
-            Duration::from_secs_f64(write),
-            Some(sample),
-        );
+        feed(t, raw, wire, c, STRETCH, write, sample);
     }
     (total, levels)
+}
+
+/// One unit as a stream reports it: `c` s compressing (wall `stretch` × that), `write` s writing.
+fn feed(
+    t: &mut Tuner,
+    raw: usize,
+    wire: usize,
+    c: f64,
+    stretch: f64,
+    write: f64,
+    sample: LinkSample,
+) {
+    t.observe_wall(
+        raw,
+        Duration::from_secs_f64(c),
+        Duration::from_secs_f64(c * stretch),
+    );
+    t.observe(
+        raw,
+        wire,
+        Duration::from_secs_f64(c),
+        Duration::from_secs_f64(write),
+        Some(sample),
+    );
 }
 
 /// The cores' stretch of one thread's work: 4 sending streams on 2 cores.

@@ -24,9 +24,7 @@
 //! Not here: the socket and the buffers (`tls_wire`), driving the handshake (`tls_stream`).
 
 use ring::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
-use rustls::client::ClientConnectionData;
 use rustls::kernel::KernelConnection;
-use rustls::server::ServerConnectionData;
 use rustls::{AlertDescription, ConnectionTrafficSecrets, Error, InvalidMessage, PeerMisbehaved};
 
 /// The most plaintext one record carries (RFC 8446 §5.1).
@@ -50,16 +48,10 @@ pub trait Rekey: Send {
     fn next_rx(&mut self) -> Result<ConnectionTrafficSecrets, Error>;
 }
 
-impl Rekey for KernelConnection<ClientConnectionData> {
-    fn next_tx(&mut self) -> Result<ConnectionTrafficSecrets, Error> {
-        self.update_tx_secret().map(|(_, s)| s)
-    }
-    fn next_rx(&mut self) -> Result<ConnectionTrafficSecrets, Error> {
-        self.update_rx_secret().map(|(_, s)| s)
-    }
-}
-
-impl Rekey for KernelConnection<ServerConnectionData> {
+impl<Side> Rekey for KernelConnection<Side>
+where
+    KernelConnection<Side>: Send,
+{
     fn next_tx(&mut self) -> Result<ConnectionTrafficSecrets, Error> {
         self.update_tx_secret().map(|(_, s)| s)
     }

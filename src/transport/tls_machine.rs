@@ -25,30 +25,24 @@ pub(super) trait Machine:
     fn into_kernel(self) -> Result<(ExtractedSecrets, Box<dyn Rekey>), rustls::Error>;
 }
 
-impl Machine for UnbufferedClientConnection {
-    type Side = ClientConnectionData;
-    fn process<'c, 'i>(
-        &'c mut self,
-        incoming: &'i mut [u8],
-    ) -> UnbufferedStatus<'c, 'i, Self::Side> {
-        self.process_tls_records(incoming)
-    }
-    fn into_kernel(self) -> Result<(ExtractedSecrets, Box<dyn Rekey>), rustls::Error> {
-        let (secrets, kernel) = self.dangerous_into_kernel_connection()?;
-        Ok((secrets, Box::new(kernel)))
-    }
+/// Both sides have the same two inherent methods under the same names.
+macro_rules! machine {
+    ($conn:ty, $side:ty) => {
+        impl Machine for $conn {
+            type Side = $side;
+            fn process<'c, 'i>(
+                &'c mut self,
+                incoming: &'i mut [u8],
+            ) -> UnbufferedStatus<'c, 'i, Self::Side> {
+                self.process_tls_records(incoming)
+            }
+            fn into_kernel(self) -> Result<(ExtractedSecrets, Box<dyn Rekey>), rustls::Error> {
+                let (secrets, kernel) = self.dangerous_into_kernel_connection()?;
+                Ok((secrets, Box::new(kernel)))
+            }
+        }
+    };
 }
 
-impl Machine for UnbufferedServerConnection {
-    type Side = ServerConnectionData;
-    fn process<'c, 'i>(
-        &'c mut self,
-        incoming: &'i mut [u8],
-    ) -> UnbufferedStatus<'c, 'i, Self::Side> {
-        self.process_tls_records(incoming)
-    }
-    fn into_kernel(self) -> Result<(ExtractedSecrets, Box<dyn Rekey>), rustls::Error> {
-        let (secrets, kernel) = self.dangerous_into_kernel_connection()?;
-        Ok((secrets, Box::new(kernel)))
-    }
-}
+machine!(UnbufferedClientConnection, ClientConnectionData);
+machine!(UnbufferedServerConnection, ServerConnectionData);
