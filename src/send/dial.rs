@@ -46,8 +46,16 @@ pub(super) struct Redial<'a> {
     pub(super) pace: &'a super::pace::Pacer,
 }
 
-/// A unit's hash for a receiver: of its block key and the unit's header.
-pub(super) type UnitHash<'a> = dyn Fn(&[u8; 32], &[u8]) -> [u8; 32] + 'a;
+/// A unit's hash for a receiver: of its block key, the unit's header and its raw bytes.
+pub(super) type UnitHash<'a> = dyn Fn(&[u8; 32], &[u8], &[u8]) -> [u8; 32] + 'a;
+
+/// A data unit's bytes: as read, and as compressed when its codec is not raw. The one sent
+/// (`packed`, else `raw`) is given up to the connection: over TLS it is sealed in place
+/// (see `Conn::write_all_in_place`), so after a successful write it holds ciphertext.
+pub(super) struct UnitBytes<'a> {
+    pub(super) raw: &'a mut [u8],
+    pub(super) packed: Option<&'a mut [u8]>,
+}
 
 /// A data connection, the tags of the frames we write on it, and the receiver it goes to.
 pub(super) struct DataConn {
@@ -80,11 +88,11 @@ impl Redial<'_> {
         &self,
         conn: &mut Option<DataConn>,
         hdr: &mut [u8],
-        body: &[u8],
+        mut unit: UnitBytes<'_>,
         hash: &UnitHash<'_>,
         counters: &Counters,
     ) -> Result<Duration> {
-        let len = hdr.len() + body.len();
+        let len = hdr.len() + unit.packed.as_ref().map_or(unit.raw.len(), |p| p.len());
         self.pace.take(len + crate::protocol::FRAME_HEADER_LEN);
         let mut head = Vec::new();
         let mut hashed = None;
@@ -107,12 +115,17 @@ impl Redial<'_> {
             };
             if hashed != Some(c.generation) {
                 let started = Instant::now();
-                let h = hash(&c.key, hdr);
+                let h = hash(&c.key, hdr, unit.raw);
                 hashing += started.elapsed();
                 set_hash(hdr, &h);
                 hashed = Some(c.generation);
             }
-            match put(c, FrameKind::Data, &[hdr, body], len, &mut head) {
+            // A failed write leaves the body as it was: it is written again as it is.
+            let body = match unit.packed.as_deref_mut() {
+                Some(p) => p,
+                None => &mut *unit.raw,
+            };
+            match put_unit(c, hdr, body, &mut head) {
                 Ok(()) => {
                     self.target.count(c.generation);
                     return Ok(hashing);
@@ -213,6 +226,18 @@ pub(super) fn put(
         .map_err(lost)
 }
 
+/// Writes one data frame: its header and the unit's header, copied, then `body`, given up
+/// to the connection (see [`UnitBytes`]).
+fn put_unit(conn: &mut DataConn, hdr: &[u8], body: &mut [u8], head: &mut Vec<u8>) -> Result<()> {
+    let DataConn {
+        conn: c, sealer: s, ..
+    } = conn;
+    head.clear();
+    head.extend_from_slice(&s.header(FrameKind::Data, hdr.len() + body.len()));
+    head.extend_from_slice(hdr);
+    c.write_all_in_place(head, body).map_err(lost)
+}
+
 /// The error after re-dialing failed `retries` times: the connection was lost (exit 5),
 /// whatever the last attempt said.
 pub(super) fn gave_up(why: &Error, last: Option<Error>) -> Error {
@@ -262,13 +287,22 @@ mod tests {
             stream: 0,
             pace: &pace,
         };
-        let slow = |key: &[u8; 32], _: &[u8]| {
+        let slow = |key: &[u8; 32], _: &[u8], _: &[u8]| {
             std::thread::sleep(Duration::from_millis(30));
             *key
         };
         let mut hdr = vec![0u8; 64];
         let hashing = link
-            .write_unit(&mut conn, &mut hdr, b"body", &slow, &Counters::default())
+            .write_unit(
+                &mut conn,
+                &mut hdr,
+                UnitBytes {
+                    raw: &mut b"body".to_vec(),
+                    packed: None,
+                },
+                &slow,
+                &Counters::default(),
+            )
             .expect("written");
         assert!(hashing >= Duration::from_millis(30), "{hashing:?}");
     }

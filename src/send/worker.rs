@@ -11,7 +11,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::sync::Mutex;
 
-use super::dial::{DataConn, Redial};
+use super::dial::{DataConn, Redial, UnitBytes};
 use super::readbuf::{ReadBuf, ALIGN};
 use super::report::{Failures, SendOptions};
 use crate::codec::{piece_hash, unit_hash, Encoder};
@@ -88,7 +88,9 @@ pub(super) fn run(
         }
         w.read_unit(work);
         if !w.segs.is_empty() {
-            let sent = send_unit(link, &mut conn, &mut enc, &w, &mut cbuf, &mut hdr, counters);
+            let sent = send_unit(
+                link, &mut conn, &mut enc, &mut w, &mut cbuf, &mut hdr, counters,
+            );
             if sent.is_err() {
                 queue.done();
                 return sent;
@@ -149,26 +151,32 @@ fn send_unit(
     link: &Redial<'_>,
     conn: &mut Option<DataConn>,
     enc: &mut Encoder,
-    w: &Worker<'_>,
+    w: &mut Worker<'_>,
     cbuf: &mut Vec<u8>,
     hdr: &mut Vec<u8>,
     counters: &Counters,
 ) -> Result<()> {
-    let raw = w.raw.bytes();
+    let raw = w.raw.bytes_mut();
     let (codec, packed) = if raw.is_empty() {
-        (Codec::Raw, &[][..])
+        (Codec::Raw, 0)
     } else {
-        enc.encode(raw, cbuf)
+        let (codec, packed) = enc.encode(raw, cbuf);
+        (codec, packed.len())
     };
-    let body: &[u8] = if codec == Codec::Raw { raw } else { packed };
-    encode_data_header(hdr, codec, raw.len() as u32, &w.segs);
+    let raw_len = raw.len();
+    let wire_len = if codec == Codec::Raw { raw_len } else { packed };
+    encode_data_header(hdr, codec, raw_len as u32, &w.segs);
     let before = conn
         .as_ref()
         .and_then(|c| super::sample::before_write(enc, &c.conn));
     let started = std::time::Instant::now();
     // Hashed with the key of the receiver it goes to (another after a chain moved on).
-    let hash = |key: &[u8; 32], hdr: &[u8]| unit_hash(key, hashed_parts(hdr), raw);
-    let hashing = link.write_unit(conn, hdr, body, &hash, counters)?;
+    let hash = |key: &[u8; 32], hdr: &[u8], raw: &[u8]| unit_hash(key, hashed_parts(hdr), raw);
+    let unit = UnitBytes {
+        raw,
+        packed: (codec != Codec::Raw).then(|| &mut cbuf[..packed]),
+    };
+    let hashing = link.write_unit(conn, hdr, unit, &hash, counters)?;
     let sample = conn
         .as_ref()
         .and_then(|c| super::sample::link_sample(enc, &c.conn, before));
@@ -177,10 +185,10 @@ fn send_unit(
         Counters::add(&counters.codec_units[l], 1);
     }
     Counters::add(&counters.units, 1);
-    Counters::add(&counters.done_bytes, raw.len() as u64);
+    Counters::add(&counters.done_bytes, raw_len as u64);
     Counters::add(&counters.read_bytes, w.read);
     Counters::add(&counters.done_files, w.files);
-    Counters::add(&counters.wire_bytes, (hdr.len() + body.len()) as u64);
+    Counters::add(&counters.wire_bytes, (hdr.len() + wire_len) as u64);
     Ok(())
 }
 

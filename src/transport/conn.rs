@@ -225,6 +225,21 @@ impl Conn {
         }
     }
 
+    /// Writes `head`, then `data`, which the caller gives up: over TLS it is sealed where it
+    /// lies and sent without being copied, so on success it holds ciphertext. On failure
+    /// none of `data` went out and it is unchanged (the caller may send it again on another
+    /// connection); as with `write`, a socket error may instead show on the next call.
+    pub fn write_all_in_place(&mut self, head: &[u8], data: &mut [u8]) -> io::Result<()> {
+        match &mut self.io {
+            Io::Tls(s) => s.write_in_place(head, data),
+            Io::TlsServer(s) => s.write_in_place(head, data),
+            _ => {
+                self.write_all(head)?;
+                self.write_all(data)
+            }
+        }
+    }
+
     /// Whether bytes on this stream are encrypted.
     pub fn is_encrypted(&self) -> bool {
         matches!(self.io, Io::Tls(_) | Io::TlsServer(_))

@@ -13,8 +13,9 @@
 //! here), so a peer running rustls's own record layer reads it (tested against one). The
 //! handshake, certificates and key schedule stay rustls's.
 //!
-//! **What it does.** Seals plaintext into records of at most 16 KiB (encrypted in place in the
-//! outgoing buffer: one copy, from the caller's bytes into it) and opens records in place in
+//! **What it does.** Seals plaintext into records of at most 16 KiB, either copied into the
+//! outgoing buffer and encrypted there, or encrypted where it lies in a buffer the caller
+//! gives up (a data unit: [`Records::seal_gapped`], no copy), and opens records in place in
 //! the incoming buffer. Handles the post-handshake messages TLS 1.3 allows: key updates both
 //! ways (ours before the suite's confidentiality limit, the peer's whenever it sends one,
 //! answered when it asks), alerts (close_notify is the end, any other one an error), and a
@@ -22,6 +23,8 @@
 //! alert TLS prescribes.
 //!
 //! Not here: the socket and the buffers (`tls_wire`), driving the handshake (`tls_stream`).
+
+use std::io::IoSlice;
 
 use ring::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
 use rustls::kernel::KernelConnection;
@@ -114,6 +117,47 @@ pub enum Opened {
     Closed { len: usize },
 }
 
+/// A caller's buffer sealed in place as records ([`Records::seal_gapped`]): each record's
+/// ciphertext stays in the buffer, its header and trailer (the encrypted content type and
+/// the tag) are kept here, so one gathering write sends them without copying the buffer.
+#[derive(Default)]
+pub struct Gapped {
+    /// A key update that was due, sealed whole: it goes first.
+    prefix: Vec<u8>,
+    /// Per record sealed in the buffer (each [`MAX_PLAINTEXT`] long, from its start): the
+    /// header that goes before it and the trailer that goes after it.
+    heads: Vec<[u8; HEADER]>,
+    tails: Vec<[u8; 1 + TAG]>,
+    /// The buffer's last piece, sealed whole here: no byte follows it in the buffer to hold
+    /// its content type while it is encrypted.
+    last: Vec<u8>,
+}
+
+impl Gapped {
+    /// The records in the order they go on the wire, as slices of `data` (the buffer
+    /// [`Records::seal_gapped`] sealed) and of this.
+    pub fn slices<'a>(&'a self, data: &'a [u8]) -> Vec<IoSlice<'a>> {
+        let mut v = Vec::with_capacity(3 * self.heads.len() + 2);
+        if !self.prefix.is_empty() {
+            v.push(IoSlice::new(&self.prefix));
+        }
+        for ((head, tail), body) in self
+            .heads
+            .iter()
+            .zip(&self.tails)
+            .zip(data.chunks(MAX_PLAINTEXT))
+        {
+            v.push(IoSlice::new(head));
+            v.push(IoSlice::new(body));
+            v.push(IoSlice::new(tail));
+        }
+        if !self.last.is_empty() {
+            v.push(IoSlice::new(&self.last));
+        }
+        v
+    }
+}
+
 /// Both directions of an authenticated connection.
 pub struct Records {
     tx: Keys,
@@ -162,6 +206,56 @@ impl Records {
             at += self.seal_one(APPLICATION_DATA, piece, &mut out[at..])?;
         }
         Ok(at)
+    }
+
+    /// Seals `data` as application-data records in place, without copying it (see
+    /// [`Gapped`]): each record's content type is written for a moment over the first byte
+    /// of the next record's plaintext, encrypted with it and moved to the trailer, and that
+    /// byte put back. Only the last piece (at most [`MAX_PLAINTEXT`]) is copied. On success
+    /// `data` holds ciphertext; a failure leaves it as it was.
+    pub fn seal_gapped(&mut self, data: &mut [u8], g: &mut Gapped) -> Result<(), Error> {
+        g.prefix.clear();
+        g.heads.clear();
+        g.tails.clear();
+        g.last.clear();
+        if data.is_empty() {
+            return Ok(());
+        }
+        let records = data.len().div_ceil(MAX_PLAINTEXT);
+        // Every nonce this call takes must exist before the buffer changes (a key update
+        // may take one): then nothing below can fail after the first record is sealed.
+        if self.tx.seq.checked_add(records as u64 + 1).is_none() {
+            return Err(Error::EncryptError);
+        }
+        g.prefix.resize(OVERHEAD + 5, 0);
+        let n = self.update_if_due(&mut g.prefix, false)?;
+        g.prefix.truncate(n);
+        let split = (records - 1) * MAX_PLAINTEXT;
+        let len = MAX_PLAINTEXT + 1 + TAG;
+        let header = [APPLICATION_DATA, 3, 3, (len >> 8) as u8, len as u8];
+        for start in (0..split).step_by(MAX_PLAINTEXT) {
+            let end = start + MAX_PLAINTEXT;
+            let kept = data[end];
+            data[end] = APPLICATION_DATA;
+            let nonce = self.tx.next_nonce()?;
+            let sealed = self.tx.key.seal_in_place_separate_tag(
+                nonce,
+                Aad::from(header),
+                &mut data[start..=end],
+            );
+            let mut tail = [data[end]; 1 + TAG];
+            data[end] = kept;
+            // ring refuses only inputs longer than GCM's limit (~64 GiB), never 16 KiB.
+            let tag = sealed.map_err(|_| Error::EncryptError)?;
+            tail[1..].copy_from_slice(tag.as_ref());
+            g.heads.push(header);
+            g.tails.push(tail);
+        }
+        let piece = &data[split..];
+        g.last.resize(piece.len() + OVERHEAD, 0);
+        let n = self.seal_one(APPLICATION_DATA, piece, &mut g.last)?;
+        g.last.truncate(n);
+        Ok(())
     }
 
     /// Encrypts an alert (close_notify is `CloseNotify` at warning level, any other fatal).

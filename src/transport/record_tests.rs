@@ -83,6 +83,79 @@ fn records_round_trip_in_pieces_of_at_most_16_kib() {
     }
 }
 
+/// Seals `data` in place at `from` and lays the records out as the socket gets them.
+fn gapped_wire(from: &mut Records, data: &mut [u8]) -> Vec<u8> {
+    let mut g = Gapped::default();
+    from.seal_gapped(data, &mut g).unwrap();
+    g.slices(data)
+        .iter()
+        .flat_map(|s| s.iter().copied())
+        .collect()
+}
+
+#[test]
+fn records_sealed_in_place_are_the_records_seal_makes() {
+    for len in [
+        1,
+        MAX_PLAINTEXT,
+        MAX_PLAINTEXT + 1,
+        2 * MAX_PLAINTEXT,
+        3 * MAX_PLAINTEXT + 7,
+        256 * MAX_PLAINTEXT,
+    ] {
+        let data: Vec<u8> = (0..len).map(|i| (i * 13 + i / 251) as u8).collect();
+        // The same keys sealing the same bytes both ways: byte for byte the same records.
+        let (mut a, mut b) = pair();
+        let (mut c, _) = pair();
+        let mut wire = vec![0u8; Records::sealed_len(len)];
+        let n = c.seal(&data, &mut wire).unwrap();
+        let mut buf = data.clone();
+        let gapped = gapped_wire(&mut a, &mut buf);
+        assert_eq!(gapped.len(), n, "{len}");
+        assert!(gapped == wire[..n], "{len}: not the records seal makes");
+        assert_eq!(open_all(&mut b, &mut gapped.clone()).unwrap(), data);
+        // The buffer now holds each record's ciphertext (all but the last, copied).
+        let in_place = (len - 1) / MAX_PLAINTEXT * MAX_PLAINTEXT;
+        assert!(buf[..in_place] != data[..in_place] || in_place == 0);
+        assert_eq!(buf[in_place..], data[in_place..]);
+    }
+    let (mut a, _) = pair();
+    assert!(gapped_wire(&mut a, &mut []).is_empty());
+}
+
+#[test]
+fn a_key_update_due_goes_before_records_sealed_in_place() {
+    let (mut a, mut b) = pair();
+    a.rekey_after(2);
+    let data = vec![3u8; 5 * MAX_PLAINTEXT + 9];
+    for _ in 0..3 {
+        let mut buf = data.clone();
+        let wire = gapped_wire(&mut a, &mut buf);
+        assert_eq!(open_all(&mut b, &mut wire.clone()).unwrap(), data);
+    }
+    // The peer asked for an update: the next call's records start with ours.
+    let (mut a, mut b) = pair();
+    let mut wire = vec![0u8; 64];
+    let n = b.seal_key_update(&mut wire).unwrap();
+    assert_eq!(open_all(&mut a, &mut wire[..n]).unwrap(), b"");
+    let mut buf = data.clone();
+    let wire = gapped_wire(&mut a, &mut buf);
+    assert_eq!(wire.len(), OVERHEAD + 5 + data.len() + 6 * OVERHEAD);
+    assert_eq!(open_all(&mut b, &mut wire.clone()).unwrap(), data);
+    assert!(!a.owe_update);
+}
+
+#[test]
+fn sealing_in_place_that_cannot_finish_leaves_the_buffer_as_it_was() {
+    let (mut a, _) = pair();
+    a.tx.seq = u64::MAX - 3;
+    let data = vec![1u8; 4 * MAX_PLAINTEXT];
+    let mut buf = data.clone();
+    let mut g = Gapped::default();
+    assert_eq!(a.seal_gapped(&mut buf, &mut g), Err(Error::EncryptError));
+    assert_eq!(buf, data);
+}
+
 #[test]
 fn a_partial_record_waits_and_a_forged_one_fails() {
     let (mut a, mut b) = pair();
@@ -153,6 +226,15 @@ fn alerts_end_or_fail_the_connection() {
 
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+    /// Any length, any bytes: sealed in place, the peer opens exactly them.
+    #[test]
+    fn any_buffer_sealed_in_place_opens_to_itself(data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..70_000)) {
+        let (mut a, mut b) = pair();
+        let mut buf = data.clone();
+        let wire = gapped_wire(&mut a, &mut buf);
+        proptest::prop_assert_eq!(open_all(&mut b, &mut wire.clone()).unwrap(), data);
+    }
 
     /// Bytes that did not come from the peer's keys never open as anything: an error or a
     /// wait for more, never a panic.

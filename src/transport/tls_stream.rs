@@ -10,7 +10,8 @@
 //! **Two record layers.** The handshakes (TLS's and the secret one, `auth`) run on rustls's.
 //! Once the peer is authenticated ([`TlsStream::established`]) the connection's traffic
 //! secrets move from rustls to this crate's TLS 1.3 record layer (`record`, through rustls's
-//! kernel-TLS interface): it seals each record in place in our outgoing buffer, and a read
+//! kernel-TLS interface): it seals each record in place in our outgoing buffer (or, for a
+//! data unit the caller gives up, `write_in_place`, in the caller's buffer), and a read
 //! with room for [`DIRECT_READ`] bytes takes the ciphertext into the caller's buffer and
 //! decrypts each record down to where its plaintext belongs; smaller reads open records in
 //! the incoming buffer and copy them out. rustls 0.23 copies every record twice more.
@@ -31,14 +32,14 @@
 //!
 //! Not here: configuration and certificate pinning (`tls`), the secret handshake (`auth`).
 
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, Read};
 use std::net::{Shutdown, TcpStream};
 use std::time::Instant;
 
 use rustls::unbuffered::{ConnectionState, UnbufferedStatus};
 use rustls::{AlertDescription, SupportedCipherSuite};
 
-use super::record::{alert_for, Opened, Records, OVERHEAD};
+use super::record::{alert_for, Gapped, Opened, Records, OVERHEAD};
 use super::tls_machine::Machine;
 use super::tls_wire::{encoded, encrypted, eof, recv, Incoming, Wire};
 
@@ -68,6 +69,8 @@ pub(super) struct TlsStream<M> {
     /// The TLS error that ended this connection: every later call fails with it, without
     /// handing rustls the failed input again.
     broken: Option<rustls::Error>,
+    /// Headers and trailers of the records `write_in_place` seals (kept for their room).
+    gapped: Gapped,
 }
 
 /// What a run of the state machine ended with.
@@ -119,6 +122,7 @@ impl<M: Machine> TlsStream<M> {
                 we_closed: false,
             },
             broken: None,
+            gapped: Gapped::default(),
         }
     }
 
@@ -484,31 +488,6 @@ impl<M: Machine> TlsStream<M> {
         }
         let _ = self.wire.flush_out();
     }
-
-    /// Encrypts up to [`WRITE_CHUNK`] bytes of `bufs` and sends them; the count taken.
-    fn write_bufs(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        // Ciphertext a failed write left behind goes first; its error is this call's.
-        self.wire.flush_out()?;
-        let mut taken = 0;
-        for b in bufs {
-            let part = &b[..b.len().min(WRITE_CHUNK - taken)];
-            if part.is_empty() {
-            } else if self.records.is_some() {
-                self.seal_own_sized(Records::sealed_len(part.len()), |r, out| r.seal(part, out))?;
-                taken += part.len();
-            } else {
-                self.advance_blocked_is_error(Goal::Encrypt(part))?;
-                taken += part.len();
-            }
-            if taken == WRITE_CHUNK {
-                break;
-            }
-        }
-        // The bytes are ours now (as with any buffered writer): a socket error shows on the
-        // next write or flush, which retries what is left.
-        let _ = self.wire.flush_out();
-        Ok(taken)
-    }
 }
 
 impl<M: Machine> Read for TlsStream<M> {
@@ -543,20 +522,6 @@ impl<M: Machine> Read for TlsStream<M> {
     }
 }
 
-impl<M: Machine> Write for TlsStream<M> {
-    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-        self.write_bufs(&[IoSlice::new(data)])
-    }
-
-    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        self.write_bufs(bufs)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.wire.flush_out()
-    }
-}
-
 /// A TLS error as the I/O error `deadline::handshake_error` and the listener recognise.
 fn tls_error(e: rustls::Error) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e)
@@ -565,6 +530,9 @@ fn tls_error(e: rustls::Error) -> io::Error {
 fn closed() -> io::Error {
     io::Error::new(io::ErrorKind::BrokenPipe, "the TLS connection is closed")
 }
+
+#[path = "tls_stream_write.rs"]
+mod write;
 
 #[cfg(test)]
 #[path = "tls_stream_tests.rs"]

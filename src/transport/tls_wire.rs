@@ -5,7 +5,7 @@
 //! Not here: driving rustls (`tls_stream`); these only hold bytes and move them to and from
 //! the socket, under the handshake deadline while there is one.
 
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::net::TcpStream;
 use std::time::Instant;
 
@@ -168,6 +168,39 @@ impl Wire {
         self.sent = 0;
         self.used = 0;
         Ok(())
+    }
+}
+
+impl Wire {
+    /// Writes the ciphertext pending in `out`, then `records` (a buffer sealed in place, see
+    /// `record::Gapped`), with gathering writes. What a failed write leaves unsent is copied
+    /// into `out` (bounded by the caller's buffer) and goes, or fails, with the next write or
+    /// flush, as with any write here: the caller's buffer is free when this returns.
+    pub(super) fn send_gapped(&mut self, records: &[IoSlice<'_>]) {
+        let mut all = Vec::with_capacity(records.len() + 1);
+        all.push(IoSlice::new(&self.out[self.sent..self.used]));
+        all.extend_from_slice(records);
+        let mut bufs = &mut all[..];
+        while !bufs.is_empty() {
+            if arm_deadline(&self.sock, self.deadline, false).is_err() {
+                break;
+            }
+            match (&self.sock).write_vectored(bufs) {
+                Ok(0) => break,
+                Ok(n) => IoSlice::advance_slices(&mut bufs, n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        let mut rest = Vec::new();
+        for b in bufs.iter() {
+            rest.extend_from_slice(b);
+        }
+        self.sent = 0;
+        self.used = rest.len();
+        if !rest.is_empty() {
+            self.out = rest;
+        }
     }
 }
 
