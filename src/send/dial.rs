@@ -228,7 +228,12 @@ pub(super) fn put(
 
 /// Writes one data frame: its header and the unit's header, copied, then `body`, given up
 /// to the connection (see [`UnitBytes`]).
-fn put_unit(conn: &mut DataConn, hdr: &[u8], body: &mut [u8], head: &mut Vec<u8>) -> Result<()> {
+pub(in crate::send) fn put_unit(
+    conn: &mut DataConn,
+    hdr: &[u8],
+    body: &mut [u8],
+    head: &mut Vec<u8>,
+) -> Result<()> {
     let DataConn {
         conn: c, sealer: s, ..
     } = conn;

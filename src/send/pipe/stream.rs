@@ -16,7 +16,7 @@ use crate::codec::{Compression, Encoder};
 use crate::error::{Error, Result};
 use crate::progress::Counters;
 use crate::protocol::{encode_data_header, hashed_parts, set_hash, Codec, FrameKind, Segment};
-use crate::send::dial::{backoff, gave_up, put, DataConn, Redial};
+use crate::send::dial::{backoff, gave_up, put, put_unit, DataConn, Redial};
 use crate::transport::TransportError;
 
 /// How often an idle stream checks whether the transfer stopped.
@@ -221,7 +221,12 @@ impl<'a> Stream<'a> {
         };
         let raw = &b.data[..];
         let (codec, packed) = self.enc.encode(raw, &mut self.cbuf);
-        let body: &[u8] = if codec == Codec::Raw { raw } else { packed };
+        let packed = packed.len();
+        let body_len = if codec == Codec::Raw {
+            raw.len()
+        } else {
+            packed
+        };
         let seg = Segment {
             file: 0,
             offset: b.offset,
@@ -231,17 +236,23 @@ impl<'a> Stream<'a> {
         encode_data_header(&mut self.hdr, codec, raw.len() as u32, &[seg]);
         let hash = stream_unit_hash(&conn.key, hashed_parts(&self.hdr), &b.cv);
         set_hash(&mut self.hdr, &hash);
-        let len = self.hdr.len() + body.len();
+        let len = self.hdr.len() + body_len;
         let before = crate::send::sample::before_write(&self.enc, &conn.conn);
         let started = std::time::Instant::now();
         self.link.pace.take(len + crate::protocol::FRAME_HEADER_LEN);
-        put(
-            conn,
-            FrameKind::Data,
-            &[&self.hdr, body],
-            len,
-            &mut self.head,
-        )?;
+        if codec == Codec::Raw {
+            // The block stays in the replay window: sent as a copy.
+            put(
+                conn,
+                FrameKind::Data,
+                &[&self.hdr, raw],
+                len,
+                &mut self.head,
+            )?;
+        } else {
+            // A replay compresses the block again: this output can be sealed in place.
+            put_unit(conn, &self.hdr, &mut self.cbuf[..packed], &mut self.head)?;
+        }
         let sample = crate::send::sample::link_sample(&self.enc, &conn.conn, before);
         self.enc.wrote(started.elapsed(), sample);
         if let Some(l) = self.enc.last_level() {
