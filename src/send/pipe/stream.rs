@@ -240,8 +240,15 @@ impl<'a> Stream<'a> {
         let before = crate::send::sample::before_write(&self.enc, &conn.conn);
         let started = std::time::Instant::now();
         self.link.pace.take(len + crate::protocol::FRAME_HEADER_LEN);
-        if codec == Codec::Raw {
-            // The block stays in the replay window: sent as a copy.
+        if codec == Codec::Raw && self.cbuf.len() >= raw.len() {
+            // The block stays in the replay window: copied into the codec's buffer (as big
+            // as a block once the codec ran) and sealed there, so it still goes in one
+            // gathering write rather than as 64 KiB copies.
+            let copy = &mut self.cbuf[..raw.len()];
+            copy.copy_from_slice(raw);
+            put_unit(conn, &self.hdr, copy, &mut self.head)?;
+        } else if codec == Codec::Raw {
+            // No codec buffer (`--compress none`): sent as a copy.
             put(
                 conn,
                 FrameKind::Data,
