@@ -240,15 +240,18 @@ impl<'a> Stream<'a> {
         let before = crate::send::sample::before_write(&self.enc, &conn.conn);
         let started = std::time::Instant::now();
         self.link.pace.take(len + crate::protocol::FRAME_HEADER_LEN);
-        if codec == Codec::Raw && self.cbuf.len() >= raw.len() {
-            // The block stays in the replay window: copied into the codec's buffer (as big
-            // as a block once the codec ran) and sealed there, so it still goes in one
-            // gathering write rather than as 64 KiB copies.
+        if codec == Codec::Raw && conn.conn.is_encrypted() {
+            // The block stays in the replay window: copied into the codec's buffer (a
+            // block's size once the codec ran; grown to one without a codec) and sealed
+            // there, so it goes in one gathering write rather than as 64 KiB copies.
+            if self.cbuf.len() < raw.len() {
+                self.cbuf.resize(raw.len(), 0);
+            }
             let copy = &mut self.cbuf[..raw.len()];
             copy.copy_from_slice(raw);
             put_unit(conn, &self.hdr, copy, &mut self.head)?;
         } else if codec == Codec::Raw {
-            // No codec buffer (`--compress none`): sent as a copy.
+            // Unencrypted: written straight from the block.
             put(
                 conn,
                 FrameKind::Data,
