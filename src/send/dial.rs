@@ -228,7 +228,7 @@ pub(super) fn put(
 
 /// Writes one data frame: its header and the unit's header, copied, then `body`, given up
 /// to the connection (see [`UnitBytes`]).
-pub(in crate::send) fn put_unit(
+pub(super) fn put_unit(
     conn: &mut DataConn,
     hdr: &[u8],
     body: &mut [u8],

@@ -16,11 +16,7 @@ impl<M: Machine> TlsStream<M> {
     /// ciphertext (the caller must not send it again); on failure nothing of `data` was sent
     /// and it is as it was. A socket error after sealing began shows on the next write or
     /// flush, as with `write` (the unsent rest is kept here, no longer in `data`).
-    pub(in crate::transport) fn write_in_place(
-        &mut self,
-        head: &[u8],
-        data: &mut [u8],
-    ) -> io::Result<()> {
+    pub(crate) fn write_in_place(&mut self, head: &[u8], data: &mut [u8]) -> io::Result<()> {
         if let Some(e) = &self.broken {
             return Err(tls_error(e.clone()));
         }
