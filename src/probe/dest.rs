@@ -24,10 +24,9 @@ pub const SAMPLE_BLOCK: u64 = 4 << 20;
 const WRITE_TIME: Duration = Duration::from_secs(2);
 /// ...or this many bytes, and never takes more than a twentieth of the free space.
 const WRITE_MAX: u64 = 1 << 30;
-/// Threads measuring the cost per file: the store finishes files on 8...
+/// Threads measuring the cost per file: the store finishes files on 8, each making as
+/// many small files durable at once as a finisher may (`store::small_batch`).
 const FILE_THREADS: usize = 8;
-/// ...each making up to 32 small files durable at once (`store/batch`).
-const BATCH: usize = 32;
 /// The cost per file is measured for this long (each thread finishes its batch).
 const FILE_TIME: Duration = Duration::from_secs(1);
 
@@ -90,7 +89,7 @@ pub fn write_rate(dir: BorrowedFd<'_>, data: &[Vec<u8>]) -> io::Result<f64> {
 
 /// Seconds each file adds at the destination beyond its bytes, measured as the store
 /// makes many small files durable (`store/batch`): `threads` threads at once (its
-/// finishers) each make batches of [`BATCH`] anonymous files (each written 4 KiB, then
+/// finishers) each make batches of `store::small_batch` anonymous files (each written 4 KiB, then
 /// one `syncfs` for the batch, then closed) one after another for [`FILE_TIME`], each at
 /// its own pace. In the store the receiving workers create and write the files while
 /// the finishers wait in `syncfs`, so a finisher's cycle is its `syncfs`: the cost per
@@ -101,6 +100,7 @@ pub fn write_rate(dir: BorrowedFd<'_>, data: &[Vec<u8>]) -> io::Result<f64> {
 /// the creation as well predicted twice the time.)
 pub fn file_cost(dir: BorrowedFd<'_>, threads: usize) -> io::Result<f64> {
     rustix::fs::syncfs(dir)?;
+    let per_batch = crate::store::small_batch(threads.max(1));
     let started = Instant::now();
     let results: Vec<io::Result<(usize, f64)>> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads.max(1))
@@ -108,8 +108,8 @@ pub fn file_cost(dir: BorrowedFd<'_>, threads: usize) -> io::Result<f64> {
                 s.spawn(move || {
                     let (mut files, mut syncing) = (0, 0.0);
                     while files == 0 || started.elapsed() < FILE_TIME {
-                        let mut batch = Vec::with_capacity(BATCH);
-                        for _ in 0..BATCH {
+                        let mut batch = Vec::with_capacity(per_batch);
+                        for _ in 0..per_batch {
                             let f = temp_file(dir)?;
                             f.write_all_at(&[0x5a; 4096], 0)?;
                             batch.push(f);

@@ -50,6 +50,7 @@ mod tests_dirs;
 mod tests_settled;
 pub mod xattr;
 
+pub use batch::batch_now as small_batch;
 pub use fsops::PARTIAL_PREFIX;
 pub use state::{Store, WriterCache};
 
@@ -199,6 +200,7 @@ impl Store {
             return;
         };
         let mut handles = Vec::new();
+        let limit = batch::batch_now(FINISHERS);
         for i in 0..FINISHERS {
             let store = Arc::clone(self);
             let rx: Receiver<Completed> = rx.clone();
@@ -206,9 +208,7 @@ impl Store {
                 .name(format!("haul-finish-{i}"))
                 .spawn(move || {
                     while let Ok(first) = rx.recv() {
-                        let mut batch = vec![first];
-                        batch.extend(rx.try_iter().take(batch::BATCH - 1));
-                        store.finalize_batch(batch);
+                        store.finalize_batch(batch::gather(first, &rx, limit, |c| c.0.size));
                     }
                 });
             if let Ok(h) = h {
