@@ -2,12 +2,16 @@
 //! sender, on the bytes of frames put on the wire, changeable while the transfer runs
 //! (`haul limit`, through [`control`]).
 //!
-//! Each frame pays for its bytes before it is written; a stream in debt sleeps until the
-//! bucket has refilled, in slices short enough that a new rate takes effect at once. The
-//! bucket holds at most 50 ms of traffic (at least 64 KiB), so a stream idle for a while
-//! cannot burst far above the cap, and the average over any few seconds stays on it.
-//! No crate does exactly this (the governor crate counts cells, not bytes, and cannot
-//! pay for a 4 MiB frame at 1 MB/s), and it is twenty lines.
+//! Each frame pays for its bytes before it is written, first come, first served: a take
+//! reserves its bytes behind every byte reserved before it and returns once the cap has
+//! paid for them, sleeping in slices short enough that a new rate takes effect at once.
+//! So with N streams taking 4 MiB units, one unit goes every 4 MiB ÷ rate, not N units
+//! together every N × 4 MiB ÷ rate (which made any 10 s window at 8 MiB/s carry 5 or 6
+//! bursts of 16 MiB: up to 17% over the cap). Credit for idle time is at most 50 ms of
+//! traffic (at least 64 KiB), so a stream idle for a while cannot burst far above the
+//! cap, and the average over any few seconds stays on it. No crate does exactly this
+//! (the governor crate counts cells, not bytes, and cannot pay for a 4 MiB frame at
+//! 1 MB/s), and it is a few lines.
 
 pub mod control;
 
@@ -27,10 +31,41 @@ pub struct Pacer {
     bucket: Mutex<Bucket>,
 }
 
+/// Cumulative byte counts: what the cap has paid for and what takes have reserved.
+#[derive(Debug)]
 struct Bucket {
-    /// Bytes that may go now; negative when in debt.
-    tokens: f64,
+    /// Bytes the cap has paid for since the start (at most `burst` ahead of `reserved`).
+    paid: f64,
+    /// Bytes reserved by every take so far.
+    reserved: f64,
     last: Instant,
+}
+
+impl Bucket {
+    /// Pays for the time since the last call at `rate`; credit for idle time is bounded.
+    fn refill(&mut self, now: Instant, rate: u64) {
+        let burst = (rate as f64 / 20.0).max(65536.0);
+        let earned = now.saturating_duration_since(self.last).as_secs_f64() * rate as f64;
+        self.paid = (self.paid + earned).min(self.reserved + burst);
+        self.last = now;
+    }
+
+    /// Reserves `n` bytes behind everything reserved before: the mark `paid` must reach.
+    fn reserve(&mut self, n: usize, now: Instant, rate: u64) -> f64 {
+        self.refill(now, rate);
+        self.reserved += n as f64;
+        self.reserved
+    }
+
+    /// How long until `mark` is paid at `rate` (zero when it is).
+    fn wait(&mut self, mark: f64, now: Instant, rate: u64) -> Duration {
+        self.refill(now, rate);
+        let owed = mark - self.paid;
+        if owed <= 0.0 {
+            return Duration::ZERO;
+        }
+        Duration::from_secs_f64(owed / rate as f64)
+    }
 }
 
 impl std::fmt::Debug for Pacer {
@@ -45,7 +80,8 @@ impl Pacer {
         let p = Pacer {
             counters,
             bucket: Mutex::new(Bucket {
-                tokens: 0.0,
+                paid: 0.0,
+                reserved: 0.0,
                 last: Instant::now(),
             }),
         };
@@ -53,11 +89,15 @@ impl Pacer {
         p
     }
 
-    /// Changes the cap (`None` or 0: none).
+    /// Changes the cap (`None` or 0: none). Lifting it forgives what the streams waiting
+    /// then owed (they go at once), so a cap set again later starts from no debt.
     pub fn set(&self, rate: Option<u64>) {
-        self.counters
-            .limit
-            .store(rate.unwrap_or(0), Ordering::Relaxed);
+        let rate = rate.unwrap_or(0);
+        if rate == 0 {
+            let mut b = self.bucket();
+            b.paid = b.reserved;
+        }
+        self.counters.limit.store(rate, Ordering::Relaxed);
     }
 
     /// The cap now.
@@ -69,36 +109,27 @@ impl Pacer {
     }
 
     /// Pays for `n` bytes about to go on the wire: returns at once under no cap,
-    /// otherwise when the cap allows them.
+    /// otherwise when the cap has paid for them and for every byte taken before them.
     pub fn take(&self, n: usize) {
         let Some(rate) = self.rate() else {
             return;
         };
-        let mut b = self.bucket.lock().unwrap_or_else(|p| p.into_inner());
-        refill(&mut b, rate);
-        b.tokens -= n as f64;
-        drop(b);
+        let mark = self.bucket().reserve(n, Instant::now(), rate);
         loop {
             let Some(rate) = self.rate() else {
                 return;
             };
-            let mut b = self.bucket.lock().unwrap_or_else(|p| p.into_inner());
-            refill(&mut b, rate);
-            if b.tokens >= 0.0 {
+            let wait = self.bucket().wait(mark, Instant::now(), rate);
+            if wait.is_zero() {
                 return;
             }
-            let wait = Duration::from_secs_f64(-b.tokens / rate as f64).min(SLICE);
-            drop(b);
-            std::thread::sleep(wait);
+            std::thread::sleep(wait.min(SLICE));
         }
     }
-}
 
-fn refill(b: &mut Bucket, rate: u64) {
-    let now = Instant::now();
-    let burst = (rate as f64 / 20.0).max(65536.0);
-    b.tokens = (b.tokens + now.duration_since(b.last).as_secs_f64() * rate as f64).min(burst);
-    b.last = now;
+    fn bucket(&self) -> std::sync::MutexGuard<'_, Bucket> {
+        self.bucket.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 #[cfg(test)]
@@ -140,5 +171,51 @@ mod tests {
         std::thread::sleep(Duration::from_millis(100));
         p.set(None);
         h.join().unwrap();
+    }
+
+    #[test]
+    fn streams_go_one_after_another_not_all_when_everyone_is_paid() {
+        // Four streams reserve a 4 MiB unit each at the same instant, at 8 MiB/s: the
+        // first is paid after about half a second (less the idle credit), the fourth
+        // after two; they do not all wait the two seconds and go together.
+        let t0 = Instant::now();
+        let rate = 8 << 20;
+        let mut b = Bucket {
+            paid: 0.0,
+            reserved: 0.0,
+            last: t0,
+        };
+        let marks: Vec<f64> = (0..4).map(|_| b.reserve(4 << 20, t0, rate)).collect();
+        let waits: Vec<f64> = marks
+            .iter()
+            .map(|&m| b.wait(m, t0, rate).as_secs_f64())
+            .collect();
+        for (i, w) in waits.iter().enumerate() {
+            let due = (i + 1) as f64 * 0.5;
+            assert!((w - due).abs() < 0.01, "stream {i} waits {w} s, due {due}");
+        }
+        // Half a second later the first is paid and the second is half a second away.
+        let t1 = t0 + Duration::from_millis(500);
+        assert_eq!(b.wait(marks[0], t1, rate), Duration::ZERO);
+        let w = b.wait(marks[1], t1, rate).as_secs_f64();
+        assert!((w - 0.5).abs() < 0.01, "{w}");
+    }
+
+    #[test]
+    fn idle_time_earns_at_most_the_burst() {
+        let t0 = Instant::now();
+        let rate = 1 << 20;
+        let mut b = Bucket {
+            paid: 0.0,
+            reserved: 0.0,
+            last: t0,
+        };
+        // An hour idle: still only 64 KiB (the floor of 50 ms of traffic) go at once.
+        let later = t0 + Duration::from_secs(3600);
+        let m = b.reserve(64 << 10, later, rate);
+        assert_eq!(b.wait(m, later, rate), Duration::ZERO);
+        let m = b.reserve(1 << 20, later, rate);
+        let w = b.wait(m, later, rate).as_secs_f64();
+        assert!((w - 1.0).abs() < 0.01, "{w}");
     }
 }
