@@ -89,9 +89,9 @@ pub fn write_rate(dir: BorrowedFd<'_>, data: &[Vec<u8>]) -> io::Result<f64> {
 
 /// Seconds each file adds at the destination beyond its bytes, measured as the store
 /// makes many small files durable (`store/batch`): `threads` threads at once (its
-/// finishers) each make batches of `store::small_batch` anonymous files (each written 4 KiB, then
-/// one `syncfs` for the batch, then closed) one after another for [`FILE_TIME`], each at
-/// its own pace. In the store the receiving workers create and write the files while
+/// finishers) each make batches of `store::small_batch` anonymous files (each written
+/// 4 KiB, then one `syncfs` for the batch, then closed) one after another for
+/// [`FILE_TIME`], each at its own pace. In the store the receiving workers create and write the files while
 /// the finishers wait in `syncfs`, so a finisher's cycle is its `syncfs`: the cost per
 /// file is 1 / Σ (files ÷ seconds in `syncfs`) over the threads. Nothing remains. One
 /// `syncfs` before, not timed, writes what other processes left dirty: a copy pays that

@@ -3,10 +3,10 @@
 //! A copy is a pipeline whose stages run at the same time: the sender's walk, its stream
 //! workers reading (large files block by block, small ones whole, packed), compressing
 //! and hashing, the network, the store writing the data and its finishers making small
-//! files durable in batches (up to 256 at a time) with one `syncfs`. So the job takes as long as its slowest
-//! stage, not the sum of them: the time of each stage over the whole job is computed
-//! from the measured rates and the longest one is the prediction (and names the
-//! bottleneck). One exception: when the source and the destination share a device, it
+//! files durable in batches (up to 256 at a time) with one `syncfs`. So the job takes as
+//! long as its slowest stage, not the sum of them: the time of each stage over the whole
+//! job is computed from the measured rates and the longest one is the prediction (and
+//! names the bottleneck). One exception: when the source and the destination share a device, it
 //! reads and writes in turn, so those two stages add up (`disk`).
 
 use super::{Bottleneck, CodecRate, Compression};

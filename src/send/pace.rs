@@ -42,6 +42,15 @@ struct Bucket {
 }
 
 impl Bucket {
+    /// Nothing paid or reserved yet, counted from `now`.
+    fn new(now: Instant) -> Bucket {
+        Bucket {
+            paid: 0.0,
+            reserved: 0.0,
+            last: now,
+        }
+    }
+
     /// Pays for the time since the last call at `rate`; credit for idle time is bounded.
     fn refill(&mut self, now: Instant, rate: u64) {
         let burst = (rate as f64 / 20.0).max(65536.0);
@@ -79,11 +88,7 @@ impl Pacer {
     pub fn new(counters: Arc<Counters>, rate: Option<u64>) -> Pacer {
         let p = Pacer {
             counters,
-            bucket: Mutex::new(Bucket {
-                paid: 0.0,
-                reserved: 0.0,
-                last: Instant::now(),
-            }),
+            bucket: Mutex::new(Bucket::new(Instant::now())),
         };
         p.set(rate);
         p
@@ -180,11 +185,7 @@ mod tests {
         // after two; they do not all wait the two seconds and go together.
         let t0 = Instant::now();
         let rate = 8 << 20;
-        let mut b = Bucket {
-            paid: 0.0,
-            reserved: 0.0,
-            last: t0,
-        };
+        let mut b = Bucket::new(t0);
         let marks: Vec<f64> = (0..4).map(|_| b.reserve(4 << 20, t0, rate)).collect();
         let waits: Vec<f64> = marks
             .iter()
@@ -205,11 +206,7 @@ mod tests {
     fn idle_time_earns_at_most_the_burst() {
         let t0 = Instant::now();
         let rate = 1 << 20;
-        let mut b = Bucket {
-            paid: 0.0,
-            reserved: 0.0,
-            last: t0,
-        };
+        let mut b = Bucket::new(t0);
         // An hour idle: still only 64 KiB (the floor of 50 ms of traffic) go at once.
         let later = t0 + Duration::from_secs(3600);
         let m = b.reserve(64 << 10, later, rate);

@@ -27,7 +27,7 @@ use crate::protocol::SafeRelPath;
 /// Most files one finisher takes at once (each holds an open descriptor until named).
 /// Every batch costs a `syncfs`, which waits for a journal commit and a device flush
 /// (20-60 ms on the test machine's virtual disk): 8 finishers with 32 files each bounded
-/// 20,000 files of 100 KiB to about 7,000 files a second (measured in design.md, *Small files*).
+/// 20,000 files of 100 KiB to about 7,000 files a second (design.md, *Durability*).
 const BATCH: usize = 256;
 /// Fewest files a finisher may take at once, however low the descriptor limit.
 const MIN_BATCH: usize = 32;
