@@ -480,16 +480,100 @@ fn read_cold(f: &File, buf: &mut [u8], offset: u64, direct: &mut bool) -> io::Re
 }
 
 /// Reads an aligned range with `O_DIRECT` set on `f` for the while (a descriptor of
-/// this stream's own).
+/// this stream's own), as two reads in flight (see [`read_halves`]).
 fn read_direct(f: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
     let flags = rustix::fs::fcntl_getfl(f)?;
     rustix::fs::fcntl_setfl(f, flags | rustix::fs::OFlags::DIRECT)?;
-    let read = f.read_exact_at(buf, offset);
+    let read = read_halves(f, buf, offset);
     let restored = rustix::fs::fcntl_setfl(f, flags);
     read?;
     restored.map_err(io::Error::from)
 }
 
+/// Ranges at least this long are read as two halves at once.
+const SPLIT_FROM: usize = 2 << 20;
+
+/// Reads `buf` from `offset`: a range of at least [`SPLIT_FROM`] as two concurrent reads
+/// of its halves (the second on a scoped thread; the halves stay page-aligned), so each
+/// stream keeps two direct reads in flight where one left the disk waiting between
+/// blocks (no readahead runs ahead of `O_DIRECT`). Measured, 4 GiB local copy with caches
+/// dropped, 17 alternating rounds: median 4.73 s against 5.62 s with one read and 7.5 s
+/// with `--keep-cache` (design.md, *Direct I/O for large files*). A thread costs some
+/// 20 µs against milliseconds per 4 MiB read; when none can be started the halves are
+/// read one after the other.
+fn read_halves(f: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    let half = buf.len() / 2 / ALIGN * ALIGN;
+    if buf.len() < SPLIT_FROM || half == 0 {
+        return f.read_exact_at(buf, offset);
+    }
+    let tail_at = offset + half as u64;
+    let split = std::thread::scope(|s| {
+        let (head, tail) = buf.split_at_mut(half);
+        let second = std::thread::Builder::new()
+            .name("haul-read".into())
+            .spawn_scoped(s, move || f.read_exact_at(tail, tail_at))
+            .ok()?;
+        let first = f.read_exact_at(head, offset);
+        let second = second
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("a read thread failed")));
+        Some(first.and(second))
+    });
+    split.unwrap_or_else(|| f.read_exact_at(buf, offset))
+}
+
 fn stamp_of(f: &File) -> io::Result<Stamp> {
     f.metadata().map(|m| Stamp::of(&m))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pattern(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i * 7 + i / 4093) as u8).collect()
+    }
+
+    #[test]
+    fn a_range_read_in_halves_is_the_file_s_bytes() {
+        let data = pattern((9 << 20) + 123);
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(&data).unwrap();
+        // Split (4 MiB, 2 MiB exactly, an odd length), not split (under 2 MiB), and the
+        // end of the file inside the second half.
+        for (offset, len) in [
+            (4096, 4 << 20),
+            (0, 2 << 20),
+            (8192, (3 << 20) + 4097),
+            (12288, (1 << 20) + 5),
+            ((5 << 20) + 4096, (4 << 20) - 4096 + 123),
+        ] {
+            let mut buf = vec![0u8; len];
+            read_halves(&f, &mut buf, offset as u64).unwrap();
+            assert!(buf == data[offset..offset + len], "{offset}+{len}");
+        }
+    }
+
+    #[test]
+    fn a_range_past_the_end_read_in_halves_fails() {
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(&pattern(3 << 20)).unwrap();
+        let mut buf = vec![0u8; 4 << 20];
+        let e = read_halves(&f, &mut buf, 0).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+    }
+
+    #[test]
+    fn a_cold_block_read_directly_is_the_file_s_bytes() {
+        let data = pattern(6 << 20);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, &data).unwrap();
+        let f = File::open(&path).unwrap();
+        let mut raw = ReadBuf::with_capacity(8 << 20);
+        let buf = raw.fill(4 << 20);
+        let mut direct = true;
+        read_cold(&f, buf, 1 << 20, &mut direct).unwrap();
+        assert!(buf[..] == data[1 << 20..5 << 20]);
+    }
 }
