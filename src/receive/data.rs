@@ -1,7 +1,7 @@
 //! The receiver's data streams: one worker thread per data connection (frame →
 //! decompress → verify → pwrite; in a chain fan-out also → forward).
 
-use std::io;
+use std::io::{self, Read};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -79,7 +79,7 @@ fn data_worker(mut conn: Conn, shared: &Shared) -> Result<()> {
     let forged = |what: &dyn std::fmt::Display| shared.forged.note("data", &peer, what);
     let mut cache = WriterCache::default();
     loop {
-        let frame = match reader.read_frame(&mut conn) {
+        let frame = match reader.read_frame(&mut Arriving(&mut conn, shared)) {
             Ok(Some(f)) => f,
             Ok(None) | Err(ReadError::Truncated) => return Ok(()),
             Err(e) if e.is_timeout() => {
@@ -129,5 +129,21 @@ fn data_worker(mut conn: Conn, shared: &Shared) -> Result<()> {
         written?;
         shared.units.fetch_add(1, Ordering::AcqRel);
         shared.touch();
+    }
+}
+
+/// A data connection as its frame reader sees it: a read that brings bytes is activity.
+/// Without it only a finished unit counted, so a unit still arriving when `Finish` came
+/// (a slow link or a low cap, where one 4 MiB unit takes seconds, the previous one done
+/// more than `SETTLE` before) was taken for one lost with its connection and sent again.
+struct Arriving<'a>(&'a mut Conn, &'a Shared);
+
+impl Read for Arriving<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.0.read(buf)?;
+        if n > 0 {
+            self.1.touch();
+        }
+        Ok(n)
     }
 }
