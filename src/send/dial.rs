@@ -6,17 +6,18 @@
 //! In a chain fan-out a stream that cannot reach its receiver waits for the control link
 //! to go on with the next one (`target`), and then writes there.
 
-use std::io::{self, Write};
+use std::io;
 use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use super::pace::Pacer;
 use super::target::Target;
 use crate::error::{Error, Result};
 use crate::progress::Counters;
 use crate::protocol::{set_hash, FrameKind, Sealer};
 use crate::session::{lost, sealer};
-use crate::transport::{self, Conn, Role, Ticket, TransportError};
+use crate::transport::{self, Conn, Gate, Role, Ticket, TransportError};
 
 /// Dials `ticket`: the first connection finds an address that works; the rest reuse it.
 pub fn ticket_dialer(ticket: &Ticket, encrypt: bool) -> impl Fn(Role) -> Result<Conn> + Sync + '_ {
@@ -43,7 +44,7 @@ pub(super) struct Redial<'a> {
     /// This stream's number, for messages.
     pub(super) stream: usize,
     /// The sender's bandwidth cap, shared by its streams.
-    pub(super) pace: &'a super::pace::Pacer,
+    pub(super) pace: &'a Pacer,
 }
 
 /// A unit's hash for a receiver: of its block key, the unit's header and its raw bytes.
@@ -92,8 +93,6 @@ impl Redial<'_> {
         hash: &UnitHash<'_>,
         counters: &Counters,
     ) -> Result<Duration> {
-        let len = hdr.len() + unit.packed.as_ref().map_or(unit.raw.len(), |p| p.len());
-        self.pace.take(len + crate::protocol::FRAME_HEADER_LEN);
         let mut head = Vec::new();
         let mut hashed = None;
         let mut hashing = Duration::ZERO;
@@ -125,7 +124,7 @@ impl Redial<'_> {
                 Some(p) => p,
                 None => &mut *unit.raw,
             };
-            match put_unit(c, hdr, body, &mut head) {
+            match put_unit(c, self.pace, hdr, body, &mut head) {
                 Ok(()) => {
                     self.target.count(c.generation);
                     return Ok(hashing);
@@ -201,9 +200,10 @@ impl Redial<'_> {
 }
 
 /// Writes one frame of `kind` whose payload is `parts` (`len` bytes in all) on `conn`,
-/// tagged for it; `head` is scratch space.
+/// tagged for it, paid for at `pace` piece by piece as it goes; `head` is scratch space.
 pub(super) fn put(
     conn: &mut DataConn,
+    pace: &Pacer,
     kind: FrameKind,
     parts: &[&[u8]],
     len: usize,
@@ -220,16 +220,19 @@ pub(super) fn put(
         None => (&[], &[]),
     };
     head.extend_from_slice(first);
-    std::iter::once(&head[..])
+    let all: Vec<&[u8]> = std::iter::once(&head[..])
         .chain(rest.iter().copied())
-        .try_for_each(|p| c.write_all(p))
-        .map_err(lost)
+        .collect();
+    let pay = |n| pace.take(n);
+    let gate = pace.slice().map(|s| Gate::new(s, &pay));
+    c.write_all_gated(&all, gate.as_ref()).map_err(lost)
 }
 
 /// Writes one data frame: its header and the unit's header, copied, then `body`, given up
-/// to the connection (see [`UnitBytes`]).
+/// to the connection (see [`UnitBytes`]), paid for at `pace` piece by piece as it goes.
 pub(super) fn put_unit(
     conn: &mut DataConn,
+    pace: &Pacer,
     hdr: &[u8],
     body: &mut [u8],
     head: &mut Vec<u8>,
@@ -240,7 +243,10 @@ pub(super) fn put_unit(
     head.clear();
     head.extend_from_slice(&s.header(FrameKind::Data, hdr.len() + body.len()));
     head.extend_from_slice(hdr);
-    c.write_all_in_place(head, body).map_err(lost)
+    let pay = |n| pace.take(n);
+    let gate = pace.slice().map(|s| Gate::new(s, &pay));
+    c.write_all_in_place(head, body, gate.as_ref())
+        .map_err(lost)
 }
 
 /// The error after re-dialing failed `retries` times: the connection was lost (exit 5),

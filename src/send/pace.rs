@@ -113,6 +113,14 @@ impl Pacer {
         }
     }
 
+    /// How many bytes of a frame go per payment under the cap now: 50 ms of traffic (16 KiB
+    /// to 4 MiB), so a 4 MiB frame under a low cap trickles out at the cap instead of
+    /// leaving in one burst after one payment (see `transport::Gate`). `None`: no cap.
+    pub fn slice(&self) -> Option<usize> {
+        self.rate()
+            .map(|r| (r / 20).clamp(16 << 10, 4 << 20) as usize)
+    }
+
     /// Pays for `n` bytes about to go on the wire: returns at once under no cap,
     /// otherwise when the cap has paid for them and for every byte taken before them.
     pub fn take(&self, n: usize) {

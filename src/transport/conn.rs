@@ -19,6 +19,7 @@ use std::time::Duration;
 use rustls::client::UnbufferedClientConnection;
 use rustls::server::UnbufferedServerConnection;
 
+use super::gate::{write_all_gated, Gate};
 use super::lane::{LaneReceiver, LaneSender};
 use super::tls_stream::TlsStream;
 use super::tunnel::Tunnel;
@@ -229,14 +230,29 @@ impl Conn {
     /// lies and sent without being copied, so on success it holds ciphertext. On failure
     /// none of `data` went out and it is unchanged (the caller may send it again on another
     /// connection); as with `write`, a socket error may instead show on the next call.
-    pub fn write_all_in_place(&mut self, head: &[u8], data: &mut [u8]) -> io::Result<()> {
-        match &mut self.io {
-            Io::Tls(s) => s.write_in_place(head, data),
-            Io::TlsServer(s) => s.write_in_place(head, data),
-            _ => {
+    /// With a `gate`, each piece of at most its slice is paid for before it goes.
+    pub fn write_all_in_place(
+        &mut self,
+        head: &[u8],
+        data: &mut [u8],
+        gate: Option<&Gate<'_>>,
+    ) -> io::Result<()> {
+        match (&mut self.io, gate) {
+            (Io::Tls(s), _) => s.write_in_place(head, data, gate),
+            (Io::TlsServer(s), _) => s.write_in_place(head, data, gate),
+            (_, None) => {
                 self.write_all(head)?;
                 self.write_all(data)
             }
+            (_, Some(g)) => write_all_gated(self, &[head, data], g),
+        }
+    }
+
+    /// Writes every part in order, with a `gate` each piece paid for before it goes.
+    pub fn write_all_gated(&mut self, parts: &[&[u8]], gate: Option<&Gate<'_>>) -> io::Result<()> {
+        match gate {
+            None => parts.iter().try_for_each(|p| self.write_all(p)),
+            Some(g) => write_all_gated(self, parts, g),
         }
     }
 

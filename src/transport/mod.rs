@@ -36,6 +36,7 @@ mod auth;
 mod conn;
 mod deadline;
 mod dial;
+mod gate;
 pub mod handshake;
 pub mod lane;
 mod listen;
@@ -50,6 +51,7 @@ mod tunnel;
 
 pub use conn::Conn;
 pub use dial::{connect, connect_addr, connect_tunnel};
+pub use gate::Gate;
 pub use listen::{Accepted, AcceptorHandle, Listener};
 pub use sys::{Chrono, Delivery};
 pub use ticket::{Secret, Ticket, MAX_TICKET_ADDRS};

@@ -76,7 +76,9 @@ fn rustls_reads_our_records_and_we_read_its_with_key_updates_both_ways() {
             // The second copy sealed in place (a head copied, the rest sealed where it
             // lies): rustls reads the same records.
             let (head, rest) = down2.split_at(7);
-            server.write_in_place(head, &mut rest.to_vec()).unwrap();
+            server
+                .write_in_place(head, &mut rest.to_vec(), None)
+                .unwrap();
             server.flush().unwrap();
             server
         });

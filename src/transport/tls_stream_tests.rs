@@ -295,7 +295,7 @@ fn garbage_after_the_handshake(size: usize) {
     // A buffer given up to a failed stream is not sealed: it can go out elsewhere.
     let unit = pattern(100_000, 4);
     let mut buf2 = unit.clone();
-    assert!(r.server.write_in_place(b"head", &mut buf2).is_err());
+    assert!(r.server.write_in_place(b"head", &mut buf2, None).is_err());
     assert!(buf2 == unit, "the buffer was changed");
     // The server told the client why (a fatal alert, encrypted): relay it.
     r.server.tcp().shutdown(std::net::Shutdown::Write).unwrap();
@@ -395,6 +395,31 @@ fn key_updates_mid_stream_are_carried_both_ways() {
     assert!(read_to_end(&mut s).unwrap() == after);
 }
 
+#[test]
+fn a_gated_write_in_place_goes_in_paid_pieces() {
+    let (mut c, mut s) = direct();
+    let data = pattern(1 << 20, 3);
+    let sent = data.clone();
+    let writer = thread::spawn(move || {
+        let pieces = std::sync::Mutex::new(Vec::new());
+        let pay = |n| pieces.lock().unwrap().push(n);
+        let gate = crate::transport::Gate::new(64 << 10, &pay);
+        let mut body = sent[5..].to_vec();
+        c.write_in_place(&sent[..5], &mut body, Some(&gate))
+            .unwrap();
+        c.shutdown_write().unwrap();
+        pieces.into_inner().unwrap()
+    });
+    assert!(read_to_end(&mut s).unwrap() == data);
+    let pieces = writer.join().unwrap();
+    // Every piece at most the slice, and together the wire bytes: the data and the
+    // records' headers and tags (22 bytes per record of up to 16 KiB).
+    assert!(pieces.iter().all(|&n| n > 0 && n <= 64 << 10), "{pieces:?}");
+    let paid: usize = pieces.iter().sum();
+    assert!((1 << 20..(1 << 20) + 4096).contains(&paid), "{paid}");
+    assert!(pieces.len() >= 16, "{}", pieces.len());
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
 
@@ -416,7 +441,7 @@ proptest! {
                 if w % 2 == 1 {
                     let h = w.min(5);
                     let mut rest = sent[at + h..at + w].to_vec();
-                    c.write_in_place(&sent[at..at + h], &mut rest).unwrap();
+                    c.write_in_place(&sent[at..at + h], &mut rest, None).unwrap();
                 } else {
                     c.write_all(&sent[at..at + w]).unwrap();
                 }

@@ -4,6 +4,7 @@
 
 use std::io::{self, IoSlice, Write};
 
+use super::super::gate::{write_all_gated, Gate};
 use super::super::record::Records;
 use super::{closed, tls_error, Goal, Machine, TlsStream, WRITE_CHUNK};
 
@@ -16,13 +17,20 @@ impl<M: Machine> TlsStream<M> {
     /// ciphertext (the caller must not send it again); on failure nothing of `data` was sent
     /// and it is as it was. A socket error after sealing began shows on the next write or
     /// flush, as with `write` (the unsent rest is kept here, no longer in `data`).
-    pub(crate) fn write_in_place(&mut self, head: &[u8], data: &mut [u8]) -> io::Result<()> {
+    pub(crate) fn write_in_place(
+        &mut self,
+        head: &[u8],
+        data: &mut [u8],
+        gate: Option<&Gate<'_>>,
+    ) -> io::Result<()> {
         if let Some(e) = &self.broken {
             return Err(tls_error(e.clone()));
         }
         if self.records.is_none() || data.len() < IN_PLACE_MIN || self.wire.we_closed {
-            self.write_all(head)?;
-            return self.write_all(data);
+            return match gate {
+                None => self.write_all(head).and_then(|()| self.write_all(data)),
+                Some(g) => write_all_gated(self, &[head, data], g),
+            };
         }
         // Ciphertext a failed write left behind goes first; its error is this call's.
         self.wire.flush_out()?;
@@ -37,7 +45,7 @@ impl<M: Machine> TlsStream<M> {
             self.broken = Some(e.clone());
             return Err(tls_error(e));
         }
-        self.wire.send_gapped(&self.gapped.slices(data));
+        self.wire.send_gapped(&self.gapped.slices(data), gate);
         Ok(())
     }
 

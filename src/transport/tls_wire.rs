@@ -12,6 +12,7 @@ use std::time::Instant;
 use rustls::unbuffered::{EncodeError, EncryptError, InsufficientSizeError};
 
 use super::deadline::arm_deadline;
+use super::gate::{prefix, Gate};
 
 /// Compact the incoming buffer when less than this is left at its end, so reads stay large.
 const MIN_READ_ROOM: usize = 64 * 1024;
@@ -176,18 +177,33 @@ impl Wire {
     /// `record::Gapped`), with gathering writes. What a failed write leaves unsent is copied
     /// into `out` (bounded by the caller's buffer) and goes, or fails, with the next write or
     /// flush, as with any write here: the caller's buffer is free when this returns.
-    pub(super) fn send_gapped(&mut self, records: &[IoSlice<'_>]) {
+    /// With a `gate`, each piece of at most its slice is paid for before it goes.
+    pub(super) fn send_gapped(&mut self, records: &[IoSlice<'_>], gate: Option<&Gate<'_>>) {
         let mut all = Vec::with_capacity(records.len() + 1);
         all.push(IoSlice::new(&self.out[self.sent..self.used]));
         all.extend_from_slice(records);
         let mut bufs = &mut all[..];
+        // Bytes paid for and not yet written.
+        let mut credit = 0;
         while !bufs.is_empty() {
             if arm_deadline(&self.sock, self.deadline, false).is_err() {
                 break;
             }
-            match (&self.sock).write_vectored(bufs) {
+            let wrote = match gate {
+                None => (&self.sock).write_vectored(bufs),
+                Some(g) => {
+                    if credit == 0 {
+                        credit = g.next(bufs.iter().map(|b| b.len()).sum());
+                    }
+                    (&self.sock).write_vectored(&prefix(bufs, credit))
+                }
+            };
+            match wrote {
                 Ok(0) => break,
-                Ok(n) => IoSlice::advance_slices(&mut bufs, n),
+                Ok(n) => {
+                    IoSlice::advance_slices(&mut bufs, n);
+                    credit = credit.saturating_sub(n);
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => break,
             }

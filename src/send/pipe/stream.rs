@@ -100,7 +100,7 @@ impl<'a> Stream<'a> {
             self.send(b)?;
         }
         if let Some(c) = self.conn.as_mut() {
-            let _ = put(c, FrameKind::End, &[], 0, &mut self.head);
+            let _ = put(c, self.link.pace, FrameKind::End, &[], 0, &mut self.head);
             let _ = c.conn.shutdown_write();
         }
         Ok(())
@@ -239,7 +239,6 @@ impl<'a> Stream<'a> {
         let len = self.hdr.len() + body_len;
         let before = crate::send::sample::before_write(&self.enc, &conn.conn);
         let started = std::time::Instant::now();
-        self.link.pace.take(len + crate::protocol::FRAME_HEADER_LEN);
         if codec == Codec::Raw && conn.conn.is_encrypted() {
             // The block stays in the replay window: copied into the codec's buffer (a
             // block's size once the codec ran; grown to one without a codec) and sealed
@@ -249,11 +248,12 @@ impl<'a> Stream<'a> {
             }
             let copy = &mut self.cbuf[..raw.len()];
             copy.copy_from_slice(raw);
-            put_unit(conn, &self.hdr, copy, &mut self.head)?;
+            put_unit(conn, self.link.pace, &self.hdr, copy, &mut self.head)?;
         } else if codec == Codec::Raw {
             // Unencrypted: written straight from the block.
             put(
                 conn,
+                self.link.pace,
                 FrameKind::Data,
                 &[&self.hdr, raw],
                 len,
@@ -261,7 +261,13 @@ impl<'a> Stream<'a> {
             )?;
         } else {
             // A replay compresses the block again: this output can be sealed in place.
-            put_unit(conn, &self.hdr, &mut self.cbuf[..packed], &mut self.head)?;
+            put_unit(
+                conn,
+                self.link.pace,
+                &self.hdr,
+                &mut self.cbuf[..packed],
+                &mut self.head,
+            )?;
         }
         let sample = crate::send::sample::link_sample(&self.enc, &conn.conn, before);
         self.enc.wrote(started.elapsed(), sample);
