@@ -7,9 +7,6 @@
 
 mod support;
 
-use std::process::{Command, Stdio};
-use std::time::Duration;
-
 use support::*;
 
 #[test]
@@ -22,48 +19,12 @@ fn a_unit_still_arriving_at_finish_is_not_sent_again() {
     let tmp = tempfile::tempdir().unwrap();
     let file = tmp.path().join("data");
     write_random_file(&file, 4 * MIB, 9);
-    let ticket = tmp.path().join("ticket");
-    let listen = format!("{}:0", lab.ip_b);
-    let recv = Command::new("ip")
-        .args(["netns", "exec", &lab.b, haul_bin(), "recv", "-q"])
-        .args(["--listen", &listen])
-        .arg(tmp.path().join("dst"))
-        .arg("--ticket-file")
-        .arg(&ticket)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    for _ in 0..100 {
-        if ticket.exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let out = Command::new("ip")
-        .args(["netns", "exec", &lab.a, haul_bin(), "send", "--json"])
-        .arg(&file)
-        .arg("--ticket-file")
-        .arg(&ticket)
-        .output()
-        .unwrap();
-    let recv_out = recv.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert_eq!(
-        recv_out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&recv_out.stderr)
-    );
+    let (send, recv) = lab.send_file(tmp.path(), &file, &[]);
+    send.assert_code(0);
+    recv.assert_code(0);
     assert_contents_equal(&file, &tmp.path().join("dst/data"));
-    assert!(!stderr.contains("re-sending"), "{stderr}");
-    let s = String::from_utf8_lossy(&out.stdout);
-    let at = s.find("\"bytes_wire\":").expect("bytes_wire in --json") + 13;
-    let wire: u64 = s[at..]
-        .split([',', '}'])
-        .next()
-        .and_then(|n| n.parse().ok())
-        .expect("a number");
+    assert!(!send.stderr.contains("re-sending"), "{}", send.stderr);
+    let report = String::from_utf8_lossy(&send.stdout);
+    let wire = support::pipe_harness::json_u64(&send, &report, "bytes_wire");
     assert!(wire < 5 * MIB, "{wire} bytes on the wire for a 4 MiB file");
 }

@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::progress::Counters;
 use crate::protocol::{set_hash, FrameKind, Sealer};
 use crate::session::{lost, sealer};
-use crate::transport::{self, Conn, Gate, Role, Ticket, TransportError};
+use crate::transport::{self, Conn, Role, Ticket, TransportError};
 
 /// Dials `ticket`: the first connection finds an address that works; the rest reuse it.
 pub fn ticket_dialer(ticket: &Ticket, encrypt: bool) -> impl Fn(Role) -> Result<Conn> + Sync + '_ {
@@ -223,8 +223,7 @@ pub(super) fn put(
     let all: Vec<&[u8]> = std::iter::once(&head[..])
         .chain(rest.iter().copied())
         .collect();
-    let pay = |n| pace.take(n);
-    let gate = pace.slice().map(|s| Gate::new(s, &pay));
+    let gate = pace.gate();
     c.write_all_gated(&all, gate.as_ref()).map_err(lost)
 }
 
@@ -243,8 +242,7 @@ pub(super) fn put_unit(
     head.clear();
     head.extend_from_slice(&s.header(FrameKind::Data, hdr.len() + body.len()));
     head.extend_from_slice(hdr);
-    let pay = |n| pace.take(n);
-    let gate = pace.slice().map(|s| Gate::new(s, &pay));
+    let gate = pace.gate();
     c.write_all_in_place(head, body, gate.as_ref())
         .map_err(lost)
 }

@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::progress::Counters;
+use crate::transport::{Gate, Pay};
 
 /// Longest single sleep, so that a rate changed meanwhile applies within this.
 const SLICE: Duration = Duration::from_millis(50);
@@ -113,12 +114,13 @@ impl Pacer {
         }
     }
 
-    /// How many bytes of a frame go per payment under the cap now: 50 ms of traffic (16 KiB
-    /// to 4 MiB), so a 4 MiB frame under a low cap trickles out at the cap instead of
-    /// leaving in one burst after one payment (see `transport::Gate`). `None`: no cap.
-    pub fn slice(&self) -> Option<usize> {
+    /// Under a cap, the gate a frame's write goes through: each piece of 50 ms of traffic
+    /// at the cap now (16 KiB to 4 MiB) paid for before it goes, so a 4 MiB frame under a
+    /// low cap trickles out at the cap instead of leaving in one burst after one payment
+    /// (see `transport::Gate`). `None`: no cap.
+    pub fn gate(&self) -> Option<Gate<'_>> {
         self.rate()
-            .map(|r| (r / 20).clamp(16 << 10, 4 << 20) as usize)
+            .map(|r| Gate::new((r / 20).clamp(16 << 10, 4 << 20) as usize, self))
     }
 
     /// Pays for `n` bytes about to go on the wire: returns at once under no cap,
@@ -142,6 +144,12 @@ impl Pacer {
 
     fn bucket(&self) -> std::sync::MutexGuard<'_, Bucket> {
         self.bucket.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Pay for Pacer {
+    fn pay(&self, n: usize) {
+        self.take(n);
     }
 }
 

@@ -5,15 +5,27 @@
 
 use std::io::{self, IoSlice, Write};
 
-/// Pays for the pieces of a write: `pay(n)` returns once `n` bytes may go.
+/// What pays for the pieces of a write.
+pub trait Pay {
+    /// Returns once `n` more bytes may go.
+    fn pay(&self, n: usize);
+}
+
+impl<F: Fn(usize)> Pay for F {
+    fn pay(&self, n: usize) {
+        self(n)
+    }
+}
+
+/// Lets a write go in pieces of at most `slice` bytes, each paid for at `pay` first.
 pub struct Gate<'a> {
     slice: usize,
-    pay: &'a dyn Fn(usize),
+    pay: &'a dyn Pay,
 }
 
 impl<'a> Gate<'a> {
     /// A gate that lets at most `slice` bytes go per payment (at least one).
-    pub fn new(slice: usize, pay: &'a dyn Fn(usize)) -> Gate<'a> {
+    pub fn new(slice: usize, pay: &'a dyn Pay) -> Gate<'a> {
         Gate {
             slice: slice.max(1),
             pay,
@@ -23,7 +35,7 @@ impl<'a> Gate<'a> {
     /// Pays for the next piece of a write with `remaining` bytes left: its length.
     pub(super) fn next(&self, remaining: usize) -> usize {
         let n = remaining.min(self.slice);
-        (self.pay)(n);
+        self.pay.pay(n);
         n
     }
 }

@@ -51,7 +51,7 @@ mod tunnel;
 
 pub use conn::Conn;
 pub use dial::{connect, connect_addr, connect_tunnel};
-pub use gate::Gate;
+pub use gate::{Gate, Pay};
 pub use listen::{Accepted, AcceptorHandle, Listener};
 pub use sys::{Chrono, Delivery};
 pub use ticket::{Secret, Ticket, MAX_TICKET_ADDRS};

@@ -321,6 +321,28 @@ impl Netlab {
         lab
     }
 
+    /// `haul send --json FILE --ticket-file WORK/ticket ARGS...` in `a`, to a `haul recv -q
+    /// --listen` into `WORK/dst` in `b`; waits for both and returns (send, recv), the
+    /// sender's stdout (its JSON report) captured.
+    pub fn send_file(&self, work: &Path, file: &Path, args: &[&str]) -> (Outcome, Outcome) {
+        let (ticket, dst) = (work.join("ticket"), work.join("dst"));
+        let listen = format!("{}:0", self.ip_b);
+        let (ticket_arg, dst_arg) = (ticket.to_str().unwrap(), dst.to_str().unwrap());
+        let recv_args = ["recv", "-q", "--listen", &listen, dst_arg];
+        let mut recv = haul(Some(&self.b), &recv_args);
+        recv.args(["--ticket-file", ticket_arg]);
+        let mut recv = Proc::start("recv", recv);
+        await_ticket(&mut recv, &ticket);
+        let mut send = haul(Some(&self.a), &["send", "--json"]);
+        send.arg(file)
+            .args(["--ticket-file", ticket_arg])
+            .args(args);
+        send.stdout(Stdio::piped());
+        let mut send = Proc::start("send", send);
+        send.capture_stdout();
+        (send.wait(), recv.wait())
+    }
+
     /// Kills the established TCP connections `filter` selects inside `ns`; returns how
     /// many `ss` listed.
     pub fn cut(&self, ns: &str, filter: &[&str]) -> usize {
