@@ -137,6 +137,11 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// Whether this reader leaves the cache alone (`--keep-cache`).
+    pub fn keeps(&self) -> bool {
+        self.keep
+    }
+
     /// Whether no page of the range noted by [`Reader::before`] was cached (false when
     /// nothing was noted: `--keep-cache`, an empty range). Such a range can be read
     /// with `O_DIRECT`: there is nothing cached to read it from, and nothing is then

@@ -23,6 +23,7 @@ use crate::transport::{Conn, Role};
 mod dial;
 mod link;
 pub mod pace;
+mod pack;
 pub mod pipe;
 pub mod probe;
 mod readbuf;

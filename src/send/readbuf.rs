@@ -79,20 +79,9 @@ impl ReadBuf {
         &mut self.buf[self.start..self.start + n]
     }
 
-    /// Adds `n` bytes to the end of the unit and returns them, to be filled.
-    pub(super) fn append(&mut self, n: usize) -> &mut [u8] {
-        let from = self.start + self.len;
-        let end = from + n;
-        if self.buf.len() < end {
-            self.buf.resize(end, 0);
-        }
-        self.len += n;
-        &mut self.buf[from..end]
-    }
-
     /// Returns `n` bytes past the end of the unit that start on an [`ALIGN`] boundary in
     /// memory (right at the end when it is aligned, else up to `ALIGN - 1` bytes further),
-    /// to be filled, e.g. by an `O_DIRECT` read; [`ReadBuf::take_room`] then adds what was
+    /// to be filled, e.g. by `O_DIRECT` reads; [`ReadBuf::take_parts`] then adds what was
     /// read to the unit. The unit itself is unchanged until then.
     pub(super) fn room(&mut self, n: usize) -> &mut [u8] {
         let from = self.start + self.len;
@@ -104,15 +93,29 @@ impl ReadBuf {
         &mut self.buf[at..at + n]
     }
 
-    /// Adds the first `n` bytes of the last [`ReadBuf::room`] (of at least `n` bytes) to
-    /// the end of the unit, moving them down where the room did not start right there.
-    pub(super) fn take_room(&mut self, n: usize) {
+    /// Adds the given byte ranges of the last [`ReadBuf::room`] (offsets into it, in
+    /// increasing order, not overlapping) to the end of the unit, one after another,
+    /// moving each down where it is not already right there.
+    pub(super) fn take_parts(&mut self, parts: impl IntoIterator<Item = std::ops::Range<usize>>) {
         let from = self.start + self.len;
         let at = from + self.buf[from..].as_ptr().align_offset(ALIGN);
-        if at != from {
-            self.buf.copy_within(at..at + n, from);
+        for part in parts {
+            let to = self.start + self.len;
+            let n = part.len();
+            // Never upwards: the unit's end is at most the room's start, and each part
+            // starts at or after the end of the one before.
+            debug_assert!(to <= at + part.start);
+            if to != at + part.start {
+                self.buf.copy_within(at + part.start..at + part.end, to);
+            }
+            self.len += n;
         }
-        self.len += n;
+    }
+
+    /// How far the buffer has ever reached (its memory).
+    #[cfg(test)]
+    pub(super) fn mark(&self) -> usize {
+        self.buf.len()
     }
 
     /// The unit's bytes, writable (to compact them in place).
@@ -133,26 +136,31 @@ impl ReadBuf {
 mod tests {
     use super::*;
 
+    /// Appends `bytes` to the unit through a room.
+    fn push(b: &mut ReadBuf, bytes: &[u8]) {
+        b.room(bytes.len())[..].copy_from_slice(bytes);
+        b.take_parts(std::iter::once(0..bytes.len()));
+    }
+
     #[test]
     fn a_reused_buffer_keeps_its_bytes_and_only_growth_zeroes() {
         let mut b = ReadBuf::with_capacity(8);
-        b.append(4).copy_from_slice(b"abcd");
-        assert_eq!(b.bytes(), b"abcd");
+        // Growth zeroes ...
+        assert!(b.room(ALIGN).iter().all(|&x| x == 0));
+        push(&mut b, b"abcd");
         b.clear();
         assert!(b.bytes().is_empty());
-        // Appending within the mark hands back the old bytes (to be read over) ...
-        assert_eq!(b.append(2), b"ab");
-        // ... and past it, zeros.
-        assert_eq!(b.append(4), b"cd\0\0");
-        assert_eq!(b.len(), 6);
+        // ... a room within the mark hands back the old bytes (to be read over).
+        assert_eq!(&b.room(4)[..], b"abcd");
+        push(&mut b, b"xyzzy");
         b.truncate(3);
-        assert_eq!(b.bytes(), b"abc");
+        assert_eq!(b.bytes(), b"xyz");
         b.truncate(10);
         assert_eq!(b.len(), 3);
         b.bytes_mut().copy_within(1..3, 0);
-        assert_eq!(b.bytes(), b"bcc");
-        b.fill(1)[0] = b'z';
-        assert_eq!(b.bytes(), b"z");
+        assert_eq!(b.bytes(), b"yzz");
+        b.fill(1)[0] = b'q';
+        assert_eq!(b.bytes(), b"q");
     }
 
     #[test]
@@ -166,10 +174,10 @@ mod tests {
             assert_eq!(b.bytes(), vec![7u8; n]);
             assert_eq!(b.bytes().as_ptr().align_offset(ALIGN), 0);
         }
-        // A pack starts at the beginning and grows by appending.
+        // A pack starts at the beginning and grows by taking parts of rooms.
         b.clear();
-        b.append(2).copy_from_slice(b"ab");
-        b.append(1).copy_from_slice(b"c");
+        push(&mut b, b"ab");
+        push(&mut b, b"c");
         assert_eq!(b.bytes(), b"abc");
     }
 
@@ -183,12 +191,32 @@ mod tests {
             let room = b.room(n.next_multiple_of(ALIGN));
             assert_eq!(room.as_ptr().align_offset(ALIGN), 0);
             room[..n].fill(i as u8 + 1);
-            b.take_room(n);
+            b.take_parts(std::iter::once(0..n));
             want.extend(std::iter::repeat_n(i as u8 + 1, n));
             assert_eq!(b.bytes(), &want[..]);
         }
         // A room not taken changes nothing.
         b.room(ALIGN).fill(0xee);
+        assert_eq!(b.bytes(), &want[..]);
+    }
+
+    #[test]
+    fn parts_of_a_room_are_taken_in_order_and_gaps_left_out() {
+        let mut b = ReadBuf::with_capacity(64);
+        push(&mut b, b"start");
+        // Three slots of a page: the first holds 3 bytes, the second is skipped (a file
+        // that failed), the third is a whole page.
+        let room = b.room(3 * ALIGN);
+        room[..3].copy_from_slice(b"abc");
+        room[ALIGN..2 * ALIGN].fill(b'x');
+        room[2 * ALIGN..].fill(b'z');
+        b.take_parts([0..3, 2 * ALIGN..3 * ALIGN]);
+        let mut want = b"startabc".to_vec();
+        want.extend(std::iter::repeat_n(b'z', ALIGN));
+        assert_eq!(b.bytes(), &want[..]);
+        // Nothing taken changes nothing.
+        b.room(ALIGN).fill(0);
+        b.take_parts([]);
         assert_eq!(b.bytes(), &want[..]);
     }
 
@@ -203,7 +231,7 @@ mod tests {
         for _ in 0..2 {
             let room = b.room(ALIGN);
             let at = room.as_ptr();
-            b.take_room(ALIGN);
+            b.take_parts(std::iter::once(0..ALIGN));
             let end = b.bytes().as_ptr_range().end;
             assert_eq!(end.wrapping_sub(ALIGN), at, "taken where it was read");
         }
@@ -213,12 +241,11 @@ mod tests {
     #[test]
     fn swapping_hands_over_the_unit_and_starts_empty() {
         let mut b = ReadBuf::default();
-        b.append(3).copy_from_slice(b"xyz");
+        push(&mut b, b"xyz");
         let (old, range) = b.swap(b"spare bytes".to_vec());
         assert_eq!(&old[range], b"xyz");
         assert_eq!(b.len(), 0);
-        // The spare's bytes are read over, not zeroed.
-        assert_eq!(b.append(5), b"spare");
+        push(&mut b, b"spare");
         let (old, range) = b.swap(Vec::new());
         assert_eq!(&old[range], b"spare");
     }

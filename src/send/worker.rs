@@ -12,25 +12,17 @@ use std::os::unix::fs::FileExt;
 use std::sync::Mutex;
 
 use super::dial::{DataConn, Redial, UnitBytes};
+use super::pack::{self, stamp_of, ReadFail};
 use super::readbuf::{ReadBuf, ALIGN};
 use super::report::{Failures, SendOptions};
 use crate::codec::{piece_hash, unit_hash, Encoder};
 use crate::error::Result;
 use crate::pagecache;
 use crate::plan::queue::{FileJob, Work, WorkQueue};
-use crate::plan::walk::Stamp;
 use crate::progress::Counters;
 use crate::protocol::{encode_data_header, hashed_parts, Codec, FrameKind, Segment};
 use crate::session::lost;
 use crate::transport::lane::LaneSender;
-
-/// What went wrong reading one file.
-enum ReadFail {
-    /// Cannot be read: reported, the rest goes on (exit "partial").
-    Unreadable(io::Error),
-    /// Changed while read: sent again in a later round.
-    Changed,
-}
 
 /// The state of one stream's loop.
 struct Worker<'a> {
@@ -335,12 +327,11 @@ impl Worker<'_> {
         if self.open.take().is_some() {
             self.cache.close();
         }
-        for job in files {
-            let start = self.raw.len();
-            let r = read_whole(job, &mut self.raw, &mut self.cache, &mut self.direct);
+        let read = pack::read_pack(files, &mut self.raw, &mut self.cache, &mut self.direct);
+        for (job, r) in files.iter().zip(read) {
             self.read += job.size;
             match r {
-                Ok(now) if now == job.stamp => {
+                Ok(()) => {
                     self.files += 1;
                     self.segs.push(Segment {
                         file: job.id,
@@ -349,109 +340,10 @@ impl Worker<'_> {
                         keep: false,
                     })
                 }
-                Ok(_) => {
-                    self.raw.truncate(start);
-                    self.record(job, ReadFail::Changed);
-                }
-                Err(e) => {
-                    self.raw.truncate(start);
-                    let fail = if e.kind() == io::ErrorKind::UnexpectedEof {
-                        ReadFail::Changed
-                    } else {
-                        ReadFail::Unreadable(e)
-                    };
-                    self.record(job, fail);
-                }
+                Err(fail) => self.record(job, fail),
             }
         }
     }
-}
-
-/// Reads a whole small file to the end of the unit; a file replaced since the walk reads
-/// as changed (EOF). A file none of whose pages is cached is read with `O_DIRECT` (see
-/// [`read_small_direct`]), any other buffered, its pages brought in dropped again.
-fn read_whole(
-    job: &FileJob,
-    raw: &mut ReadBuf,
-    cache: &mut pagecache::Reader,
-    direct: &mut bool,
-) -> io::Result<Stamp> {
-    let replaced = || io::Error::new(io::ErrorKind::UnexpectedEof, "replaced since the walk");
-    let f = job.at.open_file().map_err(|e| match e.raw_os_error() {
-        Some(libc::ELOOP) => replaced(),
-        _ => e,
-    })?;
-    if !stamp_of(&f)?.same_file(&job.stamp) {
-        return Err(replaced());
-    }
-    let size = job.size as usize;
-    cache.before(&f, 0, job.size, job.size);
-    if *direct && cache.cold() {
-        match read_small_direct(&f, raw.room(size.next_multiple_of(ALIGN)), size) {
-            Ok(()) => {
-                raw.take_room(size);
-                // Nothing was brought into the cache, so there is nothing to drop.
-                cache.forget();
-                return stamp_of(&f);
-            }
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EOPNOTSUPP)) => {
-                *direct = false;
-            }
-            Err(e) => {
-                cache.forget();
-                return Err(e);
-            }
-        }
-    }
-    let r = f.read_exact_at(raw.append(size), 0);
-    cache.after(&f);
-    r?;
-    stamp_of(&f)
-}
-
-/// Reads a whole small file of `size` bytes with `O_DIRECT` into `room` (aligned, `size`
-/// rounded up to whole pages): one `pread` of all its pages, the last one short at the
-/// end of the file, so not a byte of it passes through the page cache (20,000 files of
-/// 100 KiB read buffered cost the sender 1.1 of its 3.8 CPU s: page-cache inserts, the
-/// copy out, and dropping them again). `O_DIRECT` is set on the file's own descriptor,
-/// opened for this read alone. Fewer bytes than `size` (a file shrunk since the walk,
-/// whose stamp the caller checks next) read as EOF; more are not asked for.
-fn read_small_direct(f: &File, room: &mut [u8], size: usize) -> io::Result<()> {
-    let flags = rustix::fs::fcntl_getfl(f)?;
-    rustix::fs::fcntl_setfl(f, flags | rustix::fs::OFlags::DIRECT)?;
-    let r = read_pages(f, room, size);
-    if r.is_err() {
-        // The caller may read it again buffered (a refusal of `O_DIRECT`).
-        rustix::fs::fcntl_setfl(f, flags)?;
-    }
-    r
-}
-
-/// [`read_small_direct`]'s reads, on a descriptor with `O_DIRECT` set.
-fn read_pages(f: &File, room: &mut [u8], size: usize) -> io::Result<()> {
-    let mut got = 0;
-    while got < size {
-        // Whole pages at page offsets: what `O_DIRECT` accepts. A read that stops short
-        // of a page boundary has reached the end of the file.
-        if got % ALIGN != 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "shorter than when walked",
-            ));
-        }
-        match f.read_at(&mut room[got..], got as u64) {
-            Ok(0) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "shorter than when walked",
-                ))
-            }
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
 
 /// Reads a block none of which is cached: its whole aligned pages with `O_DIRECT` (the
@@ -520,10 +412,6 @@ fn read_halves(f: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
         Some(first.and(second))
     });
     split.unwrap_or_else(|| f.read_exact_at(buf, offset))
-}
-
-fn stamp_of(f: &File) -> io::Result<Stamp> {
-    f.metadata().map(|m| Stamp::of(&m))
 }
 
 #[cfg(test)]
