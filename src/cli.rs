@@ -310,7 +310,8 @@ pub struct RemoteArgs {
 /// Options shared by `send` and `copy`.
 #[derive(Debug, Args)]
 pub struct TransferArgs {
-    /// Number of parallel data streams (default: twice the cores, 2 to 8).
+    /// Number of parallel data streams (default: twice the cores, 2 to 8; 8 for a copy of
+    /// files on this host).
     #[arg(long, value_name = "N")]
     pub streams: Option<usize>,
     /// Compression per block: auto, none, lz4, zstd or zstd:LEVEL (default: auto between

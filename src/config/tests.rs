@@ -102,3 +102,14 @@ fn a_stream_fans_out_to_several_tickets_or_far_ends_of_one_kind() {
     assert!(cfg(&["copy", "-", "db1:/x", "--also", "db2:"]).is_err());
     assert!(cfg(&["copy", "db1:/x", "-", "--also", "db2:/y"]).is_err());
 }
+
+#[test]
+fn a_copy_on_this_host_runs_more_streams_than_one_between_hosts() {
+    let streams = |args: &[&str]| match cfg(args).unwrap().command {
+        Command::Copy { transfer, .. } | Command::Remote { transfer, .. } => transfer.streams,
+        _ => panic!("{args:?}"),
+    };
+    assert_eq!(streams(&["copy", "/a", "/b"]), LOCAL_STREAMS);
+    assert_eq!(streams(&["copy", "/a", "db2:/b"]), default_streams());
+    assert_eq!(streams(&["copy", "--streams", "3", "/a", "/b"]), 3);
+}
