@@ -61,7 +61,7 @@ fn read_loop(mut conn: Conn, shared: &Shared, slot: &Slot) -> Result<bool> {
         shared.forged.note("data", &peer, what).map(|()| false)
     };
     loop {
-        let frame = match reader.read_frame(&mut conn) {
+        let frame = match reader.read_frame(&mut Heard(&mut conn, shared, slot)) {
             Ok(Some(f)) => f,
             Ok(None) | Err(ReadError::Truncated) => return Ok(false),
             Err(e) if e.is_timeout() => {
@@ -85,7 +85,6 @@ fn read_loop(mut conn: Conn, shared: &Shared, slot: &Slot) -> Result<bool> {
             }
             Err(ReadError::Protocol(p)) => return Err(p.into()),
         };
-        slot.heard(shared.now_ms());
         match frame.kind {
             FrameKind::End => return Ok(true),
             FrameKind::Control => {
@@ -169,6 +168,22 @@ fn read_loop(mut conn: Conn, shared: &Shared, slot: &Slot) -> Result<bool> {
     }
 }
 
+/// A data connection read so that every read bringing bytes counts as hearing from it
+/// (its slot's clock), not only a finished frame: on a slow link one 4 MiB frame can take
+/// longer than [`super::slots::STALE`], and a connection still carrying it is not one
+/// that vanished, whose slot a new connection may take.
+struct Heard<'a>(&'a mut Conn, &'a Shared, &'a Slot);
+
+impl io::Read for Heard<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.0.read(buf)?;
+        if n > 0 {
+            self.2.heard(self.1.now_ms());
+        }
+        Ok(n)
+    }
+}
+
 /// A relay's copy of compressed block `h`'s body (decoded to `raw` bytes and verified), so
 /// the next hop gets what the sender chose; none where the body is no smaller than the
 /// block, which bounds the copies by the window (a sender sends such a block raw anyway).
@@ -183,4 +198,40 @@ fn packed(shared: &Shared, h: &DataHeader<'_>, raw: usize) -> Option<Packed> {
         codec: h.codec,
         body,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::session::sealer;
+
+    #[test]
+    fn a_frame_still_arriving_counts_as_hearing_from_its_connection() {
+        let shared = Shared::for_tests(64 << 10, 4);
+        let slot = shared.slots.take(shared.now_ms()).unwrap();
+        let taken_at = slot.heard_at();
+        let (mut tx, rx) = Conn::pair().unwrap();
+        let header = sealer(&tx).header(FrameKind::Data, 60 << 10);
+        let (s, mine) = (Arc::clone(&shared), Arc::clone(&slot));
+        let reading = std::thread::spawn(move || read_loop(rx, &s, &mine));
+        tx.write_all(&header).unwrap();
+        // The frame's body trickles in; not one frame is finished.
+        std::thread::sleep(Duration::from_millis(300));
+        tx.write_all(&[0u8; 1000]).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while slot.heard_at() < taken_at + 300 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let heard = slot.heard_at();
+        shared.abort.store(true, Ordering::Release);
+        drop(tx);
+        let _ = reading.join();
+        assert!(
+            heard >= taken_at + 300,
+            "bytes arriving 300 ms in left the slot heard at {heard} ms (taken at {taken_at})"
+        );
+    }
 }

@@ -2,42 +2,17 @@
 //! its data streams (within the next hop's credit), what it sends again after a loss,
 //! and how it takes up the hop after a failed one.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
 
 use super::*;
 use crate::codec::tree::block_cv;
-use crate::progress::Counters;
 use crate::protocol::Outcome;
-use crate::receive::integrity::Forgeries;
-use crate::receive::pipe::slots::Slots;
-use crate::receive::pipe::window::Window;
 use crate::transport::Secret;
 
 const B: u64 = 64 << 10;
 
 fn shared() -> Arc<Shared> {
-    Arc::new(Shared {
-        key: [0; 32],
-        block: B,
-        window: 16 * B,
-        keep_packed: true,
-        win: Mutex::new(Window::default()),
-        spare: Mutex::new(Vec::new()),
-        arrived: Condvar::new(),
-        lost: AtomicBool::new(false),
-        writing: AtomicBool::new(false),
-        abort: AtomicBool::new(false),
-        fatal: Mutex::new(None),
-        forged: Forgeries::starting_at(0),
-        slots: Slots::new(4),
-        epoch: Instant::now(),
-        data_conns: AtomicUsize::new(0),
-        control_conns: AtomicUsize::new(0),
-        last_activity: Mutex::new(Instant::now()),
-        counters: Arc::new(Counters::default()),
-    })
+    Shared::for_tests(B, 4)
 }
 
 fn hop(i: u8) -> Hop {

@@ -17,16 +17,22 @@ pub(super) const STALE: u64 = 5_000;
 /// One reader's slot.
 #[derive(Debug)]
 pub(super) struct Slot {
-    /// When its connection last carried a frame (milliseconds on the caller's clock).
+    /// When its connection last carried bytes (milliseconds on the caller's clock).
     heard: AtomicU64,
     /// A newer connection took this slot: the reader ends.
     evicted: AtomicBool,
 }
 
 impl Slot {
-    /// Its connection carried a frame at `now`.
+    /// Its connection carried bytes at `now`.
     pub(super) fn heard(&self, now: u64) {
         self.heard.store(now, Ordering::Relaxed);
+    }
+
+    /// When its connection last carried anything.
+    #[cfg(test)]
+    pub(super) fn heard_at(&self) -> u64 {
+        self.heard.load(Ordering::Relaxed)
     }
 
     /// Whether a newer connection took this slot.

@@ -85,6 +85,32 @@ pub(super) struct Shared {
 }
 
 impl Shared {
+    /// Everything empty, key zero, blocks of `block` bytes, a window of 16 of them,
+    /// `slots` reader slots: for unit tests.
+    #[cfg(test)]
+    pub(super) fn for_tests(block: u64, slots: usize) -> Arc<Shared> {
+        Arc::new(Shared {
+            key: [0; 32],
+            block,
+            window: 16 * block,
+            keep_packed: true,
+            win: Mutex::new(Window::default()),
+            spare: Mutex::new(Vec::new()),
+            arrived: Condvar::new(),
+            lost: AtomicBool::new(false),
+            writing: AtomicBool::new(false),
+            abort: AtomicBool::new(false),
+            fatal: Mutex::new(None),
+            forged: Forgeries::starting_at(0),
+            slots: Slots::new(slots),
+            epoch: Instant::now(),
+            data_conns: AtomicUsize::new(0),
+            control_conns: AtomicUsize::new(0),
+            last_activity: Mutex::new(Instant::now()),
+            counters: Arc::new(Counters::default()),
+        })
+    }
+
     pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, Window> {
         self.win.lock().unwrap_or_else(|p| p.into_inner())
     }
