@@ -75,6 +75,11 @@ pub struct Output {
 /// at an unaligned offset) go through the page cache and are dropped as before. A file
 /// system that refuses `O_DIRECT` is written buffered from its first refusal on.
 struct Direct {
+    /// Standard output's file opened again, a description of haul's own, for the direct
+    /// writes: the description of fd 1 is the shell's too (`> FILE`), and `O_DIRECT` set
+    /// on it, even for one write, would stay set for the next writer if haul were killed
+    /// mid-write (whose unaligned writes would then fail). `None` for a file haul created.
+    own: Option<File>,
     refused: Refused,
     bounce: Bounce,
     /// The direct write itself (a test makes it refuse as a file system would).
@@ -82,8 +87,9 @@ struct Direct {
 }
 
 impl Direct {
-    fn new() -> Direct {
+    fn new(own: Option<File>) -> Direct {
         Direct {
+            own,
             refused: Refused::default(),
             bounce: Bounce::default(),
             write: direct::write_direct,
@@ -169,7 +175,13 @@ impl Output {
         };
         // Not appended to (a write at an offset would append anyway, and the end of the
         // file is others' too): the same files that get their blocks reserved.
-        let direct = (!keep_cache && reserved.is_some()).then(Direct::new);
+        // Standard output only through a description of its own (see [`Direct::own`]),
+        // else buffered.
+        let direct = match &kind {
+            _ if keep_cache || reserved.is_none() => None,
+            Kind::Stdout { file, .. } => own_description(file).map(|own| Direct::new(Some(own))),
+            _ => Some(Direct::new(None)),
+        };
         Output {
             kind,
             what: String::new(),
@@ -247,7 +259,8 @@ impl Output {
         };
         let write = d.write;
         let bounce = &mut d.bounce;
-        let straight = |piece: &[u8], to: u64| write(file, piece, to, bounce);
+        let target = d.own.as_ref().unwrap_or(file);
+        let straight = |piece: &[u8], to: u64| write(target, piece, to, bounce);
         let buffered = |piece: &[u8], to: u64| file.write_all_at(piece, to);
         let r = direct::write_parts(0, b, at, &d.refused, straight, &buffered).and_then(|()| {
             let end = at + b.len() as u64;
@@ -418,6 +431,21 @@ fn stdout_kind(file: File) -> Kind {
     let regular = stdio::kind(&file) == stdio::Kind::Regular;
     stdio::widen_pipe(&file);
     Kind::Stdout { file, regular }
+}
+
+/// `file` (standard output) opened again through `/proc/self/fd`: a new open file
+/// description of the very file (the magic link names the open file, not a path to look
+/// up; checked by device and inode), shared with no one. `None` where that fails (no
+/// `/proc`, or a file this user may not open for writing by itself).
+fn own_description(file: &File) -> Option<File> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    let own = std::fs::OpenOptions::new()
+        .write(true)
+        .open(format!("/proc/self/fd/{}", file.as_raw_fd()))
+        .ok()?;
+    let (a, b) = (file.metadata().ok()?, own.metadata().ok()?);
+    (a.dev() == b.dev() && a.ino() == b.ino()).then_some(own)
 }
 
 /// Where the next write to `file` lands: its end when it was opened to append (`>>`), else

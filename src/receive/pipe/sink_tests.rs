@@ -240,3 +240,49 @@ fn kept_cache_and_appending_write_buffered() {
     o.finish().unwrap();
     assert_eq!(std::fs::read(&p).unwrap().len(), 70_001);
 }
+
+/// `haul recv - > FILE`: standard output's description is the shell's too. `O_DIRECT` is
+/// set only on a description of haul's own (a SIGKILL mid-write would leave it set on
+/// the shared one for the next writer), and the bytes and the shared offset are right.
+#[test]
+fn standard_output_is_written_directly_through_a_description_of_its_own() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Mutex;
+    /// The shell's descriptor (the hook is a plain `fn`: it cannot capture it).
+    static SHELL: Mutex<Option<File>> = Mutex::new(None);
+    static SEEN_ON_SHARED: AtomicBool = AtomicBool::new(false);
+    /// A direct write that notes whether `O_DIRECT` set on the description it was given
+    /// shows on the shell's (the test's) descriptor.
+    fn spy(f: &File, data: &[u8], at: u64, b: &mut Bounce) -> io::Result<()> {
+        use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
+        let flags = fcntl_getfl(f)?;
+        fcntl_setfl(f, flags | OFlags::DIRECT)?;
+        let shell = SHELL.lock().unwrap();
+        let shared = fcntl_getfl(shell.as_ref().unwrap())?.contains(OFlags::DIRECT);
+        SEEN_ON_SHARED.fetch_or(shared, Ordering::SeqCst);
+        fcntl_setfl(f, flags)?;
+        direct::write_direct(f, data, at, b)
+    }
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("out");
+    let shell = File::create(&p).unwrap();
+    *SHELL.lock().unwrap() = Some(shell.try_clone().unwrap());
+    let mut o = Output::from_kind(stdout_kind(shell.try_clone().unwrap()), false);
+    o.direct.as_mut().expect("written directly").write = spy;
+    let data = pattern(4 * (64 << 10) + 99);
+    for piece in data.chunks(64 << 10) {
+        o.write_all(piece).unwrap();
+    }
+    o.finish().unwrap();
+    assert!(
+        !SEEN_ON_SHARED.load(Ordering::SeqCst),
+        "O_DIRECT showed on the shell's description"
+    );
+    assert!(std::fs::read(&p).unwrap() == data);
+    let at = rustix::fs::seek(&shell, rustix::fs::SeekFrom::Current(0)).unwrap();
+    assert_eq!(
+        at,
+        data.len() as u64,
+        "the shell's offset is past the stream"
+    );
+}
