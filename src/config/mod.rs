@@ -334,11 +334,7 @@ impl Config {
                 ticket_file,
                 remote,
             } => Command::Probe(
-                probe::probe(
-                    &paths,
-                    streams.unwrap_or_else(default_streams),
-                    probe::ticket(to, ticket_file)?,
-                )?,
+                probe::probe(&paths, streams, probe::ticket(to, ticket_file)?)?,
                 ssh_options(&remote)?,
             ),
             CommandArgs::Limit { rate, pid } => Command::Limit {

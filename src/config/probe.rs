@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use super::fanout::TicketFrom;
 use super::location::{parse_location, Location, RemotePath};
+use super::transfer::{default_streams, LOCAL_STREAMS};
 use crate::error::{Error, Result};
 use crate::protocol::MAX_STREAMS;
 use crate::transport::Ticket;
@@ -44,13 +45,13 @@ pub fn ticket(to: Option<String>, file: Option<PathBuf>) -> Result<Option<Ticket
 }
 
 /// Checks `SRC... DST` (local sources; DST local or `host:path`), or `PATH...` with a
-/// ticket, and the stream count.
-pub fn probe(paths: &[PathBuf], streams: usize, ticket: Option<TicketFrom>) -> Result<Probe> {
-    if streams == 0 || streams > usize::from(MAX_STREAMS) {
-        return Err(Error::Usage(format!(
-            "--streams must be between 1 and {MAX_STREAMS}"
-        )));
-    }
+/// ticket, and the stream count: `--streams`, else what the copy would use by default
+/// (8 for a copy on this host, [`LOCAL_STREAMS`]).
+pub fn probe(
+    paths: &[PathBuf],
+    streams: Option<usize>,
+    ticket: Option<TicketFrom>,
+) -> Result<Probe> {
     let (dest, sources) = match ticket {
         Some(t) => (ProbeDest::Ticket(t), paths),
         None => {
@@ -88,6 +89,16 @@ pub fn probe(paths: &[PathBuf], streams: usize, ticket: Option<TicketFrom>) -> R
             }
         }
     }
+    let here = far.is_empty() && matches!(dest, ProbeDest::Path(Location::Local(_)));
+    let streams = streams.unwrap_or_else(|| match here {
+        true => LOCAL_STREAMS,
+        false => default_streams(),
+    });
+    if streams == 0 || streams > usize::from(MAX_STREAMS) {
+        return Err(Error::Usage(format!(
+            "--streams must be between 1 and {MAX_STREAMS}"
+        )));
+    }
     Ok(Probe {
         sources: local,
         far,
@@ -103,17 +114,22 @@ mod tests {
 
     #[test]
     fn local_sources_and_a_local_or_far_destination() {
-        let p = probe(&["/a".into(), "b".into(), "/dst".into()], 4, None).unwrap();
+        let p = probe(&["/a".into(), "b".into(), "/dst".into()], Some(4), None).unwrap();
         assert_eq!(p.sources, [PathBuf::from("/a"), PathBuf::from("b")]);
         assert!(matches!(p.dest, ProbeDest::Path(Location::Local(d)) if d == Path::new("/dst")));
-        let p = probe(&["/a".into(), "db2:/x".into()], 4, None).unwrap();
+        let p = probe(&["/a".into(), "db2:/x".into()], Some(4), None).unwrap();
         match p.dest {
             ProbeDest::Path(Location::Remote(r)) => {
                 assert_eq!((r.host.as_str(), &r.path[..]), ("db2", &b"/x"[..]))
             }
             other => panic!("{other:?}"),
         }
-        let p = probe(&["h:/a".into(), "h:b/".into(), "/dst".into()], 4, None).unwrap();
+        let p = probe(
+            &["h:/a".into(), "h:b/".into(), "/dst".into()],
+            Some(4),
+            None,
+        )
+        .unwrap();
         assert!(p.sources.is_empty());
         assert_eq!(p.far.len(), 2);
         assert_eq!(
@@ -123,32 +139,45 @@ mod tests {
         // Remote to remote, as for copy (one host may be both).
         for between in [["h:/a", "g:/b"], ["h:/a", "h:/b"]] {
             let paths: Vec<PathBuf> = between.iter().map(PathBuf::from).collect();
-            let p = probe(&paths, 4, None).unwrap();
+            let p = probe(&paths, Some(4), None).unwrap();
             assert!(p.sources.is_empty() && p.far.len() == 1);
             assert!(matches!(p.dest, ProbeDest::Path(Location::Remote(_))));
         }
         let bad: [&[&str]; 3] = [&["/a"], &["h:/a", "g:/b", "/c"], &["h:/a", "/b", "/c"]];
         for bad in bad {
             let paths: Vec<PathBuf> = bad.iter().map(PathBuf::from).collect();
-            assert!(probe(&paths, 4, None).is_err(), "{bad:?}");
+            assert!(probe(&paths, Some(4), None).is_err(), "{bad:?}");
         }
-        assert!(probe(&["/a".into(), "/b".into()], 0, None).is_err());
+        assert!(probe(&["/a".into(), "/b".into()], Some(0), None).is_err());
     }
 
     #[test]
     fn with_a_ticket_every_path_is_a_source() {
         let t = || ticket(Some("-".into()), None).unwrap();
-        let p = probe(&["/a".into()], 4, t()).unwrap();
+        let p = probe(&["/a".into()], Some(4), t()).unwrap();
         assert_eq!(p.sources, [PathBuf::from("/a")]);
         assert!(matches!(p.dest, ProbeDest::Ticket(TicketFrom::Stdin)));
-        let p = probe(&["/a".into(), "/b".into()], 4, t()).unwrap();
+        let p = probe(&["/a".into(), "/b".into()], Some(4), t()).unwrap();
         assert_eq!(p.sources.len(), 2);
-        assert!(probe(&["h:/a".into()], 4, t()).is_err());
+        assert!(probe(&["h:/a".into()], Some(4), t()).is_err());
         assert!(matches!(
             ticket(None, Some("/t".into())).unwrap(),
             Some(TicketFrom::File(_))
         ));
         assert!(ticket(Some("haul1-garbage".into()), None).is_err());
         assert!(ticket(None, None).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_probe_measures_with_the_streams_its_copy_would_use() {
+        let streams = |p: &[&str]| {
+            let paths: Vec<PathBuf> = p.iter().map(PathBuf::from).collect();
+            probe(&paths, None, None).unwrap().streams
+        };
+        assert_eq!(streams(&["/a", "/dst"]), LOCAL_STREAMS);
+        assert_eq!(streams(&["/a", "db2:/x"]), default_streams());
+        assert_eq!(streams(&["h:/a", "/dst"]), default_streams());
+        let p = probe(&["/a".into()], None, Some(TicketFrom::Stdin)).unwrap();
+        assert_eq!(p.streams, default_streams());
     }
 }
