@@ -18,8 +18,8 @@ mod slots;
 mod window;
 
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
@@ -35,8 +35,7 @@ use crate::transport::{Conn, Role};
 use reader::spawn_reader;
 use relay::StreamRelay;
 pub use sink::{Output, PipeTo};
-use slots::Slots;
-use window::{Shared, Window, TICK};
+use window::{Shared, TICK};
 
 /// How often the control loop wakes to send acknowledgements.
 const POLL: Duration = Duration::from_millis(10);
@@ -98,26 +97,15 @@ pub fn receive_pipe(
     }
     let counters = Arc::new(Counters::default());
     let bar = Progress::start_stream(Arc::clone(&counters), opts.progress);
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(Shared::new(
         key,
-        block: u64::from(block),
+        u64::from(block),
         window,
-        keep_packed: !chain.hops.is_empty(),
-        win: Mutex::new(Window::default()),
-        spare: Mutex::new(Vec::new()),
-        arrived: Condvar::new(),
-        lost: AtomicBool::new(false),
-        writing: AtomicBool::new(false),
-        abort: AtomicBool::new(false),
-        fatal: Mutex::new(None),
-        forged: Forgeries::starting_at(forged),
-        slots: Slots::new(usize::from(streams) + DATA_CONN_SLACK),
-        epoch: Instant::now(),
-        data_conns: AtomicUsize::new(0),
-        control_conns: AtomicUsize::new(1),
-        last_activity: Mutex::new(Instant::now()),
-        counters: Arc::clone(&counters),
-    });
+        !chain.hops.is_empty(),
+        Forgeries::starting_at(forged),
+        usize::from(streams) + DATA_CONN_SLACK,
+        Arc::clone(&counters),
+    ));
     // A chain fan-out: this receiver passes the stream on.
     let relay = match chain.hops.is_empty() {
         true => None,

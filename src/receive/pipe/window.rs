@@ -85,15 +85,23 @@ pub(super) struct Shared {
 }
 
 impl Shared {
-    /// Everything empty, key zero, blocks of `block` bytes, a window of 16 of them,
-    /// `slots` reader slots: for unit tests.
-    #[cfg(test)]
-    pub(super) fn for_tests(block: u64, slots: usize) -> Arc<Shared> {
-        Arc::new(Shared {
-            key: [0; 32],
+    /// A receiver's state before any data connection arrived: blocks of `block` bytes
+    /// verified with `key`, a reorder window of `window` bytes, `slots` reader slots, the
+    /// one control connection that started it.
+    pub(super) fn new(
+        key: [u8; 32],
+        block: u64,
+        window: u64,
+        keep_packed: bool,
+        forged: Forgeries,
+        slots: usize,
+        counters: Arc<Counters>,
+    ) -> Shared {
+        Shared {
+            key,
             block,
-            window: 16 * block,
-            keep_packed: true,
+            window,
+            keep_packed,
             win: Mutex::new(Window::default()),
             spare: Mutex::new(Vec::new()),
             arrived: Condvar::new(),
@@ -101,14 +109,31 @@ impl Shared {
             writing: AtomicBool::new(false),
             abort: AtomicBool::new(false),
             fatal: Mutex::new(None),
-            forged: Forgeries::starting_at(0),
+            forged,
             slots: Slots::new(slots),
             epoch: Instant::now(),
             data_conns: AtomicUsize::new(0),
-            control_conns: AtomicUsize::new(0),
+            control_conns: AtomicUsize::new(1),
             last_activity: Mutex::new(Instant::now()),
-            counters: Arc::new(Counters::default()),
-        })
+            counters,
+        }
+    }
+
+    /// Key zero, blocks of `block` bytes, a window of 16 of them, `slots` reader slots,
+    /// a relay's packed bodies kept: for unit tests.
+    #[cfg(test)]
+    pub(super) fn for_tests(block: u64, slots: usize) -> Arc<Shared> {
+        let forged = Forgeries::starting_at(0);
+        let counters = Arc::default();
+        Arc::new(Shared::new(
+            [0; 32],
+            block,
+            16 * block,
+            true,
+            forged,
+            slots,
+            counters,
+        ))
     }
 
     pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, Window> {
