@@ -31,6 +31,7 @@
 mod batch;
 mod chown;
 pub(crate) mod direct;
+mod dirlog;
 mod dirs;
 mod fsops;
 mod journal;
@@ -141,15 +142,19 @@ impl Store {
             }
         }
         let (tx, rx) = crossbeam_channel::bounded::<Completed>(1024);
+        // A dry run makes nothing at the destination, not even an anonymous file.
+        let log_dir = match dry {
+            true => None,
+            false => fd.try_clone().ok(),
+        };
         Ok(Store {
             root: fd,
             root_path: root.to_path_buf(),
             block_size: AtomicU64::new(crate::protocol::DEFAULT_BLOCK_SIZE),
             as_root: fsops::is_root(),
             files: Mutex::new(HashMap::new()),
-            dirs: Mutex::new(Vec::new()),
+            dirs: Mutex::new(dirlog::DirLog::new(log_dir)),
             hardlinks: Mutex::new(Vec::new()),
-            touched: Mutex::new(HashSet::new()),
             finish_tx: Mutex::new(Some(tx)),
             finish_rx: Mutex::new(Some(rx)),
             finishers: Mutex::new(Vec::new()),
@@ -285,8 +290,8 @@ impl Store {
                 }
             }
             if let Some((parent, _)) = path.split_last() {
-                if let Ok(mut t) = self.touched.lock() {
-                    t.insert(parent);
+                if let Ok(mut d) = self.dirs.lock() {
+                    d.touch(&parent);
                 }
             }
             // Refused by this receiver's own policy (--no-devices, --no-specials): skipped,
@@ -374,41 +379,41 @@ impl Store {
         for (path, target) in links {
             self.make_hardlink(&path, &target)?;
         }
-        let mut dirs = self
-            .dirs
-            .lock()
-            .map(|mut d| std::mem::take(&mut *d))
-            .unwrap_or_default();
+        let dirs = match self.dirs.lock() {
+            Ok(mut d) => std::mem::replace(&mut *d, dirlog::DirLog::new(None)),
+            Err(_) => {
+                return Err(Error::io(
+                    "the directory log",
+                    std::io::Error::other("poisoned"),
+                ))
+            }
+        };
+        let log_err = |e: std::io::Error| Error::destination(&self.root_path, e);
         if self.options().delete {
-            let sent: Vec<SafeRelPath> = dirs.iter().map(|(p, _)| p.clone()).collect();
+            let sent = dirs.dir_paths().map_err(log_err)?;
             self.delete_extraneous(&sent)?;
         }
         if self.options().dry_run {
             return Ok(self.summary());
         }
-        // Deepest first, so a read-only parent never blocks its children.
-        dirs.sort_by_key(|(p, _)| std::cmp::Reverse(p.components().count()));
-        let mut touched = self
-            .touched
-            .lock()
-            .map(|mut t| std::mem::take(&mut *t))
-            .unwrap_or_default();
-        for (path, e) in &dirs {
-            let fd = self
-                .at(path, fsops::open_dir)
-                .map_err(|x| self.dest_err(path, x))?;
-            let done =
-                fsops::apply_meta_fd(&fd, e, self.owners()).map_err(|x| self.dest_err(path, x))?;
-            self.note_xattrs(path, done);
-            if let Some((parent, _)) = path.split_last() {
-                touched.insert(parent);
+        // Deepest first, so a read-only parent never blocks its children; each directory
+        // fsynced once its own metadata is set, before its parent's.
+        dirs.deepest_first(log_err, |r| -> Result<()> {
+            match r {
+                dirlog::DirRecord::Meta(path, e) => {
+                    let fd = self
+                        .at(&path, fsops::open_dir)
+                        .map_err(|x| self.dest_err(&path, x))?;
+                    let done = fsops::apply_meta_fd(&fd, &e, self.owners())
+                        .map_err(|x| self.dest_err(&path, x))?;
+                    self.note_xattrs(&path, done);
+                    rustix::fs::fsync(&fd).map_err(|x| self.dest_err(&path, x.into()))
+                }
+                dirlog::DirRecord::Sync(dir) => self
+                    .at(&dir, fsops::sync_dir)
+                    .map_err(|x| self.dest_err(&dir, x)),
             }
-            touched.insert(path.clone());
-        }
-        for dir in &touched {
-            self.at(dir, fsops::sync_dir)
-                .map_err(|x| self.dest_err(dir, x))?;
-        }
+        })?;
         self.warn_xattrs();
         Ok(self.summary())
     }

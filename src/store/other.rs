@@ -40,7 +40,7 @@ impl Store {
             }
         }
         if let Ok(mut d) = self.dirs.lock() {
-            d.push((path, e));
+            d.meta(path, e);
         }
         self.other.fetch_add(1, Ordering::Relaxed);
         Ok(())

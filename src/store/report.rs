@@ -209,7 +209,7 @@ impl Store {
             EntryKind::Dir => {
                 self.other.fetch_add(1, Ordering::Relaxed);
                 if let Ok(mut d) = self.dirs.lock() {
-                    d.push((path, e));
+                    d.meta(path, e);
                 }
             }
             _ => {

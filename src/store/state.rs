@@ -36,9 +36,9 @@ pub struct Store {
     pub(super) block_size: AtomicU64,
     pub(super) as_root: bool,
     pub(super) files: Mutex<HashMap<u64, Arc<FileState>>>,
-    pub(super) dirs: Mutex<Vec<(SafeRelPath, Entry)>>,
+    /// Directory metadata and fsyncs owed at the end (kept on disk; see `dirlog`).
+    pub(super) dirs: Mutex<super::dirlog::DirLog>,
     pub(super) hardlinks: Mutex<Vec<(SafeRelPath, SafeRelPath)>>,
-    pub(super) touched: Mutex<HashSet<SafeRelPath>>,
     pub(super) finish_tx: Mutex<Option<Sender<Completed>>>,
     pub(super) finish_rx: Mutex<Option<Receiver<Completed>>>,
     pub(super) finishers: Mutex<Vec<JoinHandle<()>>>,
