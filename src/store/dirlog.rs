@@ -15,7 +15,7 @@
 //! Reading back goes depth by depth, deepest first, each depth's chunks in the order they
 //! were written: every record once.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
 use std::io;
 use std::os::fd::OwnedFd;
@@ -30,7 +30,8 @@ use crate::protocol::{Entry, SafeRelPath};
 const PENDING_MAX: usize = 1 << 20;
 
 /// Directories remembered as already owed an `fsync`, so that the entries of one directory
-/// record it once (a walk sends a directory's entries together, between its subtrees).
+/// record it once (a walk sends a directory's entries together, between its subtrees):
+/// up to twice this many, the ones used lately.
 const RECENT: usize = 1024;
 
 /// One thing owed to a directory at the end.
@@ -72,9 +73,11 @@ pub(super) struct DirLog {
     pending_bytes: usize,
     /// …and the chunks written, in order.
     chunks: BTreeMap<usize, Vec<Chunk>>,
-    /// Directories recently recorded (a `Meta` or a `Sync`), and the order to forget them.
+    /// Directories recorded lately (a `Meta` or a `Sync`): those used since `older` was
+    /// filled, and before; a directory used again moves to `recent`, and when `recent`
+    /// is full `older` is forgotten and `recent` becomes it.
     recent: HashSet<SafeRelPath>,
-    recent_order: VecDeque<SafeRelPath>,
+    older: HashSet<SafeRelPath>,
 }
 
 impl DirLog {
@@ -88,7 +91,7 @@ impl DirLog {
             pending_bytes: 0,
             chunks: BTreeMap::new(),
             recent: HashSet::new(),
-            recent_order: VecDeque::new(),
+            older: HashSet::new(),
         }
     }
 
@@ -106,20 +109,20 @@ impl DirLog {
         if self.recent.contains(dir) {
             return;
         }
+        if let Some(d) = self.older.take(dir) {
+            self.remember(d);
+            return;
+        }
         let rec = Encoded::Sync(dir.as_bytes().to_vec());
         self.remember(dir.clone());
         self.add(dir.components().count(), &rec);
     }
 
     fn remember(&mut self, path: SafeRelPath) {
-        if self.recent.insert(path.clone()) {
-            self.recent_order.push_back(path);
-            if self.recent_order.len() > RECENT {
-                if let Some(old) = self.recent_order.pop_front() {
-                    self.recent.remove(&old);
-                }
-            }
+        if self.recent.len() >= RECENT {
+            self.older = std::mem::take(&mut self.recent);
         }
+        self.recent.insert(path);
     }
 
     fn add(&mut self, depth: usize, rec: &Encoded) {
