@@ -43,10 +43,11 @@ pub(super) enum DirRecord {
     Sync(SafeRelPath),
 }
 
-/// The encoded form of a [`DirRecord`]: paths as the bytes a `SafeRelPath` parses from.
+/// The encoded form of a [`DirRecord`]: paths as the bytes a `SafeRelPath` parses from
+/// (a `Meta`'s in its entry's `path`).
 #[derive(Serialize, Deserialize)]
 enum Encoded {
-    Meta(Vec<u8>, Entry),
+    Meta(Entry),
     Sync(Vec<u8>),
 }
 
@@ -71,6 +72,8 @@ pub(super) struct DirLog {
     /// Per depth (components of the path; the root is 0): records not yet written out…
     pending: BTreeMap<usize, Vec<u8>>,
     pending_bytes: usize,
+    /// Pending bytes past which they are written out ([`PENDING_MAX`]; less in tests).
+    spill_at: usize,
     /// …and the chunks written, in order.
     chunks: BTreeMap<usize, Vec<Chunk>>,
     /// Directories recorded lately (a `Meta` or a `Sync`): those used since `older` was
@@ -89,6 +92,7 @@ impl DirLog {
             end: 0,
             pending: BTreeMap::new(),
             pending_bytes: 0,
+            spill_at: PENDING_MAX,
             chunks: BTreeMap::new(),
             recent: HashSet::new(),
             older: HashSet::new(),
@@ -96,9 +100,10 @@ impl DirLog {
     }
 
     /// Records directory entry `e` at `path`: its metadata is applied at the end.
-    pub(super) fn meta(&mut self, path: SafeRelPath, e: Entry) {
+    pub(super) fn meta(&mut self, path: SafeRelPath, mut e: Entry) {
         let depth = path.components().count();
-        let rec = Encoded::Meta(path.as_bytes().to_vec(), e);
+        e.path = path.as_bytes().to_vec();
+        let rec = Encoded::Meta(e);
         self.remember(path);
         self.add(depth, &rec);
     }
@@ -133,7 +138,7 @@ impl DirLog {
             *buf = b;
         }
         self.pending_bytes += buf.len() - before;
-        if self.pending_bytes > PENDING_MAX {
+        if self.pending_bytes > self.spill_at {
             self.spill();
         }
     }
@@ -263,7 +268,7 @@ fn decode<E>(
             SafeRelPath::parse(p).map_err(|e| lost(broken(&format!("a path does not parse ({e})"))))
         };
         f(match rec {
-            Encoded::Meta(p, e) => DirRecord::Meta(parse(&p)?, e),
+            Encoded::Meta(e) => DirRecord::Meta(parse(&e.path)?, e),
             Encoded::Sync(p) => DirRecord::Sync(parse(&p)?),
         })?;
     }

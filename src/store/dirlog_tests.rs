@@ -4,6 +4,8 @@
 use std::io;
 use std::os::fd::OwnedFd;
 
+use proptest::prelude::*;
+
 use super::super::tests::entry;
 use super::*;
 use crate::protocol::EntryKind;
@@ -140,4 +142,50 @@ fn a_record_that_does_not_decode_is_an_error_not_a_panic() {
     let e = r.unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::InvalidData);
     assert!(e.to_string().contains("directory log"), "{e}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Whatever the order and mix of records, and however small the chunks, each comes
+    /// back once, deepest first, and within a depth in the order recorded.
+    #[test]
+    fn any_records_come_back_once_deepest_first_in_order_within_a_depth(
+        recs in proptest::collection::vec((0usize..6, 0u32..50, any::<bool>()), 0..400),
+        spill_at in 1usize..4096,
+        on_disk in any::<bool>(),
+    ) {
+        let d = tempfile::tempdir().unwrap();
+        let mut log = DirLog::new(on_disk.then(|| dir_fd(&d)));
+        log.spill_at = spill_at;
+        let mut want: Vec<(usize, String)> = Vec::new();
+        for (i, (depth, name, meta)) in recs.iter().enumerate() {
+            let p: Vec<String> = (0..*depth).map(|l| format!("n{}", name + l as u32)).collect();
+            let p = p.join("/");
+            let sp = path(&p);
+            if *meta {
+                want.push((*depth, format!("meta {} {i}", sp.display())));
+                log.meta(sp, entry(i as u64, &format!("./{p}"), EntryKind::Dir, 0o700));
+            } else if !log.recent.contains(&sp) && !log.older.contains(&sp) {
+                log.touch(&sp);
+                want.push((*depth, format!("sync {}", sp.display())));
+            } else {
+                log.touch(&sp);
+            }
+        }
+        let mut got = Vec::new();
+        log.deepest_first(|e| e, |r| {
+            got.push(match r {
+                DirRecord::Meta(p, e) => {
+                    assert_eq!(e.path, p.as_bytes());
+                    (p.components().count(), format!("meta {} {}", p.display(), e.id))
+                }
+                DirRecord::Sync(p) => (p.components().count(), format!("sync {}", p.display())),
+            });
+            Ok::<(), io::Error>(())
+        }).unwrap();
+        // Stable: by depth, deepest first, then in the order recorded.
+        want.sort_by_key(|(depth, _)| std::cmp::Reverse(*depth));
+        prop_assert_eq!(got, want);
+    }
 }
