@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Peak memory per side against the number of files: `haul recv` and `haul send` over
 loopback, each under `/usr/bin/time -v`, on the `million` data set (COUNT files of 1-8 KiB,
-1,000 per directory, generated on demand into DATA_DIR/src and reused; see benchlib.datasets).
+PER_DIR per directory (default 1,000), generated on demand into DATA_DIR/src and reused; see
+benchlib.datasets).
 
-    python3 bench/memory.py [--haul target/release/haul] [--counts 100000,1000000] [-- FLAGS]
+    python3 bench/memory.py [--haul target/release/haul] [--counts 100000,1000000]
+                            [--per-dir 1000] [-- FLAGS]
 
 Prints, per count: wall time, and per side the peak RSS ("Maximum resident set size") and
 CPU seconds. FLAGS go to `haul send` (e.g. --no-encrypt). The copy lands in a temp dir under
@@ -87,6 +89,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--haul", default=str(REPO / "target/release/haul"))
     p.add_argument("--counts", default="100000,1000000",
                    help="comma-separated file counts (default 100000,1000000)")
+    p.add_argument("--per-dir", type=int, default=1000,
+                   help="files per directory (default 1000; 2 makes a directory per 2 files)")
     p.add_argument("--data-dir", type=Path, default=Path("/work/bench-data"))
     a = p.parse_args(argv)
     counts = [int(c) for c in a.counts.split(",")]
@@ -94,7 +98,9 @@ def main(argv: list[str]) -> int:
     print("|---:|---:|---:|---:|---:|---:|")
     failed = False
     for n in counts:
-        ds = datasets.prepare(datasets.Spec("million", {"count": n}), a.data_dir / "src",
+        # The default shape names no per_dir, so sets made before it are reused.
+        params = {"count": n} if a.per_dir == 1000 else {"count": n, "per_dir": a.per_dir}
+        ds = datasets.prepare(datasets.Spec("million", params), a.data_dir / "src",
                               lambda m: print(m, file=sys.stderr, flush=True))
         work = Path(tempfile.mkdtemp(prefix="haul-memory-", dir=a.data_dir))
         try:

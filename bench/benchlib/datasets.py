@@ -99,7 +99,8 @@ class Spec:
             "sparse": lambda: f"sparse-{_tag(p['size'])}-{_tag(p['data'])}",
             "stream-pg": lambda: f"stream-pg-s{p['scale']}",
             "stream-rand": lambda: f"stream-rand-{_tag(p['size'])}",
-            "million": lambda: f"million-{p['count']}",
+            "million": lambda: f"million-{p['count']}" + (
+                f"-per{p['per_dir']}" if p.get("per_dir", 1000) != 1000 else ""),
         }[self.kind]()
 
     @property
@@ -114,7 +115,8 @@ class Spec:
             "stream-pg": lambda: f"stream: tar of the PostgreSQL data directory "
                                  f"(pgbench scale {p['scale']})",
             "stream-rand": lambda: f"stream: {fmt_size(p['size'])} of random bytes",
-            "million": lambda: f"{p['count']:,} files of 1-8 KiB (random bytes)",
+            "million": lambda: f"{p['count']:,} files of 1-8 KiB (random bytes), "
+                               f"{p.get('per_dir', 1000):,} per directory",
         }[self.kind]()
 
 
@@ -204,13 +206,17 @@ def _gen_small(root: Path, p: dict, log) -> str:
 
 def _gen_million(root: Path, p: dict, log) -> str:
     """COUNT files of 1-8 KiB (sizes from a generator seeded with COUNT, so a set is the same
-    every time it is made), 1,000 per subdirectory."""
+    every time it is made), PER_DIR per subdirectory (default 1,000); with fewer per
+    directory, the subdirectories are grouped 1,000 to a parent (many directories is what
+    `per_dir` is for: the receiver's memory against the number of directories)."""
     root.mkdir()
     sizes = random.Random(p["count"])
+    per = p.get("per_dir", 1000)
     for i in range(p["count"]):
-        sub = root / f"d{i // 1000:04d}"
-        if i % 1000 == 0:
-            sub.mkdir()
+        d = i // per
+        sub = root / f"d{d:04d}" if per >= 1000 else root / f"g{d // 1000:04d}" / f"d{d:07d}"
+        if i % per == 0:
+            sub.mkdir(parents=True, exist_ok=True)
             if i % 100_000 == 0:
                 log(f"data set {root.name}: {i:,} files")
         with open(sub / f"f{i:07d}", "wb") as f:
