@@ -413,7 +413,10 @@ fn copy_command(
             // With --also the local destination passes everything on over the network.
             let (transfer, also) = match far {
                 false => (
-                    transfer_config(t, false, Compression::None, LOCAL_STREAMS)?,
+                    transfer::local_units(
+                        transfer_config(t, false, Compression::None, LOCAL_STREAMS)?,
+                        t.block_size.is_some(),
+                    ),
                     None,
                 ),
                 true => (

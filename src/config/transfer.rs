@@ -51,6 +51,22 @@ pub struct Transfer {
     pub limit: Option<u64>,
 }
 
+/// A file copy on this host under `--limit`, with no `--block-size` given, moves units
+/// of about a quarter of a second at the cap (a power of two, 64 KiB to the default 4
+/// MiB): the in-process lane hands whole units from reader to writer, so at 1 MB/s 4 MiB
+/// units made any 10 s window of writes 0.78-1.18x the cap; 256 KiB units make the
+/// steps 2.5% of such a window. A cap set later with `haul limit` keeps the units the copy
+/// started with. Across a network, frames are paced in pieces (`transport::Gate`) and
+/// keep their size.
+pub(super) fn local_units(mut t: Transfer, block_given: bool) -> Transfer {
+    if let (Some(rate), false) = (t.limit, block_given) {
+        let quarter = (rate / 4).clamp(MIN_BLOCK_SIZE, DEFAULT_BLOCK_SIZE);
+        // The largest power of two not above it (MIN_BLOCK_SIZE is one).
+        t.block_size = 1u64 << (63 - quarter.leading_zeros());
+    }
+    t
+}
+
 pub(super) fn transfer_config(
     a: &TransferArgs,
     encrypt: bool,
