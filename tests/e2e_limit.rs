@@ -65,6 +65,43 @@ fn a_limit_holds_the_rate() {
 }
 
 #[test]
+fn a_capped_copy_on_this_host_arrives_whole_and_no_faster_than_the_cap() {
+    // Under a cap a local copy moves smaller units (a quarter second at the cap: 1 MiB
+    // here); a file of many units, a file smaller than one and small files packed
+    // together must all arrive whole.
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    write_random_file(&src.join("big"), 9 * MIB + 12_345, 2);
+    write_random_file(&src.join("mid"), MIB / 2 + 7, 3);
+    for i in 0..40u64 {
+        write_random_file(&src.join(format!("s{i}")), 997 * i, 4 + i);
+    }
+    let dst = tmp.path().join("dst");
+    let out = Command::new(haul_bin())
+        .args(["copy", "--json", "--limit", "4M"])
+        .arg(format!("{}/", src.display()))
+        .arg(&dst)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_contents_equal(&src, &dst);
+    let bytes = json_number(&out.stdout, "bytes_written");
+    let secs = json_number(&out.stdout, "seconds");
+    assert!(bytes >= 9.5 * MIB as f64, "{bytes} bytes written");
+    let rate = bytes / secs;
+    assert!(
+        rate <= 4.0 * MIB as f64 * 1.1,
+        "{rate} B/s under a 4 MiB/s cap"
+    );
+}
+
+#[test]
 fn a_limit_holds_across_a_network_link() {
     assert!(
         is_root(),
