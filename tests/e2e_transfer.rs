@@ -11,7 +11,7 @@ mod support;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use support::tree::PLAIN_FILE_REL;
+use support::tree::{set_mtime, PLAIN_FILE_REL};
 use support::*;
 
 /// `--block-size 1M` plus `extra`.
@@ -326,4 +326,58 @@ fn copy_multiple_sources() {
     let dst = tmp.path().join("dst");
     copy(&paths, &dst, &[]).assert_code(0);
     assert_multi_sources_arrived(&src, &dst);
+}
+
+/// Directories whose own modes would stop a non-root receiver from reaching their children
+/// (no search bit), in a tree with enough directories that the receiver keeps what it owes
+/// them at the end on disk (`store/dirlog`: past 1 MiB of records): every mode and mtime
+/// arrives, so each child was set before its parent closed.
+#[test]
+fn a_non_root_receiver_sets_closed_directories_after_their_children() {
+    let recv_as = if !is_root() {
+        Haul::new()
+    } else if std::process::Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        Haul::as_user(65534, 65534)
+    } else {
+        eprintln!("SKIPPED a_non_root_receiver_sets_closed_directories: root without setpriv");
+        return;
+    };
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let src = tmp.path().join("src");
+    fs::create_dir(&src).unwrap();
+    for i in 0..8_000u32 {
+        let p = src.join(format!("closed-{i:05}"));
+        let c = p.join("child");
+        fs::create_dir_all(&c).unwrap();
+        if i % 500 == 0 {
+            fs::write(c.join("f"), format!("file {i}")).unwrap();
+        }
+        set_mtime(&c, 1_600_000_000 + i64::from(i), 7);
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
+        set_mtime(&p, 1_500_000_000 + i64::from(i), 3);
+    }
+    let dest = tmp.path().join("dest");
+    fs::create_dir(&dest).unwrap();
+    if is_root() {
+        rustix::fs::chown(
+            &dest,
+            Some(rustix::fs::Uid::from_raw(65534)),
+            Some(rustix::fs::Gid::from_raw(65534)),
+        )
+        .unwrap();
+    }
+    let recv = recv_as.recv(&dest, &[]);
+    let sent = Haul::new().send(&[&src], &recv.ticket, &[]);
+    let received = recv.wait();
+    sent.assert_code(0);
+    received.assert_code(0);
+    Compare::new()
+        .with_owners(false)
+        .assert(&src, &dest.join("src"));
 }
