@@ -131,13 +131,17 @@ impl DirLog {
     }
 
     fn add(&mut self, depth: usize, rec: &Encoded) {
-        let buf = self.pending.entry(depth).or_default();
-        let before = buf.len();
-        // Encoding into a Vec fails only on a type postcard cannot encode; Entry is not one.
-        if let Ok(b) = postcard::to_extend(rec, std::mem::take(buf)) {
-            *buf = b;
-        }
-        self.pending_bytes += buf.len() - before;
+        // Encoding fails only for a type postcard cannot encode (a sequence of unknown
+        // length); the derived Entry is not one. Encoded apart, so that even then the
+        // records already pending stay whole.
+        let Ok(bytes) = postcard::to_stdvec(rec) else {
+            return;
+        };
+        self.pending
+            .entry(depth)
+            .or_default()
+            .extend_from_slice(&bytes);
+        self.pending_bytes += bytes.len();
         if self.pending_bytes > self.spill_at {
             self.spill();
         }
