@@ -24,9 +24,6 @@ use support::process::{PROCESS_TIMEOUT, TICKET_PREFIX};
 use support::tree::{chown_tree, PLAIN_FILE_REL};
 use support::*;
 
-const NOBODY: u32 = 65534;
-const NOGROUP: u32 = 65534;
-
 fn small_tree(parent: &Path) -> PathBuf {
     let opts = TreeOptions {
         small_files: 20,
@@ -566,13 +563,6 @@ fn assert_one_line_naming(out: &Outcome, path: &Path) {
         "the error does not name {path:?}\n{}",
         out.describe()
     );
-}
-
-fn setpriv_available() -> bool {
-    Command::new("setpriv")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
 }
 
 /// As root, permission bits do not stop reads, so both ends run as `nobody` (through

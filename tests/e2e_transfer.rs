@@ -336,12 +336,8 @@ fn copy_multiple_sources() {
 fn a_non_root_receiver_sets_closed_directories_after_their_children() {
     let recv_as = if !is_root() {
         Haul::new()
-    } else if std::process::Command::new("setpriv")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        Haul::as_user(65534, 65534)
+    } else if setpriv_available() {
+        Haul::as_user(NOBODY, NOGROUP)
     } else {
         eprintln!("SKIPPED a_non_root_receiver_sets_closed_directories: root without setpriv");
         return;
@@ -367,8 +363,8 @@ fn a_non_root_receiver_sets_closed_directories_after_their_children() {
     if is_root() {
         rustix::fs::chown(
             &dest,
-            Some(rustix::fs::Uid::from_raw(65534)),
-            Some(rustix::fs::Gid::from_raw(65534)),
+            Some(rustix::fs::Uid::from_raw(NOBODY)),
+            Some(rustix::fs::Gid::from_raw(NOGROUP)),
         )
         .unwrap();
     }

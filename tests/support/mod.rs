@@ -46,6 +46,18 @@ pub fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }
 
+/// The unprivileged user and group a root test runs haul as (through `setpriv`).
+pub const NOBODY: u32 = 65534;
+pub const NOGROUP: u32 = 65534;
+
+/// Whether `setpriv` is there to run haul as another user ([`process::Haul::as_user`]).
+pub fn setpriv_available() -> bool {
+    std::process::Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
 /// A TCP port on 127.0.0.1 that was free a moment ago (bound, then released).
 pub fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
