@@ -38,17 +38,6 @@ max_len() {
   esac
 }
 
-# `receive` leaks the store's 8 finisher threads every time a transfer fails (harmless
-# for the one-shot CLI, see the target's docs), and pid_max is shared: run that target in
-# processes of 300 new inputs each (libFuzzer counts the corpus it loads first as runs
-# too), restarting until its time is up.
-chunk_runs() {
-  case $1 in
-    receive) echo $(( $(find "$2" "corpus/$1" -type f | wc -l) + 300 )) ;;
-    *) echo -1 ;;
-  esac
-}
-
 # Seconds one input may take before it counts as a hang: a receive input may hold up to
 # 50 Finish rounds, each waiting up to the target's 0.1 s receive timeout.
 timeout_for() {
@@ -65,40 +54,19 @@ for t in "${targets[@]}"; do
   mkdir -p "$work" "artifacts/$t" "$TMPDIR"
   : > "target/$t.log"
   echo "== fuzz $t for ${secs}s"
-  end=$((SECONDS + secs))
-  runs=0
-  merge_at=500
-  while :; do
-    left=$((end - SECONDS))
-    [ "$left" -gt 0 ] || break
-    # Each `receive` restart re-runs (and leaks for) every input in its working corpus
-    # first, which grows with each: once it has doubled since the last merge (and passed
-    # 500 files), merge it down to the inputs that add coverage (runs not counted below).
-    if [ "$(chunk_runs "$t" "$work")" != -1 ] && [ "$(find "$work" -type f | wc -l)" -gt "$merge_at" ]; then
-      rm -rf "$work.merged" && mkdir -p "$work.merged"
-      if "$tdir/$host/release/$t" -merge=1 "$work.merged" "$work" -max_len="$(max_len "$t")" \
-          -timeout="$(timeout_for "$t")" -rss_limit_mb=2048 >> "target/$t.merge.log" 2>&1; then
-        rm -rf "$work" && mv "$work.merged" "$work"
-      fi
-      kept=$(find "$work" -type f | wc -l)
-      merge_at=$((kept * 2 > 500 ? kept * 2 : 500))
-    fi
-    # -timeout: one input taking longer than this is a finding (a hang).
-    # shellcheck disable=SC2086
-    if ! "$tdir/$host/release/$t" "$work" "corpus/$t" \
-        -max_total_time="$left" -runs="$(chunk_runs "$t" "$work")" -max_len="$(max_len "$t")" \
-        -timeout="$(timeout_for "$t")" -rss_limit_mb=2048 -artifact_prefix="artifacts/$t/" \
-        -print_final_stats=1 ${FUZZ_ARGS:-} >> "target/$t.log" 2>&1; then
-      failed+=("$t")
-      tail -n 60 "target/$t.log"
-      break
-    fi
-    n=$(sed -n 's/^stat::number_of_executed_units: *//p' "target/$t.log" | tail -n 1)
-    runs=$((runs + ${n:-0}))
-  done
+  # -timeout: one input taking longer than this is a finding (a hang).
+  # shellcheck disable=SC2086
+  if ! "$tdir/$host/release/$t" "$work" "corpus/$t" \
+      -max_total_time="$secs" -max_len="$(max_len "$t")" \
+      -timeout="$(timeout_for "$t")" -rss_limit_mb=2048 -artifact_prefix="artifacts/$t/" \
+      -print_final_stats=1 ${FUZZ_ARGS:-} >> "target/$t.log" 2>&1; then
+    failed+=("$t")
+    tail -n 60 "target/$t.log"
+  fi
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "target/$t.log" | tail -n 1)
   rm -rf "${TMPDIR:?}/haul-fuzz-$t-"*
   last=$(grep -E '^#[0-9]+' "target/$t.log" | tail -n 1 || true)
-  echo "   $t: $runs inputs run; last status: ${last:-none}"
+  echo "   $t: ${runs:-0} inputs run; last status: ${last:-none}"
 done
 if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzz: findings in: ${failed[*]} (inputs under fuzz/artifacts/)" >&2
