@@ -15,6 +15,7 @@ mod relay;
 mod relay_data;
 mod sink;
 mod slots;
+mod syncer;
 mod window;
 
 use std::io;

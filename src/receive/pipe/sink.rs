@@ -15,6 +15,8 @@ use crate::progress::escape;
 use crate::stdio;
 use crate::store::direct::{self, Bounce, Refused};
 
+use super::syncer::{sync_data, Syncer, SYNC_CHUNK};
+
 /// Where the stream goes (plain data: `config` holds one).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PipeTo {
@@ -67,6 +69,9 @@ pub struct Output {
     /// A file written (not appended to, not `--keep-cache`): its aligned middle goes
     /// straight to the device (`O_DIRECT`), as file mode writes a large file.
     direct: Option<Direct>,
+    /// A file: `fdatasync`ed every [`SYNC_CHUNK`] by a thread of its own, so the final
+    /// `fsync` has little left to commit.
+    syncer: Option<Syncer>,
 }
 
 /// Writing a file destination with `O_DIRECT` (see `store::direct`): each block's aligned
@@ -182,6 +187,7 @@ impl Output {
             Kind::Stdout { file, .. } => own_description(file).map(|own| Direct::new(Some(own))),
             _ => Some(Direct::new(None)),
         };
+        let syncer = regular_file(&kind).and_then(|f| Syncer::start(f, SYNC_CHUNK, sync_data));
         Output {
             kind,
             what: String::new(),
@@ -192,6 +198,7 @@ impl Output {
             started: 0,
             reserved,
             direct,
+            syncer,
         }
     }
 
@@ -228,6 +235,7 @@ impl Output {
         }
         match r {
             Ok(()) => {
+                self.wrote();
                 self.drop_written();
                 Ok(())
             }
@@ -272,9 +280,17 @@ impl Output {
             return Err(self.fail(e));
         }
         self.written += b.len() as u64;
+        self.wrote();
         // What went buffered (the ends; everything once refused) leaves the page cache.
         self.drop_written();
         Ok(())
+    }
+
+    /// Tells the syncing thread how far the file was written.
+    fn wrote(&self) {
+        if let Some(s) = &self.syncer {
+            s.wrote(self.written);
+        }
     }
 
     /// A file: starts writeback of what was written since the last call and drops the
@@ -341,6 +357,11 @@ impl Output {
             hint: "",
         };
         self.free_reserved();
+        // The syncs made along the way must have worked: an error they met is reported
+        // to them, not again to the `fsync` below (see `syncer`).
+        if let Some(s) = self.syncer.as_mut() {
+            s.stop().map_err(fail)?;
+        }
         match &mut self.kind {
             Kind::Stdout { file, regular } => {
                 file.flush().map_err(fail)?;

@@ -286,3 +286,62 @@ fn standard_output_is_written_directly_through_a_description_of_its_own() {
         "the shell's offset is past the stream"
     );
 }
+
+/// A file is synced along the way as it is written (the wiring of `syncer`: the direct
+/// and the buffered paths both report how far they got).
+#[test]
+fn a_file_is_synced_while_it_is_written() {
+    use std::time::{Duration, Instant};
+    let d = tempfile::tempdir().unwrap();
+    for keep_cache in [false, true] {
+        let dest = d.path().join(format!("out-{keep_cache}"));
+        let mut o = Output::open(&PipeTo::File(dest.clone()), keep_cache).unwrap();
+        o.syncer = regular_file(&o.kind).and_then(|f| Syncer::start(f, 1 << 20, sync_data));
+        for _ in 0..3 {
+            o.write_all(&vec![7u8; 1 << 20]).unwrap();
+        }
+        // A bound for a stuck thread, not a timing assertion.
+        let end = Instant::now() + Duration::from_secs(60);
+        while o.syncer.as_ref().unwrap().syncs() == 0 && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(
+            o.syncer.as_ref().unwrap().syncs() > 0,
+            "keep_cache {keep_cache}"
+        );
+        o.finish().unwrap();
+        assert_eq!(std::fs::read(&dest).unwrap(), vec![7u8; 3 << 20]);
+    }
+}
+
+/// A sync along the way that failed fails the stream, though the final `fsync` would
+/// succeed (the kernel reports a writeback error once per open file description): a
+/// file is not put in place, and standard output into a file is an error.
+#[test]
+fn a_failed_sync_along_the_way_fails_the_finish() {
+    fn eio(_: &File) -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::EIO))
+    }
+    let d = tempfile::tempdir().unwrap();
+    let dest = d.path().join("out.bin");
+    let mut o = Output::open(&PipeTo::File(dest.clone()), false).unwrap();
+    o.syncer = regular_file(&o.kind).and_then(|f| Syncer::start(f, 1, eio));
+    o.write_all(b"hello").unwrap();
+    let e = o.finish().unwrap_err().to_string();
+    assert!(
+        e.contains("out.bin") && e.contains("Input/output error"),
+        "{e}"
+    );
+    assert!(!dest.exists());
+    assert_eq!(
+        std::fs::read_dir(d.path()).unwrap().count(),
+        0,
+        "no temporary left"
+    );
+
+    let p = d.path().join("stdout.bin");
+    let mut o = Output::from_kind(stdout_kind(File::create(&p).unwrap()), false);
+    o.syncer = regular_file(&o.kind).and_then(|f| Syncer::start(f, 1, eio));
+    o.write_all(b"hello").unwrap();
+    assert!(o.finish().is_err());
+}
