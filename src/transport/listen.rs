@@ -1,7 +1,8 @@
 //! The listening side: bind, print a ticket, accept and authenticate connections.
 //!
-//! One thread polls the listening socket (or two, see `bind_with_loopback`; 100 ms ticks, so
-//! it notices a stop request promptly); each incoming connection gets its own short-lived thread that peeks the first
+//! One thread polls the listening socket (or two, see `bind_with_loopback`), and a socket
+//! pair's end that a stop closes, so the stop takes effect at once (100 ms ticks for the log
+//! of refusals); each incoming connection gets its own short-lived thread that peeks the first
 //! byte (0x16 starts a TLS ClientHello, 'H' the plain haul hello, anything else is refused),
 //! runs TLS if asked and then the secret handshake, all under one deadline; the first byte
 //! must come sooner. How many handshakes run at once, and which one makes room for a
@@ -13,6 +14,8 @@
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
@@ -56,6 +59,9 @@ pub struct Listener {
     secret: Secret,
     /// Deadline for each connection's handshake (shortened in tests).
     pub(super) handshake_timeout: Duration,
+    /// How long the accept loop polls before it looks at its stop flag and the log of
+    /// refusals again ([`TICK`]; a test makes it long).
+    tick: Duration,
 }
 
 /// One authenticated incoming connection.
@@ -71,9 +77,13 @@ pub struct Accepted {
     pub encrypted: bool,
 }
 
-/// Controls a running accept loop; dropping it stops the loop (within ~100 ms).
+/// Controls a running accept loop; dropping it stops the loop.
 pub struct AcceptorHandle {
     stop: Arc<AtomicBool>,
+    /// One end of a socket pair whose other end the loop polls too: closing it wakes the
+    /// loop at once (`None` where no pair could be made: the loop then sees the stop at
+    /// its next tick).
+    wake: Option<UnixStream>,
     thread: Option<JoinHandle<()>>,
     local: SocketAddr,
     rejected: Arc<AtomicU64>,
@@ -121,6 +131,7 @@ impl Listener {
             fingerprint: identity.fingerprint,
             secret,
             handshake_timeout: HANDSHAKE_TIMEOUT,
+            tick: TICK,
         })
     }
 
@@ -192,14 +203,20 @@ impl Listener {
         let mut tcp = vec![self.tcp];
         tcp.extend(self.loopback.filter(|l| l.set_nonblocking(true).is_ok()));
         let loop_stop = stop.clone();
+        let tick = self.tick;
+        let (wake, woken) = match UnixStream::pair() {
+            Ok((a, b)) => (Some(a), Some(b)),
+            Err(_) => (None, None),
+        };
         let thread = thread::Builder::new()
             .name("haul-accept".into())
-            .spawn(move || accept_loop(&tcp, &loop_stop, &shared))
+            .spawn(move || accept_loop(&tcp, woken.as_ref(), &loop_stop, &shared, tick))
             // On failure the sender is dropped with the closure, so the receiver reports
             // disconnection at once instead of waiting forever.
             .ok();
         let handle = AcceptorHandle {
             stop,
+            wake,
             thread,
             local: self.local,
             rejected,
@@ -209,7 +226,7 @@ impl Listener {
 }
 
 impl AcceptorHandle {
-    /// Stops the accept loop and waits for it (at most about one 100 ms tick). Handshakes
+    /// Stops the accept loop and waits for it (woken from its poll at once). Handshakes
     /// already running finish on their own.
     pub fn stop(mut self) {
         self.halt();
@@ -227,6 +244,8 @@ impl AcceptorHandle {
 
     fn halt(&mut self) {
         self.stop.store(true, Ordering::Release);
+        // Closed: the loop's end reads as hung up, which ends its poll.
+        drop(self.wake.take());
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -293,10 +312,16 @@ fn advertised(found: &[sys::IfAddr], v4: bool, v6: bool, port: u16) -> Vec<Socke
         .collect()
 }
 
-fn accept_loop(tcp: &[TcpListener], stop: &AtomicBool, shared: &Arc<Shared>) {
+fn accept_loop(
+    tcp: &[TcpListener],
+    woken: Option<&UnixStream>,
+    stop: &AtomicBool,
+    shared: &Arc<Shared>,
+    tick: Duration,
+) {
     while !stop.load(Ordering::Acquire) && !shared.closed.load(Ordering::Acquire) {
         summarise_rejections(shared);
-        match sys::wait_acceptable(tcp, TICK) {
+        match sys::wait_acceptable(tcp, woken.map(AsFd::as_fd), tick) {
             Ok(true) => {}
             Ok(false) => continue,
             Err(_) => {
@@ -504,68 +529,5 @@ fn tls_reason(e: &io::Error) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use sys::IfAddr;
-
-    fn ifa(ip: &str, loopback: bool) -> IfAddr {
-        IfAddr {
-            ip: ip.parse().unwrap(),
-            loopback,
-        }
-    }
-
-    #[test]
-    fn advertised_orders_and_filters() {
-        let found = [
-            ifa("127.0.0.1", true),
-            ifa("::1", true),
-            ifa("2001:db8::5", false),
-            ifa("fe80::1", false),
-            ifa("10.0.0.5", false),
-            ifa("10.0.0.5", false),
-            ifa("192.168.1.9", false),
-        ];
-        let got = advertised(&found, true, true, 7000);
-        let want: Vec<SocketAddr> = [
-            "10.0.0.5:7000",
-            "192.168.1.9:7000",
-            "[2001:db8::5]:7000",
-            "127.0.0.1:7000",
-            "[::1]:7000",
-        ]
-        .iter()
-        .map(|s| s.parse().unwrap())
-        .collect();
-        assert_eq!(got, want);
-        let v4_only = advertised(&found, true, false, 7000);
-        assert!(v4_only.iter().all(SocketAddr::is_ipv4));
-        assert_eq!(v4_only.last().unwrap().to_string(), "127.0.0.1:7000");
-        assert_eq!(advertised(&[], true, true, 1).len(), 2);
-    }
-
-    #[test]
-    fn advertised_is_capped_with_loopback_kept() {
-        let found: Vec<IfAddr> = (0..100u8)
-            .map(|i| IfAddr {
-                ip: IpAddr::V4(Ipv4Addr::new(10, 1, 0, i)),
-                loopback: false,
-            })
-            .collect();
-        let got = advertised(&found, true, true, 9);
-        assert_eq!(got.len(), MAX_TICKET_ADDRS);
-        assert!(got[got.len() - 2].ip().is_loopback());
-        assert!(got[got.len() - 1].ip().is_loopback());
-    }
-
-    #[test]
-    fn wildcard_ticket_lists_loopback_last() {
-        let l = Listener::bind(None).unwrap();
-        let t = l.ticket();
-        assert!(l.local_addr().ip().is_unspecified());
-        assert!(t.addrs.iter().all(|a| a.port() == l.local_addr().port()));
-        assert!(t.addrs.last().unwrap().ip().is_loopback());
-        let specific = Listener::bind(Some("127.0.0.1:0".parse().unwrap())).unwrap();
-        assert_eq!(specific.ticket().addrs, vec![specific.local_addr()]);
-    }
-}
+#[path = "listen_tests.rs"]
+mod tests;

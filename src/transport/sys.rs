@@ -8,7 +8,7 @@
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, TcpListener};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::time::Duration;
 
 /// One address of one network interface that is up.
@@ -67,13 +67,19 @@ pub(super) fn interface_addrs() -> io::Result<Vec<IfAddr>> {
     Ok(out)
 }
 
-/// Waits until one of `listeners` has a connection to accept (`true`) or `timeout` passes
-/// (`false`).
-pub(super) fn wait_acceptable(listeners: &[TcpListener], timeout: Duration) -> io::Result<bool> {
+/// Waits until one of `listeners` has a connection to accept (`true`), `timeout` passes
+/// or `wake` becomes readable or hung up (`false`).
+pub(super) fn wait_acceptable(
+    listeners: &[TcpListener],
+    wake: Option<BorrowedFd<'_>>,
+    timeout: Duration,
+) -> io::Result<bool> {
     let mut fds: Vec<libc::pollfd> = listeners
         .iter()
-        .map(|l| libc::pollfd {
-            fd: l.as_raw_fd(),
+        .map(|l| l.as_raw_fd())
+        .chain(wake.map(|w| w.as_raw_fd()))
+        .map(|fd| libc::pollfd {
+            fd,
             events: libc::POLLIN,
             revents: 0,
         })
@@ -90,7 +96,8 @@ pub(super) fn wait_acceptable(listeners: &[TcpListener], timeout: Duration) -> i
         }
         return Err(e);
     }
-    Ok(r > 0)
+    let woken = wake.is_some() && fds.last().is_some_and(|f| f.revents != 0);
+    Ok(r > 0 && !woken)
 }
 
 /// The head of Linux's `struct tcp_info` (linux/tcp.h) up to the chrono counters of 4.10.
@@ -221,9 +228,25 @@ mod tests {
             TcpListener::bind("127.0.0.1:0").unwrap(),
             TcpListener::bind("127.0.0.1:0").unwrap(),
         ];
-        assert!(!wait_acceptable(&l, Duration::from_millis(10)).unwrap());
+        assert!(!wait_acceptable(&l, None, Duration::from_millis(10)).unwrap());
         let _c = std::net::TcpStream::connect(l[1].local_addr().unwrap()).unwrap();
-        assert!(wait_acceptable(&l, Duration::from_secs(5)).unwrap());
+        assert!(wait_acceptable(&l, None, Duration::from_secs(5)).unwrap());
+    }
+
+    /// The wake end hung up ends the wait (`false`, so the caller looks at why) however
+    /// long the timeout, a connection waiting or not.
+    #[test]
+    fn poll_returns_when_its_wake_end_hangs_up() {
+        use std::os::fd::AsFd;
+        let l = [TcpListener::bind("127.0.0.1:0").unwrap()];
+        let (wake, woken) = std::os::unix::net::UnixStream::pair().unwrap();
+        let hour = Duration::from_secs(3600);
+        let _c = std::net::TcpStream::connect(l[0].local_addr().unwrap()).unwrap();
+        assert!(wait_acceptable(&l, Some(woken.as_fd()), hour).unwrap());
+        drop(wake);
+        assert!(!wait_acceptable(&l, Some(woken.as_fd()), hour).unwrap());
+        let quiet = [TcpListener::bind("127.0.0.1:0").unwrap()];
+        assert!(!wait_acceptable(&quiet, Some(woken.as_fd()), hour).unwrap());
     }
 
     #[test]
