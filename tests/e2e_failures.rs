@@ -569,11 +569,7 @@ fn assert_one_line_naming(out: &Outcome, path: &Path) {
 /// `setpriv`) on a tree owned by `nobody`; as non-root, a plain `chmod 000` suffices.
 #[test]
 fn unreadable_file_among_readable_ones_exits_23_and_the_rest_arrives() {
-    let haul = if !is_root() {
-        Haul::new()
-    } else if setpriv_available() {
-        Haul::as_user(NOBODY, NOGROUP)
-    } else {
+    let Some(haul) = unprivileged_haul() else {
         eprintln!("SKIPPED unreadable_file_among_readable_ones: root without setpriv");
         return;
     };

@@ -334,11 +334,7 @@ fn copy_multiple_sources() {
 /// arrives, so each child was set before its parent closed.
 #[test]
 fn a_non_root_receiver_sets_closed_directories_after_their_children() {
-    let recv_as = if !is_root() {
-        Haul::new()
-    } else if setpriv_available() {
-        Haul::as_user(NOBODY, NOGROUP)
-    } else {
+    let Some(recv_as) = unprivileged_haul() else {
         eprintln!("SKIPPED a_non_root_receiver_sets_closed_directories: root without setpriv");
         return;
     };

@@ -50,12 +50,17 @@ pub fn is_root() -> bool {
 pub const NOBODY: u32 = 65534;
 pub const NOGROUP: u32 = 65534;
 
-/// Whether `setpriv` is there to run haul as another user ([`process::Haul::as_user`]).
-pub fn setpriv_available() -> bool {
-    std::process::Command::new("setpriv")
+/// haul as a user without root's powers: the current one when not root, else `nobody`
+/// through `setpriv`; `None` as root without `setpriv`.
+pub fn unprivileged_haul() -> Option<process::Haul> {
+    if !is_root() {
+        return Some(process::Haul::new());
+    }
+    let setpriv = std::process::Command::new("setpriv")
         .arg("--version")
         .output()
-        .is_ok_and(|o| o.status.success())
+        .is_ok_and(|o| o.status.success());
+    setpriv.then(|| process::Haul::as_user(NOBODY, NOGROUP))
 }
 
 /// A TCP port on 127.0.0.1 that was free a moment ago (bound, then released).
