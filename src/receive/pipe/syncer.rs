@@ -60,15 +60,16 @@ impl Syncer {
     /// durable, as before this existed.
     pub(super) fn start(file: &File, chunk: u64, sync: SyncFn) -> Option<Syncer> {
         let file = file.try_clone().ok()?;
+        let chunk = chunk.max(1);
         let shared: Shared = Arc::default();
         let theirs = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("haul-pipe-sync".into())
-            .spawn(move || run(&file, &theirs, chunk.max(1), sync))
+            .spawn(move || run(&file, &theirs, chunk, sync))
             .ok()?;
         Some(Syncer {
             shared,
-            chunk: chunk.max(1),
+            chunk,
             thread: Some(thread),
         })
     }
