@@ -5,11 +5,13 @@
 //!
 //! Not here: what runs on the far host (`farend`), or the data connections (`route`).
 
-use std::io::{self, BufRead, BufReader, Read};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::thread::JoinHandle;
+
+use crate::progress::escape;
 
 /// The remote shell command (`-e`, `HAUL_RSH`, default `ssh`) and, for ssh, the private
 /// directory of its connection-sharing socket.
@@ -76,31 +78,43 @@ fn private_dir() -> io::Result<PathBuf> {
     Err(io::Error::other("no free temporary name"))
 }
 
-/// Copies `err` to our stderr line by line, each prefixed with `haul: HOST: `.
+/// Longest piece of a far line shown as one line of ours: a far end that writes without
+/// newlines (a command's binary output on stderr, say) is shown in pieces, not held whole.
+const FAR_LINE: u64 = 64 << 10;
+
+/// Copies `err` to our stderr line by line, each prefixed with `haul: HOST: ` (see
+/// [`relay`]).
 pub(super) fn spawn_prefixer<R: Read + Send + 'static>(
     err: R,
     host: String,
 ) -> Option<JoinHandle<()>> {
     std::thread::Builder::new()
         .name("haul-far-err".into())
-        .spawn(move || {
-            let mut reader = BufReader::new(err);
-            let mut line = Vec::new();
-            loop {
-                line.clear();
-                match reader.read_until(b'\n', &mut line) {
-                    Ok(0) | Err(_) => return,
-                    Ok(_) => {}
-                }
-                let text = String::from_utf8_lossy(&line);
-                let text = text.trim_end();
-                let text = text.strip_prefix("haul: ").unwrap_or(text);
-                if !text.is_empty() {
-                    eprintln!("haul: {host}: {text}");
-                }
-            }
-        })
+        .spawn(move || relay(err, &host, &mut io::stderr()))
         .ok()
+}
+
+/// Copies `err` to `out` as lines `haul: HOST: TEXT`: a far haul's own `haul: ` prefix
+/// dropped, control characters escaped as in every message of ours (a far host or its
+/// command cannot drive this terminal), a line longer than [`FAR_LINE`] cut into pieces.
+fn relay(err: impl Read, host: &str, out: &mut impl Write) {
+    let mut reader = BufReader::new(err);
+    let host = escape(host);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match (&mut reader).take(FAR_LINE).read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let text = String::from_utf8_lossy(&line);
+        let text = text.trim_end();
+        let text = text.strip_prefix("haul: ").unwrap_or(text);
+        if !text.is_empty() {
+            // Nowhere to report a failed write to stderr; the far end's next lines may fit.
+            let _ = writeln!(out, "haul: {host}: {}", escape(text));
+        }
+    }
 }
 
 /// Quotes `s` for a POSIX shell: one single-quoted word.
@@ -111,6 +125,26 @@ pub fn sh_quote(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn far_lines_are_escaped_and_cut() {
+        // Before: printed as they came, the escape sequence (a terminal title) and the bell
+        // reached our terminal, and a line without an end was held whole.
+        let mut input = b"haul: plain\n\x1b]0;owned\x07 bell\r\n\n".to_vec();
+        input.extend(std::iter::repeat_n(b'x', 2 * FAR_LINE as usize + 5));
+        let mut out = Vec::new();
+        relay(&input[..], "db\x1b1", &mut out);
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "haul: db\\#0331: plain");
+        assert_eq!(lines[1], "haul: db\\#0331: \\#033]0;owned\\#007 bell");
+        let x = |n: usize| format!("haul: db\\#0331: {}", "x".repeat(n));
+        assert_eq!(
+            lines[2..],
+            [x(FAR_LINE as usize), x(FAR_LINE as usize), x(5)]
+        );
+        assert!(!text.contains(['\x1b', '\x07', '\r']));
+    }
 
     #[test]
     fn ssh_gets_connection_sharing_others_do_not() {
