@@ -19,7 +19,7 @@ fn main() {
         Ok(()) => exit::OK,
         Err(haul::Error::Reported { code }) => code,
         Err(e) => {
-            eprintln!("haul: error: {e}");
+            eprintln!("{}", haul::progress::error_line(&e));
             e.exit_code()
         }
     };

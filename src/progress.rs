@@ -60,9 +60,16 @@ impl Counters {
     }
 }
 
-/// Prints a warning line on stderr.
+/// Prints a warning line on stderr, its control characters escaped ([`escape`]).
 pub fn warn(msg: &str) {
-    eprintln!("haul: warning: {msg}");
+    eprintln!("haul: warning: {}", escape(msg));
+}
+
+/// The line printed when a run fails: the error's text with its control characters escaped
+/// ([`escape`]), whatever a peer's message or a far host put in it. (Names in our own
+/// messages are escaped already; escaping does not touch a `\#ooo` twice.)
+pub fn error_line(e: &dyn std::fmt::Display) -> String {
+    format!("haul: error: {}", escape(&e.to_string()))
 }
 
 /// `s` with control characters written as rsync writes them (`\#012` for a newline), so
@@ -428,6 +435,21 @@ pub fn human(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_a_peer_wrote_is_printed_escaped() {
+        // Before: `haul: error: {e}` printed the receiver's message as it came, so the far
+        // side could clear the sender's terminal or set its title.
+        let e = crate::Error::Remote {
+            side: "receiver",
+            message: "disk full\x1b[2J\x1b]0;owned\x07 at d/\\#012x".into(),
+            code: 1,
+        };
+        assert_eq!(
+            error_line(&e),
+            "haul: error: receiver: disk full\\#033[2J\\#033]0;owned\\#007 at d/\\#012x"
+        );
+    }
 
     #[test]
     fn long_paths_are_shown_shortened_and_escaped() {

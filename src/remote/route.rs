@@ -45,7 +45,7 @@ impl<'a> Route<'a> {
         let control = match self.dial(Role::Control) {
             Ok(c) => c,
             Err(e) => {
-                eprintln!("haul: error: {e}");
+                eprintln!("{}", crate::progress::error_line(&e));
                 return;
             }
         };
@@ -58,7 +58,7 @@ impl<'a> Route<'a> {
                     Ok(c) => {
                         let _ = tx.send((c, Role::Data));
                     }
-                    Err(e) => eprintln!("haul: warning: a data stream failed: {e}"),
+                    Err(e) => crate::progress::warn(&format!("a data stream failed: {e}")),
                 });
             }
         });
