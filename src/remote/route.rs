@@ -131,7 +131,7 @@ impl<'a> Route<'a> {
                     eprintln!(
                         "haul: {}: cannot connect directly to {addrs} ({source}); \
                          carrying the streams through ssh instead",
-                        self.at.host
+                        crate::progress::escape(&self.at.host)
                     );
                     *st = RouteState::Tunnel;
                     drop(st);
