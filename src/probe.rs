@@ -20,11 +20,13 @@ use crate::pagecache;
 
 pub mod count;
 pub mod dest;
+mod disks;
 pub mod model;
 mod small;
 
 pub use count::FarMeasure;
 pub use dest::{existing_dir, file_cost, open_dir, write_rate, SAMPLE_BLOCK};
+pub use disks::share_disk;
 pub use model::{choose, Choice, Job};
 
 /// Sample blocks read from the sources, spread over their bytes.

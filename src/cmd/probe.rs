@@ -83,9 +83,11 @@ pub(super) fn run_probe(p: &Probe, ssh: &SshOptions, cfg: &Config) -> Result<()>
             let write = probe::write_rate(fd.as_fd(), data).map_err(failed)?;
             // The store finishes files on 8 threads.
             let per_file = probe::file_cost(fd.as_fd(), 8).ok();
+            // One disk under both (one file system, or partitions, volumes, a loop device's
+            // image on the other's disk): reads and writes take turns.
             let same = std::fs::metadata(&dir).is_ok_and(|m| {
                 use std::os::unix::fs::MetadataExt;
-                src.devices.contains(&m.dev())
+                probe::share_disk(&src.devices, m.dev())
             });
             let shown = escape(&dir.display().to_string());
             (
