@@ -12,11 +12,13 @@ use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use rustix::fs::{AtFlags, Mode, OFlags};
 
 use crate::pagecache;
+use crate::store::direct;
 
 /// Size of one sample block (haul's default block size).
 pub const SAMPLE_BLOCK: u64 = 4 << 20;
@@ -24,6 +26,8 @@ pub const SAMPLE_BLOCK: u64 = 4 << 20;
 const WRITE_TIME: Duration = Duration::from_secs(2);
 /// ...or this many bytes, and never takes more than a twentieth of the free space.
 const WRITE_MAX: u64 = 1 << 30;
+/// Files the write test writes at once (a copy's streams write as many units at once).
+const WRITERS: usize = 4;
 /// Threads measuring the cost per file: the store finishes files on 8, each making as
 /// many small files durable at once as a finisher may (`store::small_batch`).
 const FILE_THREADS: usize = 8;
@@ -58,29 +62,61 @@ pub fn measure(dir: BorrowedFd<'_>) -> io::Result<DestRates> {
     })
 }
 
-/// Durable write rate in `dir`: an anonymous file (`O_TMPFILE`; where the file system has
-/// none, a named one unlinked at once) written with `data` for about two seconds, then
-/// `fdatasync`ed. Nothing remains in `dir` afterwards.
+/// Durable write rate in `dir`: [`WRITERS`] anonymous files (`O_TMPFILE`; where the file
+/// system has none, named ones unlinked at once) written with `data` for about two seconds
+/// at once, then `fdatasync`ed. Nothing remains in `dir` afterwards. Written as the store
+/// writes: several files at once (a copy's streams), a large file's units (a whole
+/// [`SAMPLE_BLOCK`]) with `O_DIRECT` where the file system takes it (`store::direct`),
+/// smaller pieces (small files) through the page cache. On the test machine's virtual
+/// disk one thread writing 4 MiB blocks through the page cache measured 605-670 MB/s
+/// where copies of a 4 GiB file wrote it at 900 MB/s and more.
 pub fn write_rate(dir: BorrowedFd<'_>, data: &[Vec<u8>]) -> io::Result<f64> {
-    let f = temp_file(dir)?;
-    let free = rustix::fs::fstatvfs(&f)
+    let files = (0..WRITERS)
+        .map(|_| temp_file(dir))
+        .collect::<io::Result<Vec<File>>>()?;
+    let Some(first) = files.first() else {
+        return Err(io::Error::other("no file to measure with"));
+    };
+    let dev = std::os::unix::fs::MetadataExt::dev(&first.metadata()?);
+    let free = rustix::fs::fstatvfs(first)
         .map(|s| s.f_bavail.saturating_mul(s.f_frsize))
         .unwrap_or(0);
     let max = WRITE_MAX.min(free / 20);
     let fallback = vec![0x5au8; SAMPLE_BLOCK as usize];
+    let refused = direct::Refused::default();
+    let (written, next) = (AtomicU64::new(0), AtomicUsize::new(0));
     let started = Instant::now();
-    let mut written = 0u64;
-    let mut i = 0;
-    while written < max && started.elapsed() < WRITE_TIME {
-        let block = data.get(i % data.len().max(1)).unwrap_or(&fallback);
-        let block = if block.is_empty() { &fallback } else { block };
-        f.write_all_at(block, written)?;
-        written += block.len() as u64;
-        i += 1;
-    }
-    f.sync_data()?;
+    let write = |f: &File| -> io::Result<()> {
+        let mut bounce = direct::Bounce::default();
+        let mut at = 0u64;
+        while written.load(Ordering::Relaxed) < max && started.elapsed() < WRITE_TIME {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let block = data.get(i % data.len().max(1)).unwrap_or(&fallback);
+            let block = if block.is_empty() { &fallback } else { block };
+            let buffered = |d: &[u8], o: u64| f.write_all_at(d, o);
+            if block.len() as u64 >= SAMPLE_BLOCK {
+                let straight = |d: &[u8], o: u64| direct::write_direct(f, d, o, &mut bounce);
+                direct::write_parts(dev, block, at, &refused, straight, &buffered)?;
+            } else {
+                buffered(block, at)?;
+            }
+            at += block.len() as u64;
+            written.fetch_add(block.len() as u64, Ordering::Relaxed);
+        }
+        f.sync_data()
+    };
+    std::thread::scope(|s| {
+        let writers: Vec<_> = files.iter().map(|f| s.spawn(move || write(f))).collect();
+        writers.into_iter().try_for_each(|h| {
+            h.join()
+                .unwrap_or_else(|_| Err(io::Error::other("a write test thread panicked")))
+        })
+    })?;
     let secs = started.elapsed().as_secs_f64();
-    pagecache::drop_all(&f);
+    for f in &files {
+        pagecache::drop_all(f);
+    }
+    let written = written.into_inner();
     if written == 0 {
         return Err(io::Error::other("too little free space to measure"));
     }
