@@ -7,6 +7,7 @@ mod support;
 use std::process::Command;
 
 use support::process::TICKET_PREFIX;
+use support::tree::chown_tree;
 use support::*;
 
 fn run(args: &[&str]) -> std::process::Output {
@@ -144,4 +145,60 @@ fn a_path_over_4096_bytes_fails_in_one_short_line_and_leaves_no_empty_dirs() {
         !made.iter().any(|n| n.to_string_lossy().starts_with("d00")),
         "directories made only for the long path: {made:?}"
     );
+}
+
+/// `--delete` with part of the source unreadable deletes nothing, as rsync does ("IO error
+/// encountered -- skipping file deletion"): what the sender could not list is missing from
+/// its manifest, and its copy at the destination only looks extraneous. Before, the files
+/// of `locked/` at the destination were deleted. Both runs go through send and recv (a
+/// local copy); as root, haul runs as `nobody` so that mode 000 stops it.
+#[test]
+fn delete_deletes_nothing_when_part_of_the_source_could_not_be_read() {
+    use std::fs;
+    use std::os::unix::fs::PermissionsExt;
+    let Some(haul) = unprivileged_haul() else {
+        eprintln!("SKIPPED delete_deletes_nothing_when_part: root without setpriv");
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let (src, dst) = (tmp.path().join("src"), tmp.path().join("dst"));
+    for d in [&src, &dst] {
+        fs::create_dir_all(d.join("keep")).unwrap();
+        fs::create_dir_all(d.join("locked")).unwrap();
+        fs::write(d.join("keep/a"), b"a").unwrap();
+        fs::write(d.join("locked/b"), b"b").unwrap();
+    }
+    fs::write(dst.join("locked/precious"), b"only here").unwrap();
+    fs::write(dst.join("extra"), b"extraneous").unwrap();
+    if is_root() {
+        chown_tree(&src, NOBODY, NOGROUP);
+        chown_tree(&dst, NOBODY, NOGROUP);
+    }
+    fs::set_permissions(src.join("locked"), fs::Permissions::from_mode(0o000)).unwrap();
+
+    let out = haul.copy(&[&with_slash(&src)], &dst, &["--delete"]);
+    out.assert_code(23);
+    assert!(
+        out.stderr.contains("--delete deletes nothing"),
+        "no warning that nothing is deleted\n{}",
+        out.describe()
+    );
+    for kept in ["locked/b", "locked/precious", "extra", "keep/a"] {
+        assert!(
+            dst.join(kept).exists(),
+            "{kept} was deleted\n{}",
+            out.describe()
+        );
+    }
+
+    // All of it readable again (the copy of `locked/` took its mode 000 with it: made
+    // searchable too), the next run deletes what the source lacks.
+    for d in [&src, &dst] {
+        fs::set_permissions(d.join("locked"), fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let out = haul.copy(&[&with_slash(&src)], &dst, &["--delete"]);
+    out.assert_code(0);
+    assert!(!dst.join("extra").exists() && !dst.join("locked/precious").exists());
+    assert_eq!(fs::read(dst.join("locked/b")).unwrap(), b"b");
 }

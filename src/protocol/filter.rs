@@ -81,6 +81,16 @@ impl From<Filter> for Vec<FilterRule> {
 }
 
 impl Filter {
+    /// One rule that excludes every path: sent as `Protect` when the sender could not read
+    /// all of its source, so that `--delete` removes nothing (rsync: "IO error encountered
+    /// -- skipping file deletion"): what it could not read may still be at the destination.
+    pub fn everything() -> Filter {
+        Filter::from(vec![FilterRule {
+            include: false,
+            pattern: b"**".to_vec(),
+        }])
+    }
+
     /// Whether there are no rules.
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty()
@@ -337,6 +347,20 @@ mod tests {
         assert!(ex(&["postmaster.pid"], "data/postmaster.pid", false));
         assert!(!ex(&["postmaster.pid"], "data/postmaster.pid.old", false));
         assert!(!ex(&["pid"], "data/postmaster.pid", false));
+    }
+
+    #[test]
+    fn everything_excludes_every_path() {
+        let all = Filter::everything();
+        for (path, dir) in [
+            ("a", false),
+            ("a", true),
+            ("x/y/z", false),
+            (".hidden/b c", true),
+        ] {
+            assert!(all.excluded(path.as_bytes(), dir), "{path}");
+        }
+        assert!(!all.excluded(b"", true), "the root itself never is");
     }
 
     #[test]

@@ -132,17 +132,25 @@ where
             })
             .map_err(|e| Error::io("starting the walk thread", e))?;
 
-        let outcome = run_manifest(&mut link, &wrx, &queue, &counters, &failures, &mut registry)
-            .and_then(|()| {
-                resend_changed(
-                    &mut link,
-                    &queue,
-                    &failures,
-                    &mut registry,
-                    !opts.select.no_xattrs,
-                )
-            })
-            .and_then(|()| finish(&mut link, &queue, &target, &failures, &mut registry));
+        let outcome = run_manifest(
+            &mut link,
+            &wrx,
+            &queue,
+            &counters,
+            &failures,
+            &mut registry,
+            opts.sync.delete,
+        )
+        .and_then(|()| {
+            resend_changed(
+                &mut link,
+                &queue,
+                &failures,
+                &mut registry,
+                !opts.select.no_xattrs,
+            )
+        })
+        .and_then(|()| finish(&mut link, &queue, &target, &failures, &mut registry));
         if outcome.is_err() {
             queue.abort();
         } else {
@@ -256,7 +264,9 @@ enum WalkMsg {
 
 /// Streams the manifest in batches and queues what the receiver needs. Files it needs
 /// are remembered in `registry` (a small record each) so data lost with a dropped
-/// connection can be sent again, until the receiver says they arrived.
+/// connection can be sent again, until the receiver says they arrived. With `delete`,
+/// anything the walk could not read (but not what vanished) turns deletion off: the
+/// receiver is told to keep everything (`Filter::everything`), as rsync does.
 fn run_manifest(
     link: &mut Link<'_>,
     wrx: &crossbeam_channel::Receiver<WalkMsg>,
@@ -264,6 +274,7 @@ fn run_manifest(
     counters: &Counters,
     failures: &Mutex<Failures>,
     registry: &mut HashMap<u64, FileData>,
+    mut delete: bool,
 ) -> Result<()> {
     let mut batch = Vec::new();
     let mut batch_bytes = 0usize;
@@ -298,6 +309,16 @@ fn run_manifest(
             Ok(WalkMsg::Skipped(sk)) => {
                 let shown = crate::progress::shown_path(&sk.path);
                 crate::progress::warn(&format!("cannot read {shown}: {}", sk.error));
+                if delete && sk.error.kind() != io::ErrorKind::NotFound {
+                    // What could not be read is not in the manifest, and its copy at the
+                    // destination would look extraneous.
+                    link.tell(&Control::Protect(crate::protocol::Filter::everything()))?;
+                    crate::progress::warn(
+                        "some of the source could not be read: --delete deletes nothing \
+                         this run (rsync: IO error encountered -- skipping file deletion)",
+                    );
+                    delete = false;
+                }
                 if let Ok(mut f) = failures.lock() {
                     f.list.push((sk.path, sk.error));
                 }
