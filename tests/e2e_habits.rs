@@ -202,3 +202,39 @@ fn delete_deletes_nothing_when_part_of_the_source_could_not_be_read() {
     assert!(!dst.join("extra").exists() && !dst.join("locked/precious").exists());
     assert_eq!(fs::read(dst.join("locked/b")).unwrap(), b"b");
 }
+
+/// A destination directory of mode 000 that belongs to the receiving user (an earlier run
+/// gave it its source's mode) is filled and emptied again, as rsync does: made u+rwx for
+/// the run, its source's mode applied at the end. Before, haul failed with exit 4: "cannot
+/// write destination …/d: Permission denied".
+#[test]
+fn a_destination_directory_left_000_is_filled_and_emptied_again() {
+    use std::fs;
+    use std::os::unix::fs::PermissionsExt;
+    let Some(haul) = unprivileged_haul() else {
+        eprintln!("SKIPPED a_destination_directory_left_000: root without setpriv");
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let (src, dst) = (tmp.path().join("src"), tmp.path().join("dst"));
+    fs::create_dir_all(src.join("d")).unwrap();
+    fs::write(src.join("d/f"), b"new").unwrap();
+    fs::create_dir_all(dst.join("d/sub")).unwrap();
+    fs::write(dst.join("d/extra"), b"x").unwrap();
+    fs::write(dst.join("d/sub/y"), b"y").unwrap();
+    if is_root() {
+        chown_tree(&src, NOBODY, NOGROUP);
+        chown_tree(&dst, NOBODY, NOGROUP);
+    }
+    for d in ["d/sub", "d"] {
+        fs::set_permissions(dst.join(d), fs::Permissions::from_mode(0o000)).unwrap();
+    }
+
+    let out = haul.copy(&[&with_slash(&src)], &dst, &["--delete"]);
+    out.assert_code(0);
+    let mode = fs::metadata(dst.join("d")).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o755, "{}", out.describe());
+    assert_eq!(fs::read(dst.join("d/f")).unwrap(), b"new");
+    assert!(!dst.join("d/extra").exists() && !dst.join("d/sub").exists());
+}

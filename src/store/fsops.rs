@@ -110,22 +110,55 @@ pub fn make_dir(parent: &OwnedFd, name: &[u8]) -> io::Result<bool> {
         Err(rustix::io::Errno::EXIST) => {
             let st = rfs::statat(parent, name, rfs::AtFlags::SYMLINK_NOFOLLOW)?;
             if rfs::FileType::from_raw_mode(st.st_mode) == rfs::FileType::Directory {
-                // Make sure we can write into it even if an earlier run left it 0555.
-                let fd = rfs::openat(
-                    parent,
-                    name,
-                    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                    Mode::empty(),
-                )?;
-                let mode = rfs::fstat(&fd)?.st_mode & 0o7777;
-                if mode & 0o700 != 0o700 {
-                    rfs::fchmod(&fd, Mode::from_raw_mode(mode | 0o700))?;
-                }
+                // Make sure we can write into it even if an earlier run left it 0555 or 000.
+                open_dir_owned(parent, name)?;
                 return Ok(false);
             }
             rfs::unlinkat(parent, name, rfs::AtFlags::empty())?;
             rfs::mkdirat(parent, name, Mode::from_raw_mode(0o700))?;
             Ok(true)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Opens the directory `name` in `parent` (never following a link) for reading, first
+/// giving its owner read, write and search (`u+rwx`) where its mode denies them: a
+/// directory an earlier run left 0555, or 000 as its source was, is still ours to fill or
+/// empty (its own mode is applied again at the end, as rsync does). Returns the descriptor
+/// and the mode the directory had. Without read permission it cannot be opened to
+/// `fchmod`, so it is reached with `O_PATH`, checked to be ours, changed through
+/// `/proc/self/fd` (the inode that descriptor holds, not a name that could be swapped;
+/// `fchmod` refuses `O_PATH` descriptors and rustix has no `fchmodat2` with an empty
+/// path) and opened again as `.` beneath itself.
+pub fn open_dir_owned(parent: &OwnedFd, name: &[u8]) -> io::Result<(OwnedFd, u32)> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    match rfs::openat(parent, name, flags, Mode::empty()) {
+        Ok(fd) => {
+            let mode = rfs::fstat(&fd)?.st_mode & 0o7777;
+            if mode & 0o700 != 0o700 {
+                // Not ours (EPERM): what needs writing in it fails then, and says where.
+                let _ = rfs::fchmod(&fd, Mode::from_raw_mode(mode | 0o700));
+            }
+            Ok((fd, mode))
+        }
+        Err(rustix::io::Errno::ACCESS) => {
+            let path = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            let held = rfs::openat(parent, name, path, Mode::empty())?;
+            let st = rfs::fstat(&held)?;
+            if st.st_uid != rustix::process::geteuid().as_raw() {
+                return Err(rustix::io::Errno::ACCESS.into());
+            }
+            let mode = st.st_mode & 0o7777;
+            let link = format!("/proc/self/fd/{}", held.as_raw_fd());
+            rfs::chmod(link.as_str(), Mode::from_raw_mode(mode | 0o700))?;
+            let fd = rfs::openat(
+                &held,
+                ".",
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?;
+            Ok((fd, mode))
         }
         Err(e) => Err(e.into()),
     }

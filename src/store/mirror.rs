@@ -118,21 +118,23 @@ fn remove_tree(
         gone.push((path.as_bytes().to_vec(), false));
         return Ok(true);
     }
-    let fd = rustix::fs::openat(
-        parent,
-        name,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
-    // A read-only directory cannot be emptied until it is writable (its mode read from
-    // the descriptor: the name may have been swapped since the stat).
-    let mode = match how.dry {
-        true => None,
-        false => rustix::fs::fstat(&fd).ok().map(|st| st.st_mode & 0o7777),
+    // A read-only directory cannot be emptied until it is writable, nor listed until it is
+    // readable: made u+rwx through its descriptor, its mode put back if anything stays.
+    let (fd, mode) = match how.dry {
+        true => (
+            rustix::fs::openat(
+                parent,
+                name,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?,
+            None,
+        ),
+        false => {
+            let (fd, m) = fsops::open_dir_owned(parent, name)?;
+            (fd, Some(m))
+        }
     };
-    if let Some(m) = mode {
-        let _ = rustix::fs::fchmod(&fd, Mode::from_raw_mode(m | 0o700));
-    }
     let mut kept = false;
     for child in list(&fd)? {
         let Ok(child_path) = path.join(&child) else {
