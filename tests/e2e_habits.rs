@@ -1,6 +1,8 @@
 //! What a user with rsync habits runs into in the first hour, through the real binary:
 //! refusals that come before anything is sent, at the start rather than when a sender
-//! connects, and a `--json` object on failure too.
+//! connects, and a `--json` object on failure too; and destinations rsync copes with: a
+//! directory an earlier run left mode 000, a directory where the source now has a file,
+//! `--delete` when part of the source cannot be read.
 
 mod support;
 
@@ -237,4 +239,56 @@ fn a_destination_directory_left_000_is_filled_and_emptied_again() {
     assert_eq!(mode, 0o755, "{}", out.describe());
     assert_eq!(fs::read(dst.join("d/f")).unwrap(), b"new");
     assert!(!dst.join("d/extra").exists() && !dst.join("d/sub").exists());
+}
+
+/// A directory at the destination where the source now has a file, a symlink or a
+/// hardlink is cleared as rsync clears it: an empty one always, one with content only
+/// with `--delete` (without, the run fails naming it and leaves no temporary name).
+/// Before, every case failed with "Is a directory" and left a `.haul-…` name behind.
+#[test]
+fn a_directory_in_the_way_of_a_file_is_replaced_as_rsync_does() {
+    use std::fs;
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, dst) = (tmp.path().join("src"), tmp.path().join("dst"));
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("file"), b"file").unwrap();
+    std::os::unix::fs::symlink("target", src.join("link")).unwrap();
+    fs::hard_link(src.join("file"), src.join("hard")).unwrap();
+    let leftovers = |d: &std::path::Path| -> Vec<String> {
+        fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(".haul-"))
+            .collect()
+    };
+
+    // Empty directories in the way: removed without --delete.
+    for name in ["file", "link", "hard"] {
+        fs::create_dir_all(dst.join(name)).unwrap();
+    }
+    let out = copy(&[&with_slash(&src)], &dst, &[]);
+    out.assert_code(0);
+    assert_eq!(fs::read(dst.join("hard")).unwrap(), b"file");
+    assert_eq!(fs::read_link(dst.join("link")).unwrap().as_os_str(), "target");
+
+    // With content: refused without --delete, replaced with it.
+    fs::remove_dir_all(&dst).unwrap();
+    for name in ["file", "link", "hard"] {
+        fs::create_dir_all(dst.join(name).join("sub")).unwrap();
+        fs::write(dst.join(name).join("sub/old"), b"old").unwrap();
+    }
+    let out = copy(&[&with_slash(&src)], &dst, &[]);
+    assert_ne!(out.code(), Some(0), "{}", out.describe());
+    assert!(
+        out.stderr.contains("--delete replaces it"),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(leftovers(&dst), Vec::<String>::new());
+    let out = copy(&[&with_slash(&src)], &dst, &["--delete"]);
+    out.assert_code(0);
+    assert_eq!(fs::read(dst.join("file")).unwrap(), b"file");
+    assert_eq!(fs::read(dst.join("hard")).unwrap(), b"file");
+    assert_eq!(fs::read_link(dst.join("link")).unwrap().as_os_str(), "target");
+    assert_eq!(leftovers(&dst), Vec::<String>::new());
 }

@@ -45,25 +45,71 @@ impl Store {
                 };
                 remove_tree(&fd, &name, &child, &how, &mut gone)
                     .map_err(|x| self.dest_err(&child, x))?;
-                self.deleted.fetch_add(gone.len() as u64, Ordering::Relaxed);
-                for (path, is_dir) in gone {
-                    self.note_item(Item {
-                        path,
-                        kind: if is_dir {
-                            ItemKind::Dir
-                        } else {
-                            ItemKind::File
-                        },
-                        change: Change {
-                            deleted: true,
-                            ..Change::default()
-                        },
-                        target: Vec::new(),
-                    });
-                }
+                self.note_deleted(gone);
             }
         }
         Ok(())
+    }
+
+    /// Counts and lists (`-v`, `-i`) what a removal took, children first.
+    fn note_deleted(&self, gone: Vec<(Vec<u8>, bool)>) {
+        self.deleted.fetch_add(gone.len() as u64, Ordering::Relaxed);
+        for (path, is_dir) in gone {
+            self.note_item(Item {
+                path,
+                kind: if is_dir {
+                    ItemKind::Dir
+                } else {
+                    ItemKind::File
+                },
+                change: Change {
+                    deleted: true,
+                    ..Change::default()
+                },
+                target: Vec::new(),
+            });
+        }
+    }
+
+    /// Clears the way for a file, link or special named `name` in `pfd` (at `path`) where
+    /// a directory has that name, as rsync does: an empty directory is removed; one that
+    /// is not only with `--delete`, its content as `--delete` removes it (what the filter
+    /// rules protect stays, and then so does the directory, which fails the run); without
+    /// `--delete` the run fails naming it. A dry run changes nothing. Called only when a
+    /// `stat` of the name (not followed) saw a directory.
+    pub(super) fn make_way(&self, pfd: &OwnedFd, name: &[u8], path: &SafeRelPath) -> Result<()> {
+        let opts = self.options();
+        if opts.dry_run {
+            return Ok(());
+        }
+        let in_the_way = |what: &str| {
+            let message = format!("a directory is in the way{what}");
+            self.dest_err(path, io::Error::other(message))
+        };
+        match rustix::fs::unlinkat(pfd, name, AtFlags::REMOVEDIR) {
+            Ok(()) => {
+                self.note_deleted(vec![(path.as_bytes().to_vec(), true)]);
+                return Ok(());
+            }
+            Err(rustix::io::Errno::NOTEMPTY | rustix::io::Errno::EXIST) if opts.delete => {}
+            Err(rustix::io::Errno::NOTEMPTY | rustix::io::Errno::EXIST) => {
+                return Err(in_the_way(" and not empty (--delete replaces it)"));
+            }
+            Err(x) => return Err(self.dest_err(path, x.into())),
+        }
+        let protect = self.protect.lock().map(|p| p.clone()).unwrap_or_default();
+        let how = Removal {
+            rules: &protect,
+            dry: false,
+        };
+        let mut gone = Vec::new();
+        let removed =
+            remove_tree(pfd, name, path, &how, &mut gone).map_err(|x| self.dest_err(path, x))?;
+        self.note_deleted(gone);
+        match removed {
+            true => Ok(()),
+            false => Err(in_the_way(", holding what the filter rules protect")),
+        }
     }
 }
 

@@ -67,9 +67,15 @@ impl Store {
         // file to look for (whatever appears there meanwhile is replaced, never used).
         let existing = match dir.made {
             true => None,
-            false => rustix::fs::statat(pfd, name.as_slice(), AtFlags::SYMLINK_NOFOLLOW)
-                .ok()
-                .filter(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile),
+            false => match rustix::fs::statat(pfd, name.as_slice(), AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {
+                    self.make_way(pfd, &name, &path)?;
+                    None
+                }
+                Ok(st) => Some(st)
+                    .filter(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile),
+                Err(_) => None,
+            },
         };
         fsops::race_point("quick-check");
         // From here on the file is used only through a descriptor checked to be the file
