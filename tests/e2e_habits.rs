@@ -269,7 +269,10 @@ fn a_directory_in_the_way_of_a_file_is_replaced_as_rsync_does() {
     let out = copy(&[&with_slash(&src)], &dst, &[]);
     out.assert_code(0);
     assert_eq!(fs::read(dst.join("hard")).unwrap(), b"file");
-    assert_eq!(fs::read_link(dst.join("link")).unwrap().as_os_str(), "target");
+    assert_eq!(
+        fs::read_link(dst.join("link")).unwrap().as_os_str(),
+        "target"
+    );
 
     // With content: refused without --delete, replaced with it.
     fs::remove_dir_all(&dst).unwrap();
@@ -289,6 +292,9 @@ fn a_directory_in_the_way_of_a_file_is_replaced_as_rsync_does() {
     out.assert_code(0);
     assert_eq!(fs::read(dst.join("file")).unwrap(), b"file");
     assert_eq!(fs::read(dst.join("hard")).unwrap(), b"file");
-    assert_eq!(fs::read_link(dst.join("link")).unwrap().as_os_str(), "target");
+    assert_eq!(
+        fs::read_link(dst.join("link")).unwrap().as_os_str(),
+        "target"
+    );
     assert_eq!(leftovers(&dst), Vec::<String>::new());
 }
