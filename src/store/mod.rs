@@ -286,7 +286,7 @@ impl Store {
             let path = SafeRelPath::parse(&e.path).map_err(ProtocolError::from)?;
             if delete {
                 if let Ok(mut seen) = self.seen.lock() {
-                    seen.insert(path.clone());
+                    seen.insert(mirror::seen_key(&path));
                 }
             }
             if let Some((parent, _)) = path.split_last() {

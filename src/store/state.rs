@@ -59,8 +59,8 @@ pub struct Store {
     /// Files whose every byte arrived since the driver last took them (for
     /// `Control::Arrived`); bounded by the files the sender keeps in flight.
     pub(super) arrived: Mutex<Vec<u64>>,
-    /// Every path in the manifest (kept only for --delete).
-    pub(super) seen: Mutex<HashSet<SafeRelPath>>,
+    /// Every path in the manifest as a key (`mirror::seen_key`; kept only for --delete).
+    pub(super) seen: Mutex<HashSet<u128>>,
     /// --delete keeps what these rules exclude (the sender's, `Control::Protect`).
     pub(super) protect: Mutex<crate::protocol::Filter>,
     /// -K: directories reached through a symlink kept at the destination, opened once.
