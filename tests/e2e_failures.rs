@@ -569,12 +569,9 @@ fn assert_one_line_naming(out: &Outcome, path: &Path) {
 /// `setpriv`) on a tree owned by `nobody`; as non-root, a plain `chmod 000` suffices.
 #[test]
 fn unreadable_file_among_readable_ones_exits_23_and_the_rest_arrives() {
-    let Some(haul) = unprivileged_haul() else {
-        eprintln!("SKIPPED unreadable_file_among_readable_ones: root without setpriv");
+    let Some((haul, tmp)) = unprivileged_tempdir("unreadable_file_among_readable_ones") else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
     let opts = TreeOptions {
         small_files: 20,
         foreign_owners: false,

@@ -158,12 +158,9 @@ fn a_path_over_4096_bytes_fails_in_one_short_line_and_leaves_no_empty_dirs() {
 fn delete_deletes_nothing_when_part_of_the_source_could_not_be_read() {
     use std::fs;
     use std::os::unix::fs::PermissionsExt;
-    let Some(haul) = unprivileged_haul() else {
-        eprintln!("SKIPPED delete_deletes_nothing_when_part: root without setpriv");
+    let Some((haul, tmp)) = unprivileged_tempdir("delete_deletes_nothing_when_part") else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
     let (src, dst) = (tmp.path().join("src"), tmp.path().join("dst"));
     for d in [&src, &dst] {
         fs::create_dir_all(d.join("keep")).unwrap();
@@ -213,12 +210,9 @@ fn delete_deletes_nothing_when_part_of_the_source_could_not_be_read() {
 fn a_destination_directory_left_000_is_filled_and_emptied_again() {
     use std::fs;
     use std::os::unix::fs::PermissionsExt;
-    let Some(haul) = unprivileged_haul() else {
-        eprintln!("SKIPPED a_destination_directory_left_000: root without setpriv");
+    let Some((haul, tmp)) = unprivileged_tempdir("a_destination_directory_left_000") else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
     let (src, dst) = (tmp.path().join("src"), tmp.path().join("dst"));
     fs::create_dir_all(src.join("d")).unwrap();
     fs::write(src.join("d/f"), b"new").unwrap();

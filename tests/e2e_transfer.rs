@@ -334,13 +334,11 @@ fn copy_multiple_sources() {
 /// arrives, so each child was set before its parent closed.
 #[test]
 fn a_non_root_receiver_sets_closed_directories_after_their_children() {
-    let Some(recv_as) = unprivileged_haul() else {
-        eprintln!("SKIPPED a_non_root_receiver_sets_closed_directories: root without setpriv");
+    let Some((recv_as, tmp)) = unprivileged_tempdir("a_non_root_receiver_sets_closed_directories")
+    else {
         return;
     };
     use std::os::unix::fs::PermissionsExt;
-    let tmp = tempfile::tempdir().unwrap();
-    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
     let src = tmp.path().join("src");
     fs::create_dir(&src).unwrap();
     for i in 0..8_000u32 {

@@ -164,12 +164,6 @@ pub fn open_dir_owned(parent: &OwnedFd, name: &[u8]) -> io::Result<(OwnedFd, u32
     }
 }
 
-/// Whether `name` in `dir` is a directory (not following a link).
-pub fn is_dir_at(dir: &OwnedFd, name: &[u8]) -> bool {
-    rfs::statat(dir, name, rfs::AtFlags::SYMLINK_NOFOLLOW)
-        .is_ok_and(|st| rfs::FileType::from_raw_mode(st.st_mode) == rfs::FileType::Directory)
-}
-
 /// Renames `from` to `to` within one directory, replacing `to` (unless it is a directory).
 pub fn rename_in(dir: &OwnedFd, from: &[u8], to: &[u8]) -> io::Result<()> {
     rfs::renameat(dir, from, dir, to).map_err(io::Error::from)

@@ -80,8 +80,8 @@ impl Store {
     /// a directory has that name, as rsync does: an empty directory is removed; one that
     /// is not only with `--delete`, its content as `--delete` removes it (what the filter
     /// rules protect stays, and then so does the directory, which fails the run); without
-    /// `--delete` the run fails naming it. A dry run changes nothing. Called only when a
-    /// `stat` of the name (not followed) saw a directory.
+    /// `--delete` the run fails naming it. Nothing or a non-directory there (never
+    /// followed): nothing to do. A dry run changes nothing.
     pub(super) fn make_way(&self, pfd: &OwnedFd, name: &[u8], path: &SafeRelPath) -> Result<()> {
         let opts = self.options();
         if opts.dry_run {
@@ -96,6 +96,7 @@ impl Store {
                 self.note_deleted(vec![(path.as_bytes().to_vec(), true)]);
                 return Ok(());
             }
+            Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => return Ok(()),
             Err(rustix::io::Errno::NOTEMPTY | rustix::io::Errno::EXIST) if opts.delete => {}
             Err(rustix::io::Errno::NOTEMPTY | rustix::io::Errno::EXIST) => {
                 return Err(in_the_way(" and not empty (--delete replaces it)"));

@@ -90,9 +90,7 @@ impl Store {
         let pfd = self
             .at(&parent, fsops::open_dir)
             .map_err(|x| self.dest_err(path, x))?;
-        if fsops::is_dir_at(&pfd, name) {
-            self.make_way(&pfd, name, path)?;
-        }
+        self.make_way(&pfd, name, path)?;
         let tmp = fsops::temp_name(name);
         fsops::remove_if_present(&pfd, &tmp).map_err(|x| self.dest_err(path, x))?;
         let mode = e.mode & 0o7777;
@@ -153,9 +151,7 @@ impl Store {
             .ok_or(ProtocolError::Malformed("hardlink"))?;
         let tfd = self.at(&tparent, fsops::open_dir).map_err(err)?;
         let pfd = self.at(&parent, fsops::open_dir).map_err(err)?;
-        if fsops::is_dir_at(&pfd, name) {
-            self.make_way(&pfd, name, path)?;
-        }
+        self.make_way(&pfd, name, path)?;
         let tmp = fsops::temp_name(name);
         fsops::remove_if_present(&pfd, &tmp).map_err(err)?;
         rustix::fs::linkat(

@@ -63,6 +63,19 @@ pub fn unprivileged_haul() -> Option<process::Haul> {
     setpriv.then(|| process::Haul::as_user(NOBODY, NOGROUP))
 }
 
+/// [`unprivileged_haul`] and a temporary directory it may enter (mode 0755: a root test's
+/// temporary directory is 0700), or `None` after saying that `test` is skipped.
+pub fn unprivileged_tempdir(test: &str) -> Option<(process::Haul, tempfile::TempDir)> {
+    let Some(haul) = unprivileged_haul() else {
+        eprintln!("SKIPPED {test}: root without setpriv");
+        return None;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    Some((haul, tmp))
+}
+
 /// A TCP port on 127.0.0.1 that was free a moment ago (bound, then released).
 pub fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
