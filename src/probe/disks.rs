@@ -25,20 +25,21 @@ const MAX_DEPTH: usize = 16;
 /// Most devices one resolution visits.
 const MAX_DEVICES: usize = 256;
 
-/// The disks under the device number `dev` (an `st_dev`), as device numbers.
-pub fn disks(dev: u64) -> BTreeSet<u64> {
-    disks_in(Path::new("/sys"), dev)
-}
-
 /// Whether any of `devices` shares a disk with `other` (or is it).
 pub fn share_disk(devices: &[u64], other: u64) -> bool {
-    let theirs = disks(other);
-    devices
-        .iter()
-        .any(|&d| d == other || !disks(d).is_disjoint(&theirs))
+    share_disk_in(Path::new("/sys"), devices, other)
 }
 
-/// [`disks`] with sysfs at `sys`.
+/// [`share_disk`] with sysfs at `sys`.
+fn share_disk_in(sys: &Path, devices: &[u64], other: u64) -> bool {
+    let theirs = disks_in(sys, other);
+    devices
+        .iter()
+        .any(|&d| d == other || !disks_in(sys, d).is_disjoint(&theirs))
+}
+
+/// The disks under the device number `dev` (an `st_dev`), as device numbers, with sysfs
+/// at `sys`.
 fn disks_in(sys: &Path, dev: u64) -> BTreeSet<u64> {
     let mut out = BTreeSet::new();
     let mut seen = BTreeSet::new();
@@ -189,9 +190,22 @@ mod tests {
     }
 
     #[test]
-    fn this_machines_root_resolves_to_something() {
-        let root = fs::metadata("/").unwrap().dev();
-        assert!(!disks(root).is_empty());
-        assert!(share_disk(&[root], root));
+    fn devices_share_a_disk_only_through_what_lies_under_them() {
+        let sys = Sys::new();
+        let (sda, sda1, sda2, sdb) = (makedev(8, 0), makedev(8, 1), makedev(8, 2), makedev(8, 16));
+        sys.add("pci/block/sda", sda);
+        for (rel, dev) in [("pci/block/sda/sda1", sda1), ("pci/block/sda/sda2", sda2)] {
+            fs::write(sys.add(rel, dev).join("partition"), "1\n").unwrap();
+        }
+        sys.add("pci/block/sdb", sdb);
+        let share = |devices: &[u64], other| share_disk_in(sys.0.path(), devices, other);
+        assert!(share(&[sda1], sda2), "two partitions of one disk");
+        assert!(!share(&[sda1], sdb));
+        assert!(share(&[sdb, sda1], sda2), "any of the sources");
+        assert!(
+            share(&[makedev(0, 45)], makedev(0, 45)),
+            "one file system sysfs does not list"
+        );
+        assert!(!share(&[makedev(0, 45)], makedev(0, 46)));
     }
 }
