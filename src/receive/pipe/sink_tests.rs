@@ -319,6 +319,7 @@ fn a_file_is_synced_while_it_is_written() {
 /// file is not put in place, and standard output into a file is an error.
 #[test]
 fn a_failed_sync_along_the_way_fails_the_finish() {
+    use std::time::{Duration, Instant};
     fn eio(_: &File) -> io::Result<()> {
         Err(io::Error::from_raw_os_error(libc::EIO))
     }
@@ -327,6 +328,13 @@ fn a_failed_sync_along_the_way_fails_the_finish() {
     let mut o = Output::open(&PipeTo::File(dest.clone()), false).unwrap();
     o.syncer = regular_file(&o.kind).and_then(|f| Syncer::start(f, 1, eio));
     o.write_all(b"hello").unwrap();
+    // The finish may come before the thread's sync was tried (then there is nothing to
+    // report): wait for the failure first. A bound for a stuck thread, not a timing check.
+    let failed = |o: &Output| o.syncer.as_ref().is_some_and(|s| s.failed());
+    let end = Instant::now() + Duration::from_secs(60);
+    while !failed(&o) && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let e = o.finish().unwrap_err().to_string();
     assert!(
         e.contains("out.bin") && e.contains("Input/output error"),
@@ -343,5 +351,9 @@ fn a_failed_sync_along_the_way_fails_the_finish() {
     let mut o = Output::from_kind(stdout_kind(File::create(&p).unwrap()), false);
     o.syncer = regular_file(&o.kind).and_then(|f| Syncer::start(f, 1, eio));
     o.write_all(b"hello").unwrap();
+    let end = Instant::now() + Duration::from_secs(60);
+    while !failed(&o) && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     assert!(o.finish().is_err());
 }

@@ -89,6 +89,12 @@ impl Syncer {
         lock(&self.shared).syncs
     }
 
+    /// Whether a sync has failed.
+    #[cfg(test)]
+    pub(super) fn failed(&self) -> bool {
+        lock(&self.shared).error.is_some()
+    }
+
     /// Stops the thread (a sync under way completes first) and returns the first error
     /// any sync hit. The caller's `fsync` makes the rest durable.
     pub(super) fn stop(&mut self) -> io::Result<()> {
