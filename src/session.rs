@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::protocol::{Control, FrameKind, FrameReader, Opener, ProtocolError, ReadError, Sealer};
 use crate::transport::{Conn, TransportError};
 
+pub mod stream;
 mod successors;
 pub use successors::Successors;
 

@@ -30,6 +30,7 @@ use crate::codec::tree::{is_tree_block, TreeHash};
 use crate::error::{Error, Result};
 use crate::progress::{Counters, Progress};
 use crate::protocol::{Chain, Control, ProtocolError, Summary, MAX_BLOCK, MAX_STREAMS};
+use crate::session::stream::Asks;
 use crate::session::{is_forged, is_tick, lost, Channel};
 use crate::transport::{Conn, Role};
 
@@ -158,6 +159,7 @@ pub fn receive_pipe(
         timeout: opts.timeout,
         acked: None,
         acked_at: Instant::now(),
+        asks: Asks::new(shared.now_ms()),
         relay: relay.as_deref(),
     };
     let result = session.run(&|| writer.is_finished());
@@ -327,6 +329,7 @@ fn write_loop(
         Counters::add(&shared.counters.done_bytes, n);
         shared.lock().written += n;
         shared.touch();
+        shared.moved();
     }
     let (len, digest) = shared
         .lock()
@@ -351,6 +354,8 @@ struct Session<'a> {
     /// The last (written, have, window) acknowledged, and when.
     acked: Option<(u64, u64, u64)>,
     acked_at: Instant,
+    /// When to ask for blocks again (`StreamLost`).
+    asks: Asks,
     /// A chain fan-out: the receivers after this one, which the acknowledgements wait for.
     relay: Option<&'a StreamRelay>,
 }
@@ -411,15 +416,15 @@ impl Session<'_> {
     /// Tells the sender how far the stream got, when that changed, and which blocks to
     /// send again after a data connection broke.
     fn report(&mut self) -> Result<()> {
-        let lost = self.shared.lost.swap(false, Ordering::AcqRel);
-        let (written, have, got) = {
+        if self.shared.lost.swap(false, Ordering::AcqRel) {
+            self.asks.handle_broken();
+        }
+        self.asks
+            .handle_moved(self.shared.moved_ms.load(Ordering::Relaxed));
+        let (written, have, awaiting) = {
             let w = self.shared.lock();
-            let got: Vec<u64> = if lost {
-                w.blocks.range(w.have..).map(|(o, _)| *o).collect()
-            } else {
-                Vec::new()
-            };
-            (w.written, w.have, got)
+            let whole = w.end.is_some_and(|(len, _)| w.have >= len);
+            (w.written, w.have, !whole)
         };
         // Lost blocks are this receiver's own; progress is the chain's after it too.
         let (written, have_all) = match self.relay {
@@ -440,30 +445,22 @@ impl Session<'_> {
             self.acked = Some((written, have_all, window));
             self.acked_at = Instant::now();
         }
-        if lost {
+        // After a break, a new control connection or a stall: which blocks to send again
+        // (see `session::stream` for why once is not enough).
+        if self.asks.poll_ask(self.shared.now_ms(), awaiting) {
+            let (have, got) = {
+                let w = self.shared.lock();
+                (w.have, w.got())
+            };
             self.send(&Control::StreamLost { have, got })?;
         }
         Ok(())
     }
 
     fn end(&mut self, len: u64, digest: [u8; 32]) -> Result<()> {
-        let mut w = self.shared.lock();
-        if let Some((l, d)) = w.end {
-            if (l, d) != (len, digest) {
-                return Err(ProtocolError::Malformed("a second, different StreamEnd").into());
-            }
+        if !self.shared.lock().set_end(len, digest)? {
             return Ok(());
         }
-        let past = w
-            .blocks
-            .iter()
-            .next_back()
-            .is_some_and(|(o, b)| o + b.range.len() as u64 > len);
-        if len < w.have || past {
-            return Err(ProtocolError::Malformed("StreamEnd before data already sent").into());
-        }
-        w.end = Some((len, digest));
-        drop(w);
         if let Some(r) = self.relay {
             r.end(len, digest);
         }
@@ -489,6 +486,7 @@ impl Session<'_> {
                 crate::progress::warn("the sender reconnected its control stream");
                 self.control = c;
                 self.acked = None;
+                self.asks.handle_control_replaced();
                 Ok(true)
             }
             Err(e) if is_forged(&e) => (self.shared.forged)

@@ -20,6 +20,8 @@
 //! in turn rather than given a gap).
 
 mod flow;
+#[cfg(test)]
+mod sim;
 mod source;
 mod stream;
 
@@ -495,15 +497,7 @@ impl Driver<'_, '_> {
 
     /// Queues again every block from `have` on that is not among `got`.
     fn resend(&mut self, have: u64, got: &[u64]) {
-        let lost: Vec<Arc<Block>> = {
-            let g = self.flow.lock();
-            g.replay
-                .iter()
-                .filter(|b| b.end() > have && got.binary_search(&b.offset).is_err())
-                .filter(|b| !b.again.swap(true, Ordering::AcqRel))
-                .cloned()
-                .collect()
-        };
+        let lost = self.flow.lost_since(have, got);
         if !lost.is_empty() {
             crate::progress::warn(&format!(
                 "re-sending {} block(s) lost with a dropped connection",

@@ -179,6 +179,7 @@ impl io::Read for Heard<'_> {
         let n = self.0.read(buf)?;
         if n > 0 {
             self.2.heard(self.1.now_ms());
+            self.1.moved();
         }
         Ok(n)
     }

@@ -2,9 +2,8 @@
 //! blocks wait here, by offset, until the writer hands them to the consumer in order.
 //! It holds no connection and does no I/O; recycled block buffers keep its memory bounded.
 
-use std::collections::BTreeMap;
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -12,25 +11,16 @@ use super::slots::Slots;
 use crate::codec::tree::BlockCv;
 use crate::error::{Error, Result};
 use crate::progress::Counters;
-use crate::protocol::{Codec, ProtocolError};
+use crate::protocol::Codec;
 use crate::receive::integrity::Forgeries;
+use crate::session::stream::{Reorder, Span};
 use crate::store::direct::ALIGN;
 
 /// How often blocked reads wake to check whether the transfer is over.
 pub(super) const TICK: Duration = Duration::from_millis(200);
 
-/// The reorder window.
-#[derive(Default)]
-pub(super) struct Window {
-    /// Blocks arrived and not yet written, by offset.
-    pub(super) blocks: BTreeMap<u64, Held>,
-    /// Bytes handed to the consumer.
-    pub(super) written: u64,
-    /// Every byte before this has arrived.
-    pub(super) have: u64,
-    /// Length and digest, once the sender said.
-    pub(super) end: Option<(u64, [u8; 32])>,
-}
+/// The reorder window (its bookkeeping is the stream conversation's, `session::stream`).
+pub(super) type Window = Reorder<Held>;
 
 /// A verified block in the window: its bytes are `buf[range]` (a raw block stays in the
 /// buffer its frame was read into, a compressed one is decompressed into a buffer of its
@@ -56,6 +46,12 @@ impl Held {
     }
 }
 
+impl Span for Held {
+    fn span(&self) -> u64 {
+        self.range.len() as u64
+    }
+}
+
 /// What the readers, the writer and the control loop share.
 pub(super) struct Shared {
     pub(super) key: [u8; 32],
@@ -67,8 +63,10 @@ pub(super) struct Shared {
     /// Block buffers the writer is done with, for the readers to fill again.
     pub(super) spare: Mutex<Vec<Vec<u8>>>,
     pub(super) arrived: Condvar,
-    /// A data connection broke since the last `StreamLost`.
+    /// A data connection broke since the control loop last looked.
     pub(super) lost: AtomicBool,
+    /// When bytes last arrived on a data connection or went to the consumer (`now_ms`).
+    pub(super) moved_ms: AtomicU64,
     /// The writer is inside a write to the consumer.
     pub(super) writing: AtomicBool,
     pub(super) abort: AtomicBool,
@@ -106,6 +104,7 @@ impl Shared {
             spare: Mutex::new(Vec::new()),
             arrived: Condvar::new(),
             lost: AtomicBool::new(false),
+            moved_ms: AtomicU64::new(0),
             writing: AtomicBool::new(false),
             abort: AtomicBool::new(false),
             fatal: Mutex::new(None),
@@ -207,31 +206,28 @@ impl Shared {
         self.recycle(held.buf);
     }
 
+    /// Bytes arrived or went to the consumer just now (what a stall is the absence of).
+    pub(super) fn moved(&self) {
+        self.moved_ms.fetch_max(self.now_ms(), Ordering::Relaxed);
+    }
+
     /// Takes one verified block; duplicates are dropped, a block outside the window or
     /// past the announced end is the sender breaking the protocol.
     pub(super) fn insert(&self, offset: u64, held: Held) -> Result<()> {
-        let len = held.range.len() as u64;
         let mut w = self.lock();
-        if offset < w.written || w.blocks.contains_key(&offset) {
-            drop(w);
-            self.recycle_held(held);
-            return Ok(());
-        }
-        if offset + len > w.written + self.window {
-            return Err(ProtocolError::Malformed("stream block beyond the window").into());
-        }
-        if let Some((end, _)) = w.end {
-            if offset + len > end || (len < self.block && offset + len != end) {
-                return Err(ProtocolError::Malformed("stream block past its end").into());
+        match w.insert(offset, held, self.window, self.block) {
+            Ok(None) => {
+                drop(w);
+                self.arrived.notify_all();
+                Ok(())
             }
+            Ok(Some(dup)) => {
+                drop(w);
+                self.recycle_held(dup);
+                Ok(())
+            }
+            Err(e) => Err(Error::from(e)),
         }
-        w.blocks.insert(offset, held);
-        while let Some(b) = w.blocks.get(&w.have) {
-            w.have += b.range.len() as u64;
-        }
-        drop(w);
-        self.arrived.notify_all();
-        Ok(())
     }
 }
 

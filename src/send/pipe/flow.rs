@@ -33,6 +33,30 @@ impl Drop for Block {
     }
 }
 
+/// The blocks one data stream wrote on its current connection that may not have arrived
+/// yet: sent again first on the next connection, should this one break.
+#[derive(Default)]
+pub(super) struct InFlight(VecDeque<Arc<Block>>);
+
+impl InFlight {
+    /// `b` was written; what the receiver has (every byte before `have`) is let go.
+    pub(super) fn wrote(&mut self, b: Arc<Block>, have: u64) {
+        self.0.push_back(b);
+        self.0.retain(|o| o.end() > have);
+    }
+
+    /// What to send again on a new connection (the receiver has every byte before `have`).
+    pub(super) fn replay(&mut self, have: u64) -> Vec<Arc<Block>> {
+        self.0.retain(|o| o.end() > have);
+        self.0.iter().cloned().collect()
+    }
+
+    /// The receiver this was for is no longer fed (a chain went on without it).
+    pub(super) fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
 /// Block buffers to fill again. Reusing them spares the reader an allocation and a
 /// zero-fill of every block, and keeps the window's memory in one place.
 pub(super) struct Pool {
@@ -147,6 +171,18 @@ impl Flow {
         self.have.store(have, Ordering::Release);
         drop(g);
         self.moved.notify_all();
+    }
+
+    /// The receiver's `StreamLost`: every kept block from `have` on that is not among
+    /// `got` (sorted) and not already queued to go out again, now marked as queued.
+    pub(super) fn lost_since(&self, have: u64, got: &[u64]) -> Vec<Arc<Block>> {
+        let g = self.lock();
+        g.replay
+            .iter()
+            .filter(|b| b.end() > have && got.binary_search(&b.offset).is_err())
+            .filter(|b| !b.again.swap(true, Ordering::AcqRel))
+            .cloned()
+            .collect()
     }
 
     pub(super) fn stop(&self) {

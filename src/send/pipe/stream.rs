@@ -3,14 +3,13 @@
 //! first sends again what the old one may have lost. When a chain fan-out moved on to
 //! the next receiver, the stream follows (the driver sends that one what it lacks).
 
-use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_channel::{select, Receiver};
 
-use super::flow::{Block, Flow};
+use super::flow::{Block, Flow, InFlight};
 use crate::codec::tree::stream_unit_hash;
 use crate::codec::{Compression, Encoder};
 use crate::error::{Error, Result};
@@ -32,7 +31,7 @@ pub(super) struct Stream<'a> {
     flow: &'a Flow,
     counters: &'a Counters,
     /// Blocks written on the current connection that may not have arrived yet.
-    outstanding: VecDeque<Arc<Block>>,
+    outstanding: InFlight,
     cbuf: Vec<u8>,
     hdr: Vec<u8>,
     head: Vec<u8>,
@@ -53,7 +52,7 @@ impl<'a> Stream<'a> {
             enc: Encoder::new(compress, streams),
             flow,
             counters,
-            outstanding: VecDeque::new(),
+            outstanding: InFlight::default(),
             cbuf: Vec::new(),
             hdr: Vec::new(),
             head: Vec::new(),
@@ -171,9 +170,8 @@ impl<'a> Stream<'a> {
             };
             match r {
                 Ok(()) => {
-                    self.outstanding.push_back(b);
                     let have = self.flow.have.load(Ordering::Acquire);
-                    self.outstanding.retain(|o| o.end() > have);
+                    self.outstanding.wrote(b, have);
                     return Ok(());
                 }
                 Err(e) => {
@@ -204,9 +202,7 @@ impl<'a> Stream<'a> {
     /// Sends again, on a new connection, what the old one may have lost.
     fn replay(&mut self) -> Result<()> {
         let have = self.flow.have.load(Ordering::Acquire);
-        self.outstanding.retain(|o| o.end() > have);
-        let blocks: Vec<Arc<Block>> = self.outstanding.iter().cloned().collect();
-        for o in blocks {
+        for o in self.outstanding.replay(have) {
             self.write(&o)?;
         }
         Ok(())
