@@ -71,6 +71,11 @@ pub enum CommandArgs {
         /// seconds (default 30); until then a dropped sender may reconnect.
         #[arg(long, value_name = "SECS")]
         timeout: Option<u64>,
+        /// Pass the transfer on when the sender names receivers after this one (a chain
+        /// fan-out, `send --to THIS --to NEXT`): this host then dials the addresses the
+        /// sender's tickets name. Without it such a sender is refused.
+        #[arg(long)]
+        relay: bool,
         /// Accepted for symmetry with send and ignored: the sender chooses.
         #[arg(long, value_name = "N", hide = true)]
         streams: Option<usize>,

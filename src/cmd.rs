@@ -68,12 +68,13 @@ fn run_command(cfg: &Config) -> Result<()> {
             listen,
             ticket_file,
             timeout,
+            relay,
             accept,
         } => run_recv(
             dir,
             *listen,
             ticket_file.as_deref(),
-            *timeout,
+            (*timeout, *relay),
             accept.clone(),
             cfg,
         ),
@@ -88,8 +89,16 @@ fn run_command(cfg: &Config) -> Result<()> {
             listen,
             ticket_file,
             timeout,
+            relay,
             window,
-        } => pipe::run_recv_pipe(to, *listen, ticket_file.as_deref(), *timeout, *window, cfg),
+        } => pipe::run_recv_pipe(
+            to,
+            *listen,
+            ticket_file.as_deref(),
+            (*timeout, *relay),
+            *window,
+            cfg,
+        ),
         Command::SendPipe {
             from,
             ticket,
@@ -315,7 +324,7 @@ fn run_recv(
     dir: &Path,
     listen: Option<SocketAddr>,
     ticket_file: Option<&Path>,
-    timeout: Option<std::time::Duration>,
+    (timeout, relay): (Option<std::time::Duration>, bool),
     accept: Accept,
     cfg: &Config,
 ) -> Result<()> {
@@ -346,6 +355,7 @@ fn run_recv(
     let opts = ReceiveOptions {
         progress: !quiet,
         timeout: timeout.unwrap_or(DEFAULT_TIMEOUT),
+        relay,
         // Its stdout is the ticket's.
         listing: Listing {
             stderr: true,

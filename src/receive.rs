@@ -125,6 +125,7 @@ pub fn receive(
         printer: bar.printer(),
         start: (streams, block_size, options),
         relay: None,
+        may_relay: opts.relay,
         finished: None,
         units_base: 0,
     };
@@ -217,6 +218,8 @@ struct Session<'a> {
     start: (u16, u32, SyncOptions),
     /// In a chain fan-out: the receivers this one passes the transfer on to.
     relay: Option<Relay>,
+    /// Whether this receiver may relay (`ReceiveOptions::relay`).
+    may_relay: bool,
     /// This store's summary, once it is complete (a relay may wait for the next hop).
     finished: Option<Summary>,
     /// Data frames received before the current sender's control connection: its
@@ -282,6 +285,7 @@ impl Session<'_> {
                     }
                 }
                 Control::Chain(chain) if self.relay.is_none() => {
+                    relay::allowed(self.may_relay, &chain)?;
                     let (streams, block_size, options) = self.start;
                     let r = Relay::start(chain, streams, block_size, options)?;
                     let _ = self.shared.forward.set(Arc::clone(&r.forward));

@@ -632,6 +632,7 @@ fn a_far_end_whose_ssh_session_vanished_stops() {
         accept: Default::default(),
         dry_run: false,
         keep_cache: false,
+        relay: false,
     };
     writeln!(stdin, "{}", wire::encode(&request)).unwrap();
     let ready = lines.next().unwrap().unwrap();

@@ -33,10 +33,10 @@ fn lan_or_skip(test: &str, (name, subnet): (&'static str, &'static str)) -> Opti
     }
 }
 
-/// `haul recv DIR` in namespace `ns`, listening on `ip`; its ticket read.
+/// `haul recv --relay DIR` in namespace `ns`, listening on `ip`; its ticket read.
 fn recv_in(ns: &str, ip: &str, dir: &Path) -> Recv {
     let mut cmd = Command::new("ip");
-    cmd.args(["netns", "exec", ns, haul_bin(), "recv", "-q"])
+    cmd.args(["netns", "exec", ns, haul_bin(), "recv", "--relay", "-q"])
         .arg(dir)
         .args(["--listen", &format!("{ip}:0")]);
     let mut proc = Running::spawn("recv", cmd);
@@ -78,7 +78,7 @@ fn three_receivers_get_identical_trees_and_a_rerun_completes_one() {
         .collect();
 
     let run = || {
-        let recvs: Vec<Recv> = dsts.iter().map(|d| recv(d, &[])).collect();
+        let recvs: Vec<Recv> = dsts.iter().map(|d| recv(d, &["--relay"])).collect();
         let tickets: Vec<&str> = recvs.iter().map(|r| r.ticket.as_str()).collect();
         let sent = spawn_send(None, &src, &tickets, &[]).wait();
         let outs: Vec<Outcome> = recvs.into_iter().map(Recv::wait).collect();
@@ -128,7 +128,16 @@ fn later_receivers_given_nothing_for_a_while_wait_for_the_end() {
     let recvs: Vec<Recv> = dsts
         .iter()
         .enumerate()
-        .map(|(i, d)| recv(d, if i == 0 { &[] } else { &["--timeout", "2"] }))
+        .map(|(i, d)| {
+            recv(
+                d,
+                if i == 0 {
+                    &["--relay"]
+                } else {
+                    &["--relay", "--timeout", "2"]
+                },
+            )
+        })
         .collect();
     let tickets: Vec<&str> = recvs.iter().map(|r| r.ticket.as_str()).collect();
     let sent = spawn_send(None, &src, &tickets, &["--limit", "2M"]).wait();

@@ -54,7 +54,7 @@ fn haul_in(ns: Option<&str>) -> Command {
 /// `haul recv --stream FILE --json` listening on `listen`; its ticket read.
 fn recv_stream(ns: Option<&str>, listen: &str, file: &Path) -> Recv {
     let mut cmd = haul_in(ns);
-    cmd.args(["recv", "-q", "--json", "--stream"])
+    cmd.args(["recv", "--relay", "-q", "--json", "--stream"])
         .arg(file)
         .args(["--listen", listen]);
     let mut proc = Running::spawn("recv", cmd);
@@ -66,9 +66,17 @@ fn recv_stream(ns: Option<&str>, listen: &str, file: &Path) -> Recv {
 /// `haul recv - --json` (the stream on stdout, the ticket in `ticket_file`).
 fn recv_stdout(ticket_file: &Path) -> Recv {
     let mut cmd = haul_in(None);
-    cmd.args(["recv", "-", "-q", "--json", "--listen", "127.0.0.1:0"])
-        .arg("--ticket-file")
-        .arg(ticket_file);
+    cmd.args([
+        "recv",
+        "-",
+        "--relay",
+        "-q",
+        "--json",
+        "--listen",
+        "127.0.0.1:0",
+    ])
+    .arg("--ticket-file")
+    .arg(ticket_file);
     let proc = Running::spawn("recv -", cmd);
     let until = Instant::now() + Duration::from_secs(30);
     let ticket = loop {
@@ -234,7 +242,7 @@ fn a_middle_receiver_whose_consumer_fails_is_left_out_and_the_others_complete() 
         .collect();
     // The middle one's consumer stops reading after 2 MiB: its failure is its own.
     let mut cmd = haul_in(None);
-    cmd.args(["recv", "-q", "--json", "--listen", "127.0.0.1:0"])
+    cmd.args(["recv", "--relay", "-q", "--json", "--listen", "127.0.0.1:0"])
         .args(["--to-command", "head -c 2097152 > /dev/null"]);
     let mut proc = Running::spawn("recv --to-command", cmd);
     let line = proc.first_line().expect("recv printed no ticket");

@@ -23,7 +23,10 @@ fn text(b: &[u8]) -> String {
 
 /// A receiver's ticket whose receiver is gone (nobody listens on its port any more).
 fn dead_ticket(dir: &Path, args: &[&str]) -> String {
-    let r = recv(dir, &[&["--listen", "127.0.0.1:0"][..], args].concat());
+    let r = recv(
+        dir,
+        &[&["--relay", "--listen", "127.0.0.1:0"][..], args].concat(),
+    );
     let ticket = r.ticket.clone();
     r.kill();
     ticket
@@ -55,7 +58,7 @@ fn an_unreachable_first_receiver_is_reported_and_the_others_complete() {
     let dead = dead_ticket(&dsts[0], &[]);
     let recvs: Vec<Recv> = dsts[1..]
         .iter()
-        .map(|d| recv(d, &["--listen", "127.0.0.1:0"]))
+        .map(|d| recv(d, &["--relay", "--listen", "127.0.0.1:0"]))
         .collect();
     let mut tickets = vec![dead.as_str()];
     tickets.extend(recvs.iter().map(|r| r.ticket.as_str()));
@@ -111,7 +114,7 @@ fn an_unreachable_first_stream_receiver_is_reported_and_the_others_complete() {
     let dead = dead_ticket(&tmp.path().join("unused"), &[]);
     let stream_recv = |out: &Path| {
         let mut cmd = Command::new(haul_bin());
-        cmd.args(["recv", "-q", "--stream"])
+        cmd.args(["recv", "--relay", "-q", "--stream"])
             .arg(out)
             .args(["--listen", "127.0.0.1:0"]);
         let mut proc = Running::spawn("recv", cmd);
@@ -291,7 +294,7 @@ fn itemized_lines_go_on_after_the_first_receiver_dies() {
     }
     let recvs: Vec<Recv> = dsts
         .iter()
-        .map(|d| recv(d, &["--listen", "127.0.0.1:0"]))
+        .map(|d| recv(d, &["--relay", "--listen", "127.0.0.1:0"]))
         .collect();
     let mut cmd = Command::new(haul_bin());
     cmd.arg("send")

@@ -61,6 +61,8 @@ pub(super) fn copy(
             let opts = ReceiveOptions {
                 progress: false,
                 timeout: DEFAULT_TIMEOUT,
+                // The first receiver of `copy SRC /DST --also`: the sender is ours.
+                relay: true,
                 listing: Listing::default(),
             };
             receive(store, key, rx, opts)

@@ -73,7 +73,7 @@ pub(super) fn run_recv_pipe(
     to: &PipeTo,
     listen: Option<SocketAddr>,
     ticket_file: Option<&Path>,
-    timeout: Option<Duration>,
+    (timeout, relay): (Option<Duration>, bool),
     window: u64,
     cfg: &Config,
 ) -> Result<()> {
@@ -101,6 +101,7 @@ pub(super) fn run_recv_pipe(
         window,
         progress: !cfg.quiet,
         timeout: timeout.unwrap_or(DEFAULT_TIMEOUT),
+        relay,
     };
     let report = receive_pipe(out, key, rx, opts)?;
     finish_recv_pipe(&report, data_on_stdout, cfg);
@@ -242,6 +243,7 @@ fn copy_here(from: &PipeFrom, to: &PipeTo, t: &Transfer, p: &Pipe, cfg: &Config)
                 window,
                 progress: false,
                 timeout: DEFAULT_TIMEOUT,
+                relay: false,
             };
             receive_pipe(out, key, rx, opts)
         })

@@ -75,6 +75,8 @@ pub enum Command {
         ticket_file: Option<PathBuf>,
         /// How long to wait for a vanished sender.
         timeout: Option<Duration>,
+        /// `--relay`: pass the transfer on to the receivers a chain fan-out names.
+        relay: bool,
         /// What to keep of the sender's metadata.
         accept: Accept,
     },
@@ -88,6 +90,8 @@ pub enum Command {
         ticket_file: Option<PathBuf>,
         /// How long to wait for a vanished sender.
         timeout: Option<Duration>,
+        /// `--relay`: pass the stream on to the receivers a chain fan-out names.
+        relay: bool,
         /// Most stream bytes held here.
         window: u64,
     },
@@ -205,6 +209,7 @@ impl Config {
                 listen,
                 ticket_file,
                 timeout,
+                relay,
                 streams: _,
                 accept,
             } => {
@@ -216,6 +221,7 @@ impl Config {
                         listen,
                         ticket_file,
                         timeout,
+                        relay,
                         // The sender's block size is not known yet: it checks the pair.
                         window: pipe::parse_buffer(buffer.as_deref(), 0)?,
                     },
@@ -232,6 +238,7 @@ impl Config {
                             listen,
                             ticket_file,
                             timeout,
+                            relay,
                         }
                     }
                 }

@@ -57,6 +57,9 @@ pub struct PipeRecvOptions {
     pub progress: bool,
     /// Give up when the sender is gone this long.
     pub timeout: Duration,
+    /// Whether to pass the stream on to the receivers a chain fan-out names (see
+    /// `ReceiveOptions::relay`); otherwise such a `StreamStart` is refused.
+    pub relay: bool,
 }
 
 /// What the receiver reports once the stream is delivered.
@@ -111,7 +114,9 @@ pub fn receive_pipe(
     // A chain fan-out: this receiver passes the stream on.
     let relay = match chain.hops.is_empty() {
         true => None,
-        false => match StreamRelay::start(chain, (streams, block, window)) {
+        false => match super::relay::allowed(opts.relay, &chain)
+            .and_then(|()| StreamRelay::start(chain, (streams, block, window)))
+        {
             Ok(r) => Some(r),
             Err(e) => {
                 say_error(&mut control, &e);

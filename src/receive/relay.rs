@@ -26,6 +26,20 @@ use crate::transport::{self, Role};
 /// Longest wait for the next hop's answer (its `Finish` answer waits for its fsyncs).
 const ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 
+/// Refuses a chain unless this receiver was told it may relay (`recv --relay`, a far end
+/// of `copy --also`): passing the transfer on means dialing the addresses the sender's
+/// tickets name, which a ticket holder could otherwise point anywhere.
+pub(super) fn allowed(relay: bool, chain: &Chain) -> Result<()> {
+    match (relay, chain.hops.first()) {
+        (false, Some(next)) => Err(Error::Usage(format!(
+            "the sender asked this receiver to pass the transfer on to {} (a chain \
+             fan-out), but it relays only when started with `haul recv --relay`",
+            crate::progress::escape(&next.label)
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// What the next receiver said to `Finish`.
 pub(super) enum Answer {
     /// It is complete (or there is no next receiver any more).

@@ -14,6 +14,10 @@ pub struct ReceiveOptions {
     pub progress: bool,
     /// Give up when the sender is gone (no connection, no data) this long.
     pub timeout: Duration,
+    /// Whether to pass the transfer on to the receivers a chain fan-out names (`recv
+    /// --relay`, or a far end a `copy --also` started): otherwise a `Chain` is refused,
+    /// so that a ticket holder cannot make this host dial addresses of its choosing.
+    pub relay: bool,
     /// What this side lists per change (`-v`, `-i` where the receiving user asked).
     pub listing: Listing,
 }

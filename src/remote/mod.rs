@@ -131,9 +131,10 @@ fn push(
     walk::check_sources(&srcs)?;
     let (mut further, chain, renames) =
         fanout::start(rsh, also, f.ssh, f.quiet, f.encrypt, |at| {
-            receive_request(at, is_single_file(&srcs), true, opts, f)
+            receive_request(at, is_single_file(&srcs), (true, true), opts, f)
         })?;
-    let request = receive_request(dest, is_single_file(&srcs), false, opts, f);
+    let fans = !also.is_empty();
+    let request = receive_request(dest, is_single_file(&srcs), (false, fans), opts, f);
     let first = fanout::start_first(rsh, dest, f.ssh, f.quiet, &request, chain.is_some())?;
     // Err: the first destination could not be started (a failed replica; the chain
     // starts at the next).
@@ -204,7 +205,7 @@ impl Further {
         let rsh = Rsh::new(ssh.rsh.clone(), false);
         let single = is_single_file(sources);
         let (fars, chain, renames) = fanout::start(&rsh, also, ssh, quiet, encrypt, |at| {
-            receive_request(at, single, true, opts, &f)
+            receive_request(at, single, (true, true), opts, &f)
         })?;
         Ok(Further {
             fars,
@@ -264,7 +265,7 @@ fn between(
     let mut sender = sender?;
     sender.send(&send_request(sources, opts, false, None))?;
     let single_file = sender.ready("setting up the sender")?.single_file;
-    let request = receive_request(dest, single_file, true, opts, f);
+    let request = receive_request(dest, single_file, (true, !also.is_empty()), opts, f);
     // A first destination that cannot be started is a failed replica when further ones
     // can go on without it (as for a push): the far sender starts the chain at the next.
     let first = match receiver.and_then(|far| fanout::ready_first(far, &request)) {
@@ -274,7 +275,7 @@ fn between(
     };
     let (mut further, chain, renames) =
         fanout::start(rsh, also, f.ssh, f.quiet, f.encrypt, |at| {
-            receive_request(at, single_file, true, opts, f)
+            receive_request(at, single_file, (true, true), opts, f)
         })?;
     let label = fanout::label(dest);
     let go = match &first {

@@ -48,6 +48,8 @@ pub fn run(
                 advertise: ssh.advertise,
                 keep_cache: opts.keep_cache,
                 everywhere,
+                // Every destination of a fan-out may pass the stream on.
+                relay: !also.is_empty(),
             };
             // A fan-out (`--also`): the further receivers first, their tickets the chain.
             let (mut further, chain, _) =
@@ -130,6 +132,8 @@ pub fn run(
                     window: opts.window,
                     progress: opts.progress,
                     timeout: DEFAULT_TIMEOUT,
+                    // A stream from a host does not fan out.
+                    relay: false,
                 };
                 receive_pipe(out, key, rx, ropts)
             });

@@ -49,7 +49,7 @@ pub(super) fn pull(
     let (root, rename) = dest_layout(single_file, dest);
     let (mut further, chain, renames) =
         fanout::start(rsh, also, f.ssh, f.quiet, f.encrypt, |at| {
-            receive_request(at, single_file, true, opts, f)
+            receive_request(at, single_file, (true, true), opts, f)
         })?;
     let finish_further = |further: &mut Vec<FarEnd>| {
         for x in further {
@@ -91,6 +91,8 @@ pub(super) fn pull(
         let opts = ReceiveOptions {
             progress: !f.quiet,
             timeout: DEFAULT_TIMEOUT,
+            // The first receiver of a pull's fan-out: the far sender is ours.
+            relay: true,
             listing: opts.listing,
         };
         receive(store, key, rx, opts)

@@ -67,9 +67,10 @@ pub fn run(uploaded: bool) -> i32 {
             accept,
             dry_run,
             keep_cache,
+            relay,
         }) => {
             watch_stdin(input, Arc::clone(&finished));
-            let how = (advertise, everywhere, accept, dry_run, keep_cache);
+            let how = (advertise, everywhere, accept, dry_run, (keep_cache, relay));
             serve_receive(&out, &dest, single_file, how)
         }
         Ok(Request::Send {
@@ -114,9 +115,10 @@ pub fn run(uploaded: bool) -> i32 {
             advertise,
             keep_cache,
             everywhere,
+            relay,
         }) => {
             watch_stdin(input, Arc::clone(&finished));
-            let how = (window, advertise, keep_cache, everywhere);
+            let how = (window, advertise, keep_cache, (everywhere, relay));
             pipe::serve_receive_stream(&out, &dest, command, how).map(Served::bytes)
         }
         Ok(Request::SendStream {
@@ -214,12 +216,12 @@ fn serve_receive(
     out: &Out,
     dest: &[u8],
     single_file: bool,
-    (advertise, everywhere, accept, dry_run, keep_cache): (
+    (advertise, everywhere, accept, dry_run, (keep_cache, relay)): (
         Option<IpAddr>,
         bool,
         Accept,
         bool,
-        bool,
+        (bool, bool),
     ),
 ) -> Result<Served> {
     let (root, rename) = dest_layout(single_file, &path_of(dest));
@@ -242,6 +244,7 @@ fn serve_receive(
     let opts = ReceiveOptions {
         progress: false,
         timeout: DEFAULT_TIMEOUT,
+        relay,
         listing: Listing::default(),
     };
     let report = receive(store, key, rx, opts)?;

@@ -70,11 +70,12 @@ pub(super) fn prefer_far(local: Error, far: &FarEnd, done: Option<&Done>) -> Err
 }
 
 /// What a receiving far end at `at` is told; `everywhere`: it is dialed by another far
-/// host (a fan-out's further hop, a remote-to-remote receiver), not by this one.
+/// host (a fan-out's further hop, a remote-to-remote receiver), not by this one; `relay`:
+/// it is a destination of a fan-out (`--also`), so it may pass the transfer on.
 pub(super) fn receive_request(
     at: &RemotePath,
     single_file: bool,
-    everywhere: bool,
+    (everywhere, relay): (bool, bool),
     opts: &SendOptions,
     f: &FarOptions<'_>,
 ) -> Request {
@@ -86,6 +87,7 @@ pub(super) fn receive_request(
         accept: f.accept.clone(),
         dry_run: opts.sync.dry_run,
         keep_cache: opts.keep_cache,
+        relay,
     }
 }
 

@@ -30,6 +30,8 @@ use crate::protocol::{Accept, Chain, Listing, Replica, SyncOptions};
 use crate::transport::PROTOCOL_VERSION;
 
 /// Version of this line protocol; bumped whenever `Request` or `Reply` change shape.
+/// 11: `Receive` and `ReceiveStream` say `relay` (whether the far end may pass the
+/// transfer on to a chain's next receiver; a receiver refuses a chain otherwise).
 /// 10: `Stats` also carries the totals of `--stats` (entries, regular files, directories,
 /// total size, matched data, dry run), so that a remote-to-remote copy prints them.
 /// 9: `Done` carries the far end's counts (`Stats`: what a push's `--json` report says),
@@ -38,7 +40,7 @@ use crate::transport::PROTOCOL_VERSION;
 /// `Go` carries a fan-out's chain and first receiver's label, `Done` the replicas.
 /// 7: `ProbeSource`, `SourceProbed` (a far source's probe). 6: `Request::ReceiveStream`
 /// says `everywhere` (a stream's fan-out); `Probe`, `Probed`.
-pub const SERVE_VERSION: u16 = 10;
+pub const SERVE_VERSION: u16 = 11;
 /// Every message line starts with this.
 const MSG_PREFIX: &str = "haul-msg ";
 /// Greeting lines start with this.
@@ -70,6 +72,9 @@ pub enum Request {
         dry_run: bool,
         /// `--keep-cache`: leave written pages in the page cache.
         keep_cache: bool,
+        /// Pass the transfer on to the receivers a chain fan-out names (`recv --relay`):
+        /// set for every destination of `copy --also`.
+        relay: bool,
     },
     /// Be the sender of `paths`.
     Send {
@@ -117,6 +122,9 @@ pub enum Request {
         /// Listen on every address: a further receiver of a fan-out (`copy --also`),
         /// which the receiver before it dials directly.
         everywhere: bool,
+        /// Pass the stream on to the receivers a chain fan-out names (`recv --relay`):
+        /// set for every destination of `copy --also`.
+        relay: bool,
     },
     /// Send one stream: the file `path`, or the standard output of `command`; listen for
     /// the local receiver's connections.

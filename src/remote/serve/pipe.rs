@@ -39,7 +39,7 @@ pub(super) fn serve_receive_stream(
     out_lines: &Out,
     dest: &[u8],
     command: Option<String>,
-    (window, advertise, keep_cache, everywhere): (u64, Option<IpAddr>, bool, bool),
+    (window, advertise, keep_cache, (everywhere, relay)): (u64, Option<IpAddr>, bool, (bool, bool)),
 ) -> Result<u64> {
     let out = Output::open(&far_to(dest, command), keep_cache)?;
     let (listener, ticket, port) = listen(advertise, everywhere)?;
@@ -51,6 +51,7 @@ pub(super) fn serve_receive_stream(
         window,
         progress: false,
         timeout: DEFAULT_TIMEOUT,
+        relay,
     };
     Ok(receive_pipe(out, key, rx, opts)?.bytes)
 }
