@@ -19,6 +19,7 @@ pub mod remote;
 pub mod resolve;
 pub mod send;
 pub mod session;
+pub mod signals;
 pub mod stdio;
 pub mod store;
 pub mod transport;

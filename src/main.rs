@@ -4,6 +4,8 @@ use haul::config::Config;
 use haul::error::exit;
 
 fn main() {
+    // First, before any thread: every thread started later inherits the blocked signals.
+    haul::signals::install();
     let cli = haul::cli::parse();
     let json = cli.json;
     let cfg = Config::from_cli(cli).inspect_err(|e| {

@@ -120,6 +120,8 @@ pub struct Progress {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     bar: Option<ProgressBar>,
+    /// Clears the bar if a signal stops the process while it is drawn.
+    _on_stop: Option<crate::signals::OnStop>,
 }
 
 impl Progress {
@@ -131,6 +133,7 @@ impl Progress {
                 stop,
                 thread: None,
                 bar: None,
+                _on_stop: None,
             };
         }
         let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr_with_hz(5));
@@ -142,6 +145,7 @@ impl Progress {
         bar.set_style(style.progress_chars("=> "));
         let stop2 = Arc::clone(&stop);
         let shown = bar.clone();
+        let on_stop = clear_on_stop(&bar);
         let thread = std::thread::Builder::new()
             .name("haul-progress".into())
             .spawn(move || {
@@ -170,6 +174,7 @@ impl Progress {
             stop,
             thread,
             bar: Some(shown),
+            _on_stop: Some(on_stop),
         }
     }
 
@@ -190,6 +195,7 @@ impl Progress {
                 stop,
                 thread: None,
                 bar: None,
+                _on_stop: None,
             };
         }
         let total = counters.total_bytes.load(Ordering::Relaxed);
@@ -206,6 +212,7 @@ impl Progress {
             ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar());
         bar.set_style(style.progress_chars("=> "));
         let stop2 = Arc::clone(&stop);
+        let on_stop = clear_on_stop(&bar);
         let thread = std::thread::Builder::new()
             .name("haul-progress".into())
             .spawn(move || {
@@ -229,6 +236,7 @@ impl Progress {
             stop,
             thread,
             bar: None,
+            _on_stop: Some(on_stop),
         }
     }
 
@@ -249,6 +257,13 @@ impl Drop for Progress {
     fn drop(&mut self) {
         self.stop_now();
     }
+}
+
+/// Clears `bar` (every line it drew) if a signal stops the process; once cleared it
+/// draws nothing more.
+fn clear_on_stop(bar: &ProgressBar) -> crate::signals::OnStop {
+    let bar = bar.clone();
+    crate::signals::on_stop(move || bar.finish_and_clear())
 }
 
 /// " limit 10.00 MiB/s" while a bandwidth cap is set, else nothing.

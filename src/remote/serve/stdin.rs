@@ -39,6 +39,8 @@ pub(super) fn watch_stdin(mut input: impl BufRead + Send + 'static, finished: Ar
                 // failed print would panic this thread before the exit (the far end then
                 // listened on for ever).
                 let _ = writeln!(io::stderr(), "haul: the local haul went away; stopping");
+                // The exit skips the main thread's destructors: its `haul limit` socket.
+                crate::signals::run_cleanups();
                 std::process::exit(exit::NETWORK);
             }
         });

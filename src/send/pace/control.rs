@@ -5,7 +5,8 @@
 //! one line: a rate in bytes per second, or `off`.
 //!
 //! A directory that is not ours or that others may enter is refused (no socket, one
-//! warning): nobody else can change or learn our cap.
+//! warning): nobody else can change or learn our cap. The socket goes when the sender
+//! ends, by an error or by SIGINT, SIGTERM or SIGHUP ([`crate::signals`]).
 
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
@@ -51,10 +52,11 @@ fn checked_dir(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// The socket of a running sender; removed when dropped.
+/// The socket of a running sender; removed when dropped, or when a signal stops us.
 pub struct Control {
     path: PathBuf,
     stop: Arc<AtomicBool>,
+    _on_stop: crate::signals::OnStop,
 }
 
 impl Drop for Control {
@@ -103,7 +105,17 @@ pub fn serve(pacer: Arc<Pacer>) -> io::Result<Control> {
                 }
             }
         })?;
-    Ok(Control { path, stop })
+    let on_stop = {
+        let path = path.clone();
+        crate::signals::on_stop(move || {
+            let _ = std::fs::remove_file(&path);
+        })
+    };
+    Ok(Control {
+        path,
+        stop,
+        _on_stop: on_stop,
+    })
 }
 
 /// One client: its user must be ours (or root); one line in, one line out.
