@@ -217,33 +217,68 @@ fn run_command(cfg: &Config) -> Result<()> {
     }
 }
 
-/// `haul limit`: tells a running sender of this user its new cap.
+/// `haul limit`: tells a running sender of this user its new cap. Sockets nothing listens
+/// on (their sender died) are removed and do not count; one that another user or process
+/// holds is never told anything.
 fn run_limit(rate: Option<u64>, pid: Option<u32>) -> Result<()> {
-    use crate::send::pace::control;
-    let running = control::running();
-    let pid = match (pid, running.as_slice()) {
-        (Some(p), _) => p,
-        (None, [one]) => *one,
-        (None, []) => {
-            return Err(Error::Usage(format!(
-                "no running haul transfer of yours found (in {})",
-                control::dir().display()
-            )))
+    use crate::send::pace::control::{self, place::Reach, Place};
+    let usage = |m: String| Error::Usage(m);
+    let place = Place::open().map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            usage(format!("no running haul transfer of yours found ({e})"))
+        } else {
+            usage(format!("cannot look for your transfers: {e}"))
         }
-        (None, many) => {
-            let list: Vec<String> = many.iter().map(u32::to_string).collect();
-            return Err(Error::Usage(format!(
-                "several transfers run (pids {}): say which with --pid",
-                list.join(", ")
-            )));
+    })?;
+    let (pid, stream) = match pid {
+        Some(p) => match place.reach(p) {
+            Ok(Reach::Live(s)) => (p, s),
+            Ok(r @ (Reach::Stale | Reach::Gone)) => {
+                if matches!(r, Reach::Stale) {
+                    place.remove(&control::place::name(p));
+                }
+                return Err(usage(format!(
+                    "no running haul transfer of yours has pid {p} (in {})",
+                    place.shown().display()
+                )));
+            }
+            Ok(Reach::Refused(why)) => return Err(usage(why)),
+            Err(e) => {
+                return Err(usage(format!(
+                    "cannot reach the transfer with pid {p}: {e}"
+                )))
+            }
+        },
+        None => {
+            let (mut live, refused) = place.senders();
+            for why in &refused {
+                crate::progress::warn(why);
+            }
+            match live.len() {
+                1 => live.remove(0),
+                0 => {
+                    return Err(usage(match refused.first() {
+                        Some(why) => why.clone(),
+                        None => format!(
+                            "no running haul transfer of yours found (in {})",
+                            place.shown().display()
+                        ),
+                    }))
+                }
+                _ => {
+                    let list: Vec<String> = live.iter().map(|(p, _)| p.to_string()).collect();
+                    return Err(usage(format!(
+                        "several transfers run (pids {}): say which with --pid",
+                        list.join(", ")
+                    )));
+                }
+            }
         }
     };
-    let reply = control::tell(pid, rate)
-        .map_err(|e| Error::Usage(format!("cannot reach the transfer with pid {pid}: {e}")))?;
+    let reply = control::tell(stream, rate)
+        .map_err(|e| usage(format!("cannot reach the transfer with pid {pid}: {e}")))?;
     if !reply.starts_with("ok") {
-        return Err(Error::Usage(format!(
-            "the transfer with pid {pid} said: {reply}"
-        )));
+        return Err(usage(format!("the transfer with pid {pid} said: {reply}")));
     }
     Ok(())
 }

@@ -1,5 +1,7 @@
 //! The control sockets of `haul limit` through the real binary: a sender stopped by
-//! SIGINT, SIGTERM or SIGHUP removes its socket and dies of that signal.
+//! SIGINT, SIGTERM or SIGHUP removes its socket and dies of that signal; sockets left by
+//! killed senders do not keep `haul limit` from the live one; a fallback directory made
+//! by another user, and a socket another user or process listens on, are refused.
 //!
 //! Each test runs its haul processes as a user of its own (through `setpriv`), with a
 //! runtime directory of its own, so that the transfers of tests running at the same time
@@ -7,10 +9,11 @@
 
 mod support;
 
+use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::*;
@@ -61,6 +64,18 @@ impl User {
         let mut cmd = self.haul("send");
         cmd.arg(file).args(["--to", &recv.ticket, "--limit", limit]);
         (recv, Running::spawn("send", cmd))
+    }
+
+    /// python3 running `script` as this user.
+    fn python(&self, script: &str) -> Command {
+        python(Some(self.uid), script)
+    }
+
+    /// `haul limit ARGS` as this user, to completion.
+    fn limit(&self, args: &[&str]) -> std::process::Output {
+        let mut cmd = self.haul("limit");
+        cmd.args(args).stdin(Stdio::null());
+        cmd.output().unwrap()
     }
 }
 
@@ -125,5 +140,231 @@ fn sigint_sigterm_and_sighup_remove_the_socket_and_end_with_that_signal() {
             "{name}: {}",
             out.describe()
         );
+    }
+}
+
+#[test]
+fn sockets_of_killed_transfers_do_not_keep_haul_limit_from_the_live_one() {
+    let Some((tmp, file)) = source("sockets_of_killed_transfers", 40) else {
+        return;
+    };
+    let user = User::with_runtime(61_002, tmp.path());
+    let dir = user.sockets();
+    // The live one: 160 s at this cap, a few seconds once the cap is lifted.
+    let (live_recv, live) = user.send_slowly(&file, &tmp.path().join("live"), "256K");
+    wait_for(&socket(&dir, live.pid()));
+    // One killed with SIGKILL leaves its socket (nothing can remove it then)...
+    let (r, killed) = user.send_slowly(&file, &tmp.path().join("killed"), "64K");
+    let killed_sock = socket(&dir, killed.pid());
+    wait_for(&killed_sock);
+    killed.kill();
+    r.kill();
+    assert!(killed_sock.exists(), "SIGKILL cannot remove a socket");
+    // ...one ended with SIGTERM does not...
+    let (r, termed) = user.send_slowly(&file, &tmp.path().join("termed"), "64K");
+    let termed_sock = socket(&dir, termed.pid());
+    wait_for(&termed_sock);
+    // SAFETY: kill() on the pid of our own unreaped child.
+    assert_eq!(unsafe { libc::kill(termed.pid() as i32, libc::SIGTERM) }, 0);
+    termed.wait();
+    r.kill();
+    // ...and a socket nothing listens on, under the name of a process that lives.
+    let idle = Helper::start(user.python(IDLE_SOCKET).arg(&dir));
+    let idle_sock = PathBuf::from(&idle.first);
+
+    let o = user.limit(&["off"]);
+    idle.kill();
+    assert!(o.status.success(), "haul limit off: {o:?}");
+    assert!(!killed_sock.exists(), "the dead sender's socket stayed");
+    assert!(!termed_sock.exists(), "the stopped sender's socket stayed");
+    assert!(!idle_sock.exists(), "the socket nothing listens on stayed");
+    live.wait().assert_code(0);
+    live_recv.wait().assert_code(0);
+    assert_contents_equal(&file, &tmp.path().join("live/data"));
+}
+
+/// Binds (without listening) `limit-<its pid>.sock` in the directory it is given, prints
+/// the path, and sleeps.
+const IDLE_SOCKET: &str = "import os, socket, sys, time
+p = os.path.join(sys.argv[1], 'limit-%d.sock' % os.getpid())
+s = socket.socket(socket.AF_UNIX)
+s.bind(p)
+print(p, flush=True)
+time.sleep(120)";
+
+/// Listens on `limit-<pid>.sock` in `argv[1]` (`pid`: `argv[2]`, or its own), as uid
+/// `argv[3]` when given (bound as root first), prints the path, then answers every
+/// line with `ok` and prints what it was told.
+const FAKE_SENDER: &str = "import os, socket, sys
+pid = int(sys.argv[2]) or os.getpid()
+p = os.path.join(sys.argv[1], 'limit-%d.sock' % pid)
+s = socket.socket(socket.AF_UNIX)
+s.bind(p)
+os.chmod(p, 0o777)
+if len(sys.argv) > 3:
+    os.setuid(int(sys.argv[3]))
+s.listen(8)
+print(p, flush=True)
+while True:
+    c, _ = s.accept()
+    line = c.recv(64)
+    if line:
+        print('told', line.decode().strip(), flush=True)
+        c.sendall(b'ok 52428800\\n')
+    c.close()";
+
+/// A helper process: its first stdout line, and the rest once it is killed.
+struct Helper {
+    child: Child,
+    first: String,
+    rest: std::sync::mpsc::Receiver<String>,
+}
+
+impl Helper {
+    /// Starts `cmd` and reads its first line (at most 30 s).
+    fn start(cmd: &mut Command) -> Helper {
+        let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut r = BufReader::new(out);
+            let mut line = String::new();
+            let _ = r.read_line(&mut line);
+            let _ = tx.send(line);
+            let mut rest = String::new();
+            let _ = r.read_to_string(&mut rest);
+            let _ = tx.send(rest);
+        });
+        let first = rx.recv_timeout(Duration::from_secs(30));
+        let first = first.unwrap_or_else(|e| {
+            let _ = child.kill();
+            panic!("{cmd:?} printed no line: {e}")
+        });
+        Helper {
+            child,
+            first: first.trim_end().to_string(),
+            rest: rx,
+        }
+    }
+
+    /// Kills it and returns what it printed after its first line.
+    fn kill(mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.rest
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_default()
+    }
+}
+
+/// A fake sender started with `args` after the script (directory, pid, uid), as root or
+/// as `as_uid`.
+fn fake_sender(as_uid: Option<u32>, args: &[&str]) -> Helper {
+    Helper::start(python(as_uid, FAKE_SENDER).args(args))
+}
+
+/// The system's python3 running `script`, as root or as `as_uid`.
+fn python(as_uid: Option<u32>, script: &str) -> Command {
+    let mut cmd = match as_uid {
+        Some(u) => {
+            let mut c = Command::new("setpriv");
+            c.args([
+                &format!("--reuid={u}"),
+                &format!("--regid={u}"),
+                "--clear-groups",
+                PYTHON,
+            ]);
+            c
+        }
+        None => Command::new(PYTHON),
+    };
+    cmd.args(["-c", script]);
+    cmd
+}
+
+/// Not the first python3 on root's PATH (pyenv's, which other users may not run).
+const PYTHON: &str = "/usr/bin/python3";
+
+#[test]
+fn a_fallback_directory_another_user_made_is_refused_by_sender_and_haul_limit() {
+    let Some((tmp, file)) = source("a_fallback_directory_another_user_made", 2) else {
+        return;
+    };
+    let victim = User {
+        uid: 61_003,
+        runtime: None,
+    };
+    let attacker = 61_004u32;
+    let squat = victim.sockets();
+    let _ = std::fs::remove_dir_all(&squat);
+    // The attacker makes /tmp/haul-VICTIM first, open to all, with a socket of its own.
+    let o = Command::new("setpriv")
+        .args([
+            &format!("--reuid={attacker}"),
+            &format!("--regid={attacker}"),
+            "--clear-groups",
+            PYTHON,
+            "-c",
+            "import os, sys; os.mkdir(sys.argv[1]); os.chmod(sys.argv[1], 0o777)",
+        ])
+        .arg(&squat)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let fake = fake_sender(Some(attacker), &[squat.to_str().unwrap(), "0"]);
+
+    let (recv, sender) = victim.send_slowly(&file, &tmp.path().join("dst"), "4M");
+    let sent = sender.wait();
+    let told_by_limit = victim.limit(&["50M"]);
+    let told = fake.kill();
+    let _ = std::fs::remove_dir_all(&squat);
+
+    assert!(
+        !told.contains("told"),
+        "the attacker's socket was told: {told}"
+    );
+    sent.assert_code(0);
+    recv.wait().assert_code(0);
+    let refusal = format!("/tmp/haul-61003 belongs to uid {attacker}, not to you");
+    assert!(
+        sent.stderr
+            .contains(&format!("haul limit cannot reach this transfer: {refusal}")),
+        "{}",
+        sent.describe()
+    );
+    assert_eq!(told_by_limit.status.code(), Some(2), "{told_by_limit:?}");
+    let err = String::from_utf8_lossy(&told_by_limit.stderr);
+    assert!(err.contains(&refusal), "{err}");
+}
+
+#[test]
+fn a_socket_another_user_or_process_listens_on_is_not_told() {
+    let Some((_, tmp)) = unprivileged_tempdir("a_socket_another_user_or_process_listens_on") else {
+        return;
+    };
+    let user = User::with_runtime(61_005, tmp.path());
+    let dir = user.sockets();
+    std::fs::create_dir(&dir).unwrap();
+    std::os::unix::fs::chown(&dir, Some(user.uid), Some(user.uid)).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // Bound in the user's directory by root, listening as another user...
+    let other_uid = fake_sender(None, &[dir.to_str().unwrap(), "0", "61006"]);
+    // ...and one of the user's own processes listening under pid 1's name.
+    let other_pid = fake_sender(Some(user.uid), &[dir.to_str().unwrap(), "1"]);
+
+    let any = user.limit(&["off"]);
+    let by_uid = user.limit(&["off", "--pid", &other_uid.child.id().to_string()]);
+    let by_pid = user.limit(&["off", "--pid", "1"]);
+    let told = other_pid.kill() + &other_uid.kill();
+    assert!(!told.contains("told"), "a fake sender was told: {told}");
+
+    for (o, says) in [
+        (&any, "is held by"),
+        (&by_uid, "is held by uid 61006, not by you (uid 61005)"),
+        (&by_pid, "is held by pid "),
+    ] {
+        assert_eq!(o.status.code(), Some(2), "{o:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(says), "{says}: {err}");
     }
 }

@@ -1,60 +1,39 @@
 //! Changing a running sender's cap from another shell (`haul limit RATE|off`): each
 //! sender listens on a Unix socket `limit-<pid>.sock` in a directory only its user can
-//! enter (root: `/run/haul`; others: `$XDG_RUNTIME_DIR/haul`, else `/tmp/haul-<uid>`),
-//! accepts only peers of its own user (or root, checked with `SO_PEERCRED`), and takes
-//! one line: a rate in bytes per second, or `off`.
+//! enter ([`place`]), accepts only peers of its own user (or root, checked with
+//! `SO_PEERCRED`), and takes one line: a rate in bytes per second, or `off`.
+//! `haul limit`, in turn, talks only to a socket whose listener is of its own user and
+//! has the pid of the name.
 //!
 //! A directory that is not ours or that others may enter is refused (no socket, one
 //! warning): nobody else can change or learn our cap. The socket goes when the sender
-//! ends, by an error or by SIGINT, SIGTERM or SIGHUP ([`crate::signals`]).
+//! ends, by an error or by SIGINT, SIGTERM or SIGHUP ([`crate::signals`]); one left by a
+//! process that could not clean up (SIGKILL) is removed by the next sender or `haul
+//! limit` that finds nothing listening on it.
+
+pub mod place;
 
 use std::io::{self, BufRead, BufReader, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::fd::OwnedFd;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::Pacer;
+pub use place::Place;
 
-/// How long a client has to send its line.
-const CLIENT_WAIT: Duration = Duration::from_secs(2);
+use super::Pacer;
 
 /// Where this user's senders put their sockets.
 pub fn dir() -> PathBuf {
-    let uid = rustix::process::geteuid();
-    if uid.is_root() {
-        return PathBuf::from("/run/haul");
-    }
-    match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(d) if !d.is_empty() => PathBuf::from(d).join("haul"),
-        _ => PathBuf::from(format!("/tmp/haul-{}", uid.as_raw())),
-    }
+    place::path()
 }
 
-/// Creates `dir` (mode 0700) if missing and checks it is a directory of ours that no one
-/// else may enter.
-fn checked_dir(dir: &Path) -> io::Result<()> {
-    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e),
-    }
-    let m = std::fs::symlink_metadata(dir)?;
-    let me = rustix::process::geteuid().as_raw();
-    if !m.is_dir() || m.uid() != me || m.mode() & 0o077 != 0 {
-        return Err(io::Error::other(format!(
-            "{} is not a private directory of this user",
-            dir.display()
-        )));
-    }
-    Ok(())
-}
-
-/// The socket of a running sender; removed when dropped, or when a signal stops us.
+/// The socket of a running sender; removed when dropped.
 pub struct Control {
-    path: PathBuf,
+    dir: Arc<OwnedFd>,
+    name: String,
     stop: Arc<AtomicBool>,
     _on_stop: crate::signals::OnStop,
 }
@@ -62,7 +41,7 @@ pub struct Control {
 impl Drop for Control {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        let _ = std::fs::remove_file(&self.path);
+        let _ = rustix::fs::unlinkat(&*self.dir, &self.name, rustix::fs::AtFlags::empty());
     }
 }
 
@@ -82,14 +61,29 @@ pub fn listen(pace: &Arc<Pacer>) -> Option<Control> {
 }
 
 /// Listens for `haul limit` on behalf of `pacer` until the returned handle is dropped.
+/// Sockets of senders that died without removing theirs are removed first.
 pub fn serve(pacer: Arc<Pacer>) -> io::Result<Control> {
-    let dir = dir();
-    checked_dir(&dir)?;
-    let path = dir.join(format!("limit-{}.sock", std::process::id()));
-    // A socket left by a process that had our pid before us.
-    let _ = std::fs::remove_file(&path);
-    let listener = UnixListener::bind(&path)?;
+    let place = Place::make()?;
+    for pid in place.pids() {
+        if let Ok(place::Reach::Stale) = place.reach(pid) {
+            place.remove(&place::name(pid));
+        }
+    }
+    let me = std::process::id();
+    let (name, new) = (place::name(me), place::new_name(me));
+    // Bound under another name and then renamed, so that a socket under a sender's name
+    // always listens: one that refuses connections is a dead sender's.
+    place.remove(&new);
+    let listener = UnixListener::bind(place.at(&new))?;
+    place.rename(&new, &name)?;
     listener.set_nonblocking(true)?;
+    let dir = Arc::new(place.into_fd());
+    let on_stop = {
+        let (dir, name) = (Arc::clone(&dir), name.clone());
+        crate::signals::on_stop(move || {
+            let _ = rustix::fs::unlinkat(&*dir, &name, rustix::fs::AtFlags::empty());
+        })
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = Arc::clone(&stop);
     std::thread::Builder::new()
@@ -98,21 +92,13 @@ pub fn serve(pacer: Arc<Pacer>) -> io::Result<Control> {
             while !stop2.load(Ordering::Relaxed) {
                 match listener.accept() {
                     Ok((s, _)) => answer(s, &pacer),
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        std::thread::sleep(Duration::from_millis(100));
-                    }
                     Err(_) => std::thread::sleep(Duration::from_millis(100)),
                 }
             }
         })?;
-    let on_stop = {
-        let path = path.clone();
-        crate::signals::on_stop(move || {
-            let _ = std::fs::remove_file(&path);
-        })
-    };
     Ok(Control {
-        path,
+        dir,
+        name,
         stop,
         _on_stop: on_stop,
     })
@@ -128,10 +114,11 @@ fn answer(s: UnixStream, pacer: &Pacer) {
         return;
     }
     let _ = s.set_nonblocking(false);
-    let _ = s.set_read_timeout(Some(CLIENT_WAIT));
+    let _ = s.set_read_timeout(Some(place::LINE_WAIT));
     let mut line = String::new();
     let mut r = BufReader::new(io::Read::take(&s, 64));
-    if r.read_line(&mut line).is_err() {
+    // Nothing at all: `haul limit` or a starting sender only looked whether we listen.
+    if r.read_line(&mut line).is_err() || line.is_empty() {
         return;
     }
     let reply = match parse_line(line.trim()) {
@@ -156,31 +143,9 @@ fn parse_line(s: &str) -> Option<Option<u64>> {
     s.parse::<u64>().ok().map(|n| (n > 0).then_some(n))
 }
 
-/// The senders of this user that can be told a new cap, by pid.
-pub fn running() -> Vec<u32> {
-    let mut pids: Vec<u32> = std::fs::read_dir(dir())
-        .map(|it| {
-            it.flatten()
-                .filter_map(|e| {
-                    let n = e.file_name();
-                    let n = n.to_str()?;
-                    n.strip_prefix("limit-")?
-                        .strip_suffix(".sock")?
-                        .parse()
-                        .ok()
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    pids.sort_unstable();
-    pids
-}
-
-/// Tells the sender `pid` its new cap (`None`: none); returns its answer.
-pub fn tell(pid: u32, rate: Option<u64>) -> io::Result<String> {
-    let path = dir().join(format!("limit-{pid}.sock"));
-    let mut s = UnixStream::connect(&path)?;
-    s.set_read_timeout(Some(CLIENT_WAIT))?;
+/// Tells the sender at the other end of `s` (from [`Place::reach`]) its new cap (`None`:
+/// none); returns its answer.
+pub fn tell(mut s: UnixStream, rate: Option<u64>) -> io::Result<String> {
     let line = match rate {
         Some(r) => format!("{r}\n"),
         None => "off\n".to_string(),
@@ -189,9 +154,7 @@ pub fn tell(pid: u32, rate: Option<u64>) -> io::Result<String> {
     let mut reply = String::new();
     BufReader::new(io::Read::take(&s, 256)).read_line(&mut reply)?;
     if reply.is_empty() {
-        return Err(io::Error::other(
-            "the transfer did not answer (another user's?)",
-        ));
+        return Err(io::Error::other("the transfer did not answer"));
     }
     Ok(reply.trim_end().to_string())
 }
