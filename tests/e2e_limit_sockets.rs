@@ -1,7 +1,9 @@
 //! The control sockets of `haul limit` through the real binary: a sender stopped by
-//! SIGINT, SIGTERM or SIGHUP removes its socket and dies of that signal; sockets left by
-//! killed senders do not keep `haul limit` from the live one; a fallback directory made
-//! by another user, and a socket another user or process listens on, are refused.
+//! SIGINT, SIGTERM or SIGHUP removes its socket and dies of that signal (one its caller
+//! ignored stays ignored), and so does a sender that fails; sockets left by killed
+//! senders are removed by the next sender and do not keep `haul limit` from the live one;
+//! a fallback directory made by another user, and a socket another user or process
+//! listens on, are refused.
 //!
 //! Each test runs its haul processes as a user of its own (through `setpriv`), with a
 //! runtime directory of its own, so that the transfers of tests running at the same time
@@ -181,6 +183,74 @@ fn sockets_of_killed_transfers_do_not_keep_haul_limit_from_the_live_one() {
     live.wait().assert_code(0);
     live_recv.wait().assert_code(0);
     assert_contents_equal(&file, &tmp.path().join("live/data"));
+}
+
+#[test]
+fn a_new_transfer_removes_the_socket_a_killed_one_left() {
+    let Some((tmp, file)) = source("a_new_transfer_removes_the_socket", 8) else {
+        return;
+    };
+    let user = User::with_runtime(61_007, tmp.path());
+    let (r, killed) = user.send_slowly(&file, &tmp.path().join("killed"), "64K");
+    let killed_sock = socket(&user.sockets(), killed.pid());
+    wait_for(&killed_sock);
+    killed.kill();
+    r.kill();
+    let (r, next) = user.send_slowly(&file, &tmp.path().join("next"), "64K");
+    // A sender removes what is stale before its own socket appears.
+    wait_for(&socket(&user.sockets(), next.pid()));
+    let stayed = killed_sock.exists();
+    next.kill();
+    r.kill();
+    assert!(!stayed, "the next transfer left {}", killed_sock.display());
+}
+
+#[test]
+fn a_sender_that_fails_removes_its_socket() {
+    let Some((tmp, file)) = source("a_sender_that_fails_removes_its_socket", 8) else {
+        return;
+    };
+    let user = User::with_runtime(61_008, tmp.path());
+    let recv = recv(&tmp.path().join("dst"), &[]);
+    let mut cmd = user.haul("send");
+    cmd.arg(&file)
+        .args(["--to", &recv.ticket, "--limit", "64K", "--retries", "0"]);
+    let sender = Running::spawn("send", cmd);
+    let sock = socket(&user.sockets(), sender.pid());
+    wait_for(&sock);
+    recv.kill();
+    let out = sender.wait();
+    assert_ne!(out.code(), Some(0), "{}", out.describe());
+    assert!(out.code().is_some(), "{}", out.describe());
+    assert!(!sock.exists(), "a failed sender left {}", sock.display());
+}
+
+#[test]
+fn a_sighup_the_caller_ignored_stays_ignored() {
+    // As under nohup: the transfer runs on to its end, and only then its socket goes.
+    let Some((tmp, file)) = source("a_sighup_the_caller_ignored_stays_ignored", 4) else {
+        return;
+    };
+    let user = User::with_runtime(61_009, tmp.path());
+    let recv = recv(&tmp.path().join("dst"), &[]);
+    let mut cmd = user.haul("send");
+    cmd.arg(&file).args(["--to", &recv.ticket, "--limit", "2M"]);
+    // SAFETY: signal() is async-signal-safe, and nothing else runs in the child here.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let sender = Running::spawn("send", cmd);
+    let sock = socket(&user.sockets(), sender.pid());
+    wait_for(&sock);
+    // SAFETY: kill() on the pid of our own unreaped child.
+    assert_eq!(unsafe { libc::kill(sender.pid() as i32, libc::SIGHUP) }, 0);
+    sender.wait().assert_code(0);
+    recv.wait().assert_code(0);
+    assert_contents_equal(&file, &tmp.path().join("dst/data"));
+    assert!(!sock.exists(), "{} stayed", sock.display());
 }
 
 /// Binds (without listening) `limit-<its pid>.sock` in the directory it is given, prints
