@@ -6,7 +6,8 @@
 //! - a consumer or a producer that quits early fails both sides (never exit 0), and a
 //!   `--stream FILE` that did not complete leaves no file and no temporary;
 //! - connections cut with `ss -K` between two network namespaces are re-dialed within the
-//!   same run (root only: the test fails, not skips, without root);
+//!   same run (root only: the test fails, not skips, without root), also when every
+//!   connection is cut twice in quick succession under a live producer;
 //! - under a consumer throttled to ~10 MiB/s both sides stay under the documented 160 MiB
 //!   resident with the default window and blocks and 8 streams (the most any machine
 //!   defaults to).
@@ -346,6 +347,54 @@ fn connections_cut_with_ss_between_namespaces_reconnect_within_the_run() {
         sent.describe(),
         received.describe()
     );
+}
+
+/// Issue 36's hang: every connection in the receiver's namespace (control and data
+/// together) cut twice in quick succession while a live producer writes. Before the
+/// receiver asked again after a new control connection and after a stall, a loss report
+/// could vanish with the second cut and both ends waited for ever, alive and idle. Two
+/// rounds, cut at other points of the stream; each must end whole with exit 0 on both
+/// sides (the harness's deadline turns a hang into a failure).
+#[test]
+fn every_connection_cut_twice_in_quick_succession_under_a_live_producer_ends_whole() {
+    assert!(
+        is_root(),
+        "this test needs root (network namespaces, tc, ss -K); CI runs it as root"
+    );
+    const LEN: u64 = 160 * MIB;
+    let lab = Netlab::up("400mbit");
+    for (round, (first, gap)) in [(20u64, 1500u64), (45, 300)].into_iter().enumerate() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ticket = tmp.path().join("ticket");
+        let listen = format!("{}:0", lab.ip_b);
+        let mut recv = start_recv(Some(&lab.b), &listen, &ticket, &["-"], Stdio::piped());
+        let progress = Arc::new(AtomicU64::new(0));
+        let got = drain(recv.take_stdout(), None, Arc::clone(&progress), None);
+        let mut send = start_send(Some(&lab.a), &ticket, &["-", "--streams", "4"]);
+        let put = feed_random(send.take_stdin(), LEN, 36 + round as u64);
+        while progress.load(Ordering::Relaxed) < LEN * first / 100 {
+            assert!(
+                !send.exited() && !recv.exited(),
+                "round {round}: a side exited before {first}% of the stream arrived"
+            );
+            thread::sleep(Duration::from_millis(10));
+        }
+        let a = lab.cut(&lab.b, &[]);
+        thread::sleep(Duration::from_millis(gap));
+        let b = lab.cut(&lab.b, &[]);
+        eprintln!("round {round}: cut {a} then, {gap} ms later, {b} connection(s)");
+        let sent = send.wait();
+        let received = recv.wait();
+        let (got_len, got_hash) = got.join().unwrap();
+        let put_hash = put.join().unwrap();
+        assert_ok(&[&sent, &received]);
+        assert!(a > 0, "round {round}: the first cut found no connection");
+        assert_eq!(
+            (got_len, got_hash),
+            (LEN, put_hash),
+            "round {round}: the output differs from the input"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------

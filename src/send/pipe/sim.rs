@@ -15,7 +15,7 @@
 //! loops of `stream.rs`, `pipe.rs`'s driver, `receive::pipe`'s session) and the network.
 //!
 //! `cargo test --lib send::pipe::sim` runs the CI seeds; a soak of many more:
-//! `HAUL_SIM_SEEDS=1000000 cargo test --release --lib send::pipe::sim::soak -- --ignored`.
+//! `HAUL_SIM_SEEDS=1000000 cargo test --release --lib send::pipe::sim::tests::soak -- --ignored`.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
