@@ -22,6 +22,7 @@
 //! - `batch`: small files made durable with one `syncfs` per batch, then named;
 //! - `resume`: what to ask for per regular file (quick check, resume, delta), on `partial`;
 //! - `other`: directories, symlinks, FIFOs, devices and hardlinks;
+//! - `dirlink`: -K, the one destination symlink followed, checked on its descriptor;
 //! - `mirror`: `--delete`;
 //! - `report`: what each entry changes (`-v`, `-i`) and a dry run's account (`-n`);
 //! - `fsops`, `journal` and `key`: file-system calls beneath the root, the resume journal,
@@ -31,6 +32,7 @@
 mod batch;
 mod chown;
 pub(crate) mod direct;
+mod dirlink;
 mod dirlog;
 mod dirs;
 mod fsops;

@@ -1,7 +1,7 @@
 //! Entries other than regular files (what the summary counts as `other`): directories,
 //! symlinks, FIFOs, devices and hardlinks. Each is made under a temporary name and renamed
 //! into place (directories are made in place), never following a symlink — except, with
-//! -K, a symlink to a directory that was at the destination before the run.
+//! -K, a symlink to a directory that was at the destination before the run (`dirlink`).
 //!
 //! It deliberately does not apply directory metadata or fsync directories (the facade's
 //! `Store::finish` does, once everything beneath them exists), and knows nothing of
@@ -9,9 +9,7 @@
 
 use std::sync::atomic::Ordering;
 
-use std::os::fd::OwnedFd;
-
-use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::fs::{FileType, Mode};
 
 use super::fsops;
 use super::state::Store;
@@ -44,31 +42,6 @@ impl Store {
         }
         self.other.fetch_add(1, Ordering::Relaxed);
         Ok(())
-    }
-
-    /// With -K, the directory that `name` in `pfd` leads to when it is a symlink to a
-    /// directory that this run did not make and that belongs to the receiving user or
-    /// root (a link someone else planted is replaced, as without -K).
-    fn kept_dirlink(&self, pfd: &OwnedFd, path: &SafeRelPath, name: &[u8]) -> Option<OwnedFd> {
-        if !self.accept().keep_dirlinks {
-            return None;
-        }
-        let st = rustix::fs::statat(pfd, name, AtFlags::SYMLINK_NOFOLLOW).ok()?;
-        let me = rustix::process::geteuid().as_raw();
-        let ours = st.st_uid == me || st.st_uid == 0;
-        if FileType::from_raw_mode(st.st_mode) != FileType::Symlink || !ours {
-            return None;
-        }
-        if self.made_links.lock().map_or(true, |m| m.contains(path)) {
-            return None;
-        }
-        rustix::fs::openat(
-            pfd,
-            name,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .ok()
     }
 
     /// Makes a symlink, FIFO or device (devices only as root; otherwise skipped with a
@@ -173,56 +146,8 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-
-    use crate::protocol::{Accept, Entry, EntryKind, SafeRelPath, SyncOptions};
-    use crate::store::Store;
-
-    fn entry(path: &str, kind: EntryKind) -> Entry {
-        Entry {
-            id: 0,
-            path: path.as_bytes().to_vec(),
-            kind,
-            mode: 0o755,
-            mtime_sec: 1_700_000_000,
-            mtime_nsec: 0,
-            uid: rustix::process::geteuid().as_raw(),
-            gid: rustix::process::getegid().as_raw(),
-            xattrs: None,
-        }
-    }
-
-    fn keep_dirlinks_store(dest: &Path) -> Store {
-        let s = Store::open(dest).unwrap();
-        s.configure(1 << 20, SyncOptions::default(), [9u8; 32]);
-        s.set_accept(Accept {
-            keep_dirlinks: true,
-            ..Accept::default()
-        })
-        .unwrap();
-        s
-    }
-
-    #[test]
-    fn keep_dirlinks_follows_a_link_that_was_there() {
-        let tmp = tempfile::tempdir().unwrap();
-        let (dest, disk) = (tmp.path().join("dest"), tmp.path().join("disk"));
-        std::fs::create_dir_all(&dest).unwrap();
-        std::fs::create_dir_all(&disk).unwrap();
-        std::os::unix::fs::symlink(&disk, dest.join("wal")).unwrap();
-        let s = keep_dirlinks_store(&dest);
-        s.apply_entries(vec![
-            entry("", EntryKind::Dir),
-            entry("wal", EntryKind::Dir),
-            entry("wal/sub", EntryKind::Dir),
-        ])
-        .unwrap();
-        assert!(disk.join("sub").is_dir());
-        assert!(std::fs::symlink_metadata(dest.join("wal"))
-            .unwrap()
-            .file_type()
-            .is_symlink());
-    }
+    use crate::protocol::SafeRelPath;
+    use crate::store::dirlink::tests::keep_dirlinks_store;
 
     #[test]
     fn a_hardlink_already_there_leaves_no_temporary_name() {
@@ -240,28 +165,5 @@ mod tests {
             .collect();
         names.sort();
         assert_eq!(names, ["a", "b"]);
-    }
-
-    #[test]
-    fn keep_dirlinks_never_follows_a_link_the_sender_just_made() {
-        let tmp = tempfile::tempdir().unwrap();
-        let (dest, elsewhere) = (tmp.path().join("dest"), tmp.path().join("elsewhere"));
-        std::fs::create_dir_all(&dest).unwrap();
-        std::fs::create_dir_all(&elsewhere).unwrap();
-        let s = keep_dirlinks_store(&dest);
-        let target = elsewhere.to_str().unwrap().as_bytes().to_vec();
-        s.apply_entries(vec![
-            entry("", EntryKind::Dir),
-            entry("a", EntryKind::Symlink { target }),
-            entry("a", EntryKind::Dir),
-            entry("a/planted", EntryKind::Dir),
-        ])
-        .unwrap();
-        assert!(!elsewhere.join("planted").exists());
-        assert!(dest.join("a/planted").is_dir());
-        assert!(!std::fs::symlink_metadata(dest.join("a"))
-            .unwrap()
-            .file_type()
-            .is_symlink());
     }
 }
