@@ -186,3 +186,75 @@ fn chown_refuses_unknown_names_and_foreign_owners_at_start() {
     let m = fs::metadata(mine.join("src/f")).unwrap();
     assert_eq!((m.uid(), m.gid()), (65534, 65534));
 }
+
+/// Runs `script` with `sh -c` as nobody (the local user who may write in DST).
+fn as_nobody_sh(script: &str) {
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(["sh", "-c", script])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{script}: {out:?}");
+}
+
+/// Issue 37, finding 1: the source holds a set-uid root tool; a user who may write in DST
+/// plants her own program under its name, padded to its size, with its mtime. The quick
+/// check must not bless her file with root's owner and the set-uid bit: it is sent again.
+/// An unchanged tree copied again still sends nothing and keeps its inodes.
+#[test]
+fn a_planted_file_with_the_sources_size_and_mtime_is_sent_again_not_made_set_uid_root() {
+    if !is_root() {
+        println!("SKIPPED: planted_quick_check: needs root to run as another user");
+        return;
+    }
+    let Some((_, tmp)) = unprivileged_tempdir("planted_quick_check") else {
+        return;
+    };
+    const MTIME: &str = "1600000000";
+    let tool = b"#!/bin/sh\necho the real tool\n";
+    let src = tmp.path().join("src");
+    fs::create_dir_all(src.join("bin")).unwrap();
+    fs::write(src.join("bin/tool"), tool).unwrap();
+    fs::set_permissions(src.join("bin/tool"), fs::Permissions::from_mode(0o4755)).unwrap();
+    fs::write(src.join("plain"), b"plain file").unwrap();
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(MTIME.parse().unwrap());
+    for f in ["bin/tool", "plain"] {
+        let f = fs::File::options().write(true).open(src.join(f)).unwrap();
+        f.set_modified(at).unwrap();
+    }
+    let dst = tmp.path().join("dst");
+    fs::create_dir_all(dst.join("bin")).unwrap();
+    for d in [&dst, &dst.join("bin")] {
+        std::os::unix::fs::chown(d, Some(NOBODY), Some(NOGROUP)).unwrap();
+    }
+    let planted = dst.join("bin/tool");
+    let hers = format!("#!/bin/sh\nid\n#{}", "x".repeat(tool.len() - 14));
+    assert_eq!(hers.len(), tool.len());
+    as_nobody_sh(&format!(
+        "printf '%s' '{hers}' > '{p}' && chmod 755 '{p}' && touch -d @{MTIME} '{p}'",
+        p = planted.display()
+    ));
+
+    let out = copy(&[&with_slash(&src)], &dst, &["--json"]);
+    out.assert_code(0);
+    let m = fs::metadata(&planted).unwrap();
+    let content = fs::read(&planted).unwrap();
+    assert!(
+        !(content == hers.as_bytes() && m.uid() == 0 && m.mode() & 0o6000 != 0),
+        "her program became root {:o}",
+        m.mode() & 0o7777
+    );
+    assert_eq!(content, tool, "the tool was not sent again");
+    assert_eq!((m.uid(), m.mode() & 0o7777), (0, 0o4755));
+
+    // The legitimate case: the same tree again moves nothing, touches no inode.
+    let inode = |rel: &str| fs::metadata(dst.join(rel)).unwrap().ino();
+    let before = (inode("bin/tool"), inode("plain"));
+    let out = copy(&[&with_slash(&src)], &dst, &["--json"]);
+    out.assert_code(0);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(pipe_harness::json_u64(&out, &text, "files"), 0, "{text}");
+    assert_eq!(pipe_harness::json_u64(&out, &text, "files_unchanged"), 2);
+    assert_eq!((inode("bin/tool"), inode("plain")), before);
+    assert_trees_equal(&src, &dst);
+}

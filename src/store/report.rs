@@ -13,6 +13,7 @@ use std::os::fd::AsFd;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 
 use super::fsops;
+use super::resume;
 use super::state::Store;
 use super::xattr;
 use crate::progress::escape_bytes;
@@ -153,44 +154,36 @@ impl Store {
                 });
                 change.content = now.as_ref().map(|t| t.as_bytes()) != Some(&target[..]);
                 change.time = mtime_differs;
-                (change.acls, change.xattrs) = self.xattrs_differ(path, e);
+                (change.acls, change.xattrs) = xattrs_differ(self.xattrs_here(path, e).as_ref(), e);
                 return;
             }
             _ => change.time = mtime_differs,
         }
-        (change.acls, change.xattrs) = self.xattrs_differ(path, e);
+        let have = self.xattrs_here(path, e);
+        (change.acls, change.xattrs) = xattrs_differ(have.as_ref(), e);
         change.perms = st.st_mode & 0o7777 != e.mode & 0o7777;
         let owners = self.owners();
         change.owner = owners == fsops::Owners::Both && st.st_uid != e.uid;
         change.group = owners != fsops::Owners::Neither && st.st_gid != e.gid;
+        if let EntryKind::File { .. } = e.kind {
+            // A file the quick check may not give this metadata to is sent again.
+            change.sent |= resume::kept(st, e, owners, have.as_ref()) == resume::Kept::Resend;
+        }
     }
 
-    /// Whether the ACLs, and the other extended attributes, at `path` differ from those
-    /// `e` brings (never, when it brings none: they are left alone).
-    fn xattrs_differ(&self, path: &SafeRelPath, e: &Entry) -> (bool, bool) {
-        let Some(want) = &e.xattrs else {
-            return (false, false);
-        };
-        let have = match path.split_last() {
+    /// The extended attributes at `path`, when `e` brings some (`None` also when they
+    /// cannot be read).
+    fn xattrs_here(&self, path: &SafeRelPath, e: &Entry) -> Option<Xattrs> {
+        e.xattrs.as_ref()?;
+        match path.split_last() {
             None => xattr::read(xattr::Target::Fd(self.root.as_fd())),
             Some((parent, name)) => self.at(&parent, fsops::open_dir).and_then(|pfd| {
                 let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
                 let fd = rustix::fs::openat(&pfd, name, flags, Mode::empty())?;
                 xattr::read(xattr::Target::Path(fd.as_fd()))
             }),
-        };
-        let Ok(have) = have else {
-            return (false, false);
-        };
-        let part = |x: &Xattrs, acl: bool| {
-            let mut x = x.clone();
-            x.retain(|n| n.starts_with(b"system.posix_acl_") == acl);
-            x
-        };
-        (
-            xattr::differs(&part(&have, true), &part(want, true)),
-            xattr::differs(&part(&have, false), &part(want, false)),
-        )
+        }
+        .ok()
     }
 
     /// A dry run's account of `e` (whose `item` says what would change): counted as a
@@ -217,6 +210,24 @@ impl Store {
             }
         }
     }
+}
+
+/// Whether the ACLs, and the other extended attributes, of a destination that has `have`
+/// differ from those `e` brings (never, when it brings none: they are left alone; nor when
+/// they cannot be read).
+fn xattrs_differ(have: Option<&Xattrs>, e: &Entry) -> (bool, bool) {
+    let (Some(want), Some(have)) = (&e.xattrs, have) else {
+        return (false, false);
+    };
+    let part = |x: &Xattrs, acl: bool| {
+        let mut x = x.clone();
+        x.retain(|n| n.starts_with(b"system.posix_acl_") == acl);
+        x
+    };
+    (
+        xattr::differs(&part(have, true), &part(want, true)),
+        xattr::differs(&part(have, false), &part(want, false)),
+    )
 }
 
 #[cfg(test)]

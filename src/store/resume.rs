@@ -6,7 +6,10 @@
 //! Nothing found in the destination is trusted by name: the older version is used through
 //! a descriptor checked to be the file stat'ed, and leftovers of an earlier run only if
 //! they are this user's files with one link and the journal carries this receiver's key
-//! (see `key`); anything else is replaced and the file sent whole.
+//! (see `key`); anything else is replaced and the file sent whole. Nor is the older
+//! version trusted for what it is: the quick check gives it the sender's owner, mode and
+//! attributes only when that cannot bless someone else's content (see [`kept`]), and
+//! `--inplace` writes only into a file of the right owner with one link.
 //!
 //! It sets up the file's state and work file and then hands over to `partial`: it
 //! deliberately writes no unit data and finishes no file itself.
@@ -18,16 +21,19 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use rustix::fs::{AtFlags, FileType, OFlags};
+use std::os::fd::AsFd;
 
-use super::fsops;
+use rustix::fs::{AtFlags, FileType, OFlags, Stat};
+
+use super::fsops::{self, Owners};
 use super::journal::{self, Identity};
 use super::key::{self, Key};
 use super::partial::copy_range;
 use super::state::{FileState, JournalState, Received, Store};
+use super::xattr;
 use crate::codec::piece_hash;
 use crate::error::{Error, Result};
-use crate::protocol::{Entry, ProtocolError, SafeRelPath, Want, WantKind};
+use crate::protocol::{Entry, ProtocolError, SafeRelPath, Want, WantKind, Xattrs};
 
 /// Smallest delta piece: database pages are 8 KiB (PostgreSQL) or 16 KiB (InnoDB).
 const DELTA_CHUNK: u64 = 16 << 10;
@@ -87,20 +93,36 @@ impl Store {
         });
         let opts = self.options();
 
-        // Quick check: same size and mtime means up to date (rsync's rule).
+        // Quick check: same size and mtime means up to date (rsync's rule), when the file
+        // may be given the entry's metadata (see `kept`); otherwise it is sent again.
+        let owners = self.owners();
         if let Some((st, f)) = &existing {
             let same = st.st_size as u64 == size
                 && st.st_mtime == e.mtime_sec
                 && st.st_mtime_nsec as u32 == e.mtime_nsec;
             if same && !opts.checksum {
-                let done = fsops::apply_meta_fd(f, &e, self.owners()).map_err(err)?;
-                self.note_xattrs(&path, done);
-                self.unchanged_files.fetch_add(1, Ordering::Relaxed);
-                self.unchanged_bytes
-                    .fetch_add(data_bytes, Ordering::Relaxed);
-                return Ok(None);
+                let have = match e.xattrs {
+                    Some(_) => xattr::read(xattr::Target::Fd(f.as_fd())).ok(),
+                    None => None,
+                };
+                let verdict = kept(st, &e, owners, have.as_ref());
+                if verdict != Kept::Resend {
+                    if verdict == Kept::Update {
+                        let done = fsops::apply_meta_fd(f, &e, owners).map_err(err)?;
+                        self.note_xattrs(&path, done);
+                    }
+                    self.unchanged_files.fetch_add(1, Ordering::Relaxed);
+                    self.unchanged_bytes
+                        .fetch_add(data_bytes, Ordering::Relaxed);
+                    return Ok(None);
+                }
             }
         }
+        // Written in place only if it is a file of ours to give metadata to (one link, the
+        // right owner): never another name's inode (a planted hardlink to /etc/passwd).
+        let inplace_ok = existing
+            .as_ref()
+            .is_some_and(|(st, _)| st.st_nlink == 1 && owner_ok(st, &e, owners));
 
         let block = self.block_size.load(Ordering::Relaxed);
         let precreated = data_bytes == 0 || data_bytes != size || size > block;
@@ -139,7 +161,8 @@ impl Store {
                 // Delta against the older version under the final name, read through the
                 // descriptor already checked; written only --inplace.
                 let old_len = st.st_size as u64;
-                let old = if opts.inplace {
+                let in_place = opts.inplace && inplace_ok;
+                let old = if in_place {
                     fsops::open_same_file(pfd, &name, OFlags::RDWR, &st).map_err(err)?
                 } else {
                     old
@@ -148,7 +171,7 @@ impl Store {
                     self.hash_pieces(&old, old_len, block).map_err(err)?
                 {
                     want = WantKind::Delta { chunk, hashes };
-                    if opts.inplace {
+                    if in_place {
                         inplace = true;
                         old.set_len(size).map_err(err)?;
                         file = Some(old);
@@ -301,6 +324,72 @@ impl Store {
     }
 }
 
+/// What the quick check makes of a destination file that has an entry's size and mtime.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Kept {
+    /// Unchanged; its owner, mode, attributes and mtime are made the entry's.
+    Update,
+    /// Unchanged, and its metadata already is the entry's: nothing is applied.
+    AsIs,
+    /// Sent again, into a new file renamed over it: its metadata cannot safely be made
+    /// the entry's.
+    Resend,
+}
+
+/// Whether `st` (an existing file with `e`'s size and mtime, not written this run, whose
+/// attributes are `have` when `e` brings some) counts as unchanged. Same size and mtime
+/// says nothing about who wrote the content: giving it `e`'s metadata is safe only when it
+/// already belongs to the owner to apply or to the receiving user (else a user's planted
+/// file would become root's), has one link (else another name's inode changes too, outside
+/// DIR perhaps: a planted hardlink to `/etc/shadow`), and gains no set-id bit and no file
+/// capability (which would bless content nobody verified). A file whose metadata already
+/// is `e`'s needs nothing applied, so its links do not matter (a hardlink group an earlier
+/// run made, a `cp -al` snapshot).
+pub(super) fn kept(st: &Stat, e: &Entry, owners: Owners, have: Option<&Xattrs>) -> Kept {
+    let (uid, gid) = wanted_owner(e, owners);
+    let mode = e.mode & 0o7777;
+    let attrs_same = match (&e.xattrs, have) {
+        (None, _) => true,
+        (Some(want), Some(have)) => !xattr::differs(have, want),
+        (Some(_), None) => false,
+    };
+    let as_is = st.st_uid == uid
+        && gid.is_none_or(|g| st.st_gid == g)
+        && st.st_mode & 0o7777 == mode
+        && attrs_same;
+    if as_is {
+        return Kept::AsIs;
+    }
+    let set_id = mode & 0o6000 & !st.st_mode != 0;
+    let new_cap = e
+        .xattrs
+        .as_ref()
+        .and_then(|x| x.get(CAPABILITY))
+        .is_some_and(|want| have.and_then(|x| x.get(CAPABILITY)) != Some(want));
+    match st.st_nlink == 1 && owner_ok(st, e, owners) && !set_id && !new_cap {
+        true => Kept::Update,
+        false => Kept::Resend,
+    }
+}
+
+const CAPABILITY: &[u8] = b"security.capability";
+
+/// The owner and group (`None`: left as it is) that `e`'s metadata gives a file here.
+fn wanted_owner(e: &Entry, owners: Owners) -> (u32, Option<u32>) {
+    let me = rustix::process::geteuid().as_raw();
+    match owners {
+        Owners::Both => (e.uid, Some(e.gid)),
+        Owners::Group => (me, Some(e.gid)),
+        Owners::Neither => (me, None),
+    }
+}
+
+/// Whether `st` belongs to the owner `e` gives it or to the receiving user.
+fn owner_ok(st: &Stat, e: &Entry, owners: Owners) -> bool {
+    let me = rustix::process::geteuid().as_raw();
+    st.st_uid == me || st.st_uid == wanted_owner(e, owners).0
+}
+
 /// Creates afresh the journal of new partial file `partial` and writes its header; without
 /// a key, removes any journal under that name and makes none.
 fn new_journal(
@@ -323,4 +412,100 @@ fn new_journal(
     let mut f = fsops::create_new(pfd, name, OFlags::WRONLY | OFlags::APPEND)?;
     std::io::Write::write_all(&mut f, &journal::header(&bind, ident))?;
     Ok(Some(f))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::{kept, Kept};
+    use crate::protocol::{EntryKind, Xattr, Xattrs};
+    use crate::store::fsops::Owners;
+    use crate::store::tests::entry;
+
+    fn caps() -> Xattrs {
+        let cap = Xattr {
+            name: b"security.capability".to_vec(),
+            value: vec![1, 2, 3],
+        };
+        Xattrs::new(vec![cap]).unwrap()
+    }
+
+    /// `kept` on its own: who may be given what, by owner, links, set-id bits and
+    /// capabilities (the receiving user's files here; `Both` owners as for root).
+    #[test]
+    fn the_quick_check_blesses_only_what_it_may() {
+        let tmp = tempfile::tempdir().unwrap();
+        let f = tmp.path().join("f");
+        fs::write(&f, b"x").unwrap();
+        fs::set_permissions(&f, fs::Permissions::from_mode(0o755)).unwrap();
+        let me = rustix::process::geteuid().as_raw();
+        let st = || rustix::fs::stat(&f).unwrap();
+        let file = EntryKind::File {
+            size: 1,
+            data_bytes: 1,
+        };
+        let mut e = entry(1, "f", file, 0o755);
+        e.uid = me;
+        e.gid = rustix::process::getegid().as_raw();
+        assert_eq!(kept(&st(), &e, Owners::Both, None), Kept::AsIs);
+        e.mode = 0o700;
+        assert_eq!(kept(&st(), &e, Owners::Both, None), Kept::Update);
+        // Another owner to give it, from the receiving user's file: fine.
+        e.uid = me + 1;
+        assert_eq!(kept(&st(), &e, Owners::Both, None), Kept::Update);
+        // Set-id bits or capabilities it does not have: never.
+        e.mode = 0o4755;
+        assert_eq!(kept(&st(), &e, Owners::Both, None), Kept::Resend);
+        e.mode = 0o755;
+        e.xattrs = Some(caps());
+        let none = Xattrs::default();
+        assert_eq!(kept(&st(), &e, Owners::Both, Some(&none)), Kept::Resend);
+        e.xattrs = None;
+        // A second link: its metadata may not change (the other name may be outside).
+        fs::hard_link(&f, tmp.path().join("g")).unwrap();
+        assert_eq!(kept(&st(), &e, Owners::Both, None), Kept::Resend);
+        e.uid = me;
+        assert_eq!(kept(&st(), &e, Owners::Both, None), Kept::AsIs);
+        // Someone else's file (not root's), with one link.
+        fs::remove_file(tmp.path().join("g")).unwrap();
+        if me == 0 {
+            std::os::unix::fs::chown(&f, Some(65534), None).unwrap();
+            e.mode = 0o700;
+            assert_eq!(kept(&st(), &e, Owners::Both, None), Kept::Resend);
+            e.uid = 65534;
+            assert_eq!(kept(&st(), &e, Owners::Both, None), Kept::Update);
+        }
+    }
+
+    /// `--inplace` writes into the older version's inode only when it is a file of ours
+    /// with one link: a planted hardlink to a file outside DIR is left alone (before, its
+    /// length and content were changed in place).
+    #[test]
+    fn inplace_never_writes_through_a_planted_hardlink() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (root, victim) = (tmp.path().join("d"), tmp.path().join("victim"));
+        fs::create_dir(&root).unwrap();
+        fs::write(&victim, vec![b'a'; 2 << 20]).unwrap();
+        fs::hard_link(&victim, root.join("f")).unwrap();
+        let s = crate::store::Store::open(&root).unwrap();
+        let opts = crate::protocol::SyncOptions {
+            inplace: true,
+            ..Default::default()
+        };
+        s.configure(1 << 20, opts, [9u8; 32]);
+        s.journal_key.set(Some([1u8; 32])).unwrap();
+        let size = (2 << 20) + 1;
+        let file = EntryKind::File {
+            size,
+            data_bytes: size,
+        };
+        let me = rustix::process::geteuid().as_raw();
+        let mut e = entry(1, "f", file, 0o644);
+        (e.uid, e.gid) = (me, rustix::process::getegid().as_raw());
+        let want = s.apply_entries(vec![entry(0, "", EntryKind::Dir, 0o755), e]);
+        assert!(want.is_ok(), "{want:?}");
+        assert_eq!(fs::metadata(&victim).unwrap().len(), 2 << 20);
+    }
 }
