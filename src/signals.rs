@@ -16,11 +16,15 @@
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 use nix::sys::signal::{SigSet, Signal};
 
 /// The signals that stop a run and are worth cleaning up after.
 const STOPPING: [Signal; 3] = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP];
+
+/// How long the clean-up after a signal may take before the process dies regardless.
+const STOP_WAIT: Duration = Duration::from_secs(2);
 
 type Cleanup = Box<dyn Fn() + Send>;
 
@@ -67,6 +71,14 @@ fn stop_on(set: SigSet) {
         let _ = set.thread_unblock();
         return;
     };
+    // The clean-up and the last line may block (a terminal stopped with ^S, a stderr pipe
+    // nobody reads): the signal still ends the process, at most this much later.
+    let _ = std::thread::Builder::new()
+        .name("haul-signal-deadline".into())
+        .spawn(move || {
+            std::thread::sleep(STOP_WAIT);
+            die_of(sig)
+        });
     // Held until the end: no clean-up is added or dropped half-way through.
     let cleanups = lock();
     for (_, f) in cleanups.iter() {
@@ -80,8 +92,12 @@ fn stop_on(set: SigSet) {
     }
     let _ = writeln!(err, "haul: stopped by {}", sig.as_str());
     let _ = err.flush();
-    // Its disposition is the default one (an ignored signal is never waited for): the
-    // process dies of it once this thread lets it through.
+    die_of(sig)
+}
+
+/// Ends the process by `sig`, whose disposition is the default one (an ignored signal is
+/// never waited for): it kills once the calling thread lets it through.
+fn die_of(sig: Signal) -> ! {
     let mut one = SigSet::empty();
     one.add(sig);
     let _ = one.thread_unblock();

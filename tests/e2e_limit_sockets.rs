@@ -253,6 +253,46 @@ fn a_sighup_the_caller_ignored_stays_ignored() {
     assert!(!sock.exists(), "{} stayed", sock.display());
 }
 
+#[test]
+fn a_signal_ends_a_sender_whose_stderr_blocks() {
+    let Some((tmp, file)) = source("a_signal_ends_a_sender_whose_stderr_blocks", 8) else {
+        return;
+    };
+    let user = User::with_runtime(61_010, tmp.path());
+    let recv = recv(&tmp.path().join("dst"), &[]);
+    // A pipe nobody reads, full before haul starts: its last line cannot be written.
+    let (_unread, full) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap();
+    rustix::fs::fcntl_setfl(&full, rustix::fs::OFlags::NONBLOCK).unwrap();
+    while rustix::io::write(&full, &[b'x'; 4096]).is_ok() {}
+    rustix::fs::fcntl_setfl(&full, rustix::fs::OFlags::empty()).unwrap();
+    let mut cmd = user.haul("send");
+    cmd.arg(&file)
+        .args(["--to", &recv.ticket, "--limit", "64K"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(full));
+    let mut sender = cmd.spawn().unwrap();
+    let sock = socket(&user.sockets(), sender.id());
+    wait_for(&sock);
+    // SAFETY: kill() on the pid of our own unreaped child.
+    assert_eq!(unsafe { libc::kill(sender.id() as i32, libc::SIGTERM) }, 0);
+    let until = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = sender.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > until {
+            let _ = sender.kill();
+            let _ = sender.wait();
+            panic!("SIGTERM did not end a sender whose stderr blocks within 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    recv.kill();
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
+    assert!(!sock.exists(), "{} stayed", sock.display());
+}
+
 /// Binds (without listening) `limit-<its pid>.sock` in the directory it is given, prints
 /// the path, and sleeps.
 const IDLE_SOCKET: &str = "import os, socket, sys, time
