@@ -87,11 +87,15 @@ impl Place {
     fn open_at(path: PathBuf) -> io::Result<Place> {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let fd = rustix::fs::open(&path, flags, Mode::empty()).map_err(|e| {
+            // O_DIRECTORY makes a symbolic link ENOTDIR; the message tells which it was.
+            let link = || std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_symlink());
             let why = match e {
-                Errno::LOOP => "is a symbolic link: not used (remove it)".to_string(),
+                Errno::LOOP | Errno::NOTDIR if link() => {
+                    "is a symbolic link: not used (remove it)".to_string()
+                }
                 Errno::NOTDIR => "is not a directory: not used (remove it)".to_string(),
                 Errno::NOENT => "does not exist".to_string(),
-                e => e.to_string(),
+                e => format!("cannot be opened: {e}"),
             };
             io::Error::new(
                 io::Error::from(e).kind(),
@@ -267,6 +271,25 @@ fn alive(pid: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_private_directory_of_ours_is_used() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let ours = tmp.path().join("ours");
+        std::fs::create_dir(&ours).unwrap();
+        std::fs::set_permissions(&ours, std::fs::Permissions::from_mode(0o700)).unwrap();
+        assert!(Place::open_at(ours.clone()).is_ok());
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&ours, &link).unwrap();
+        let open = |p: &Path| Place::open_at(p.to_path_buf()).err().unwrap().to_string();
+        assert!(open(&link).ends_with("link is a symbolic link: not used (remove it)"));
+        std::fs::set_permissions(&ours, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(open(&ours).contains("is open to other users (mode 0755)"));
+        let file = tmp.path().join("file");
+        std::fs::write(&file, b"").unwrap();
+        assert!(open(&file).ends_with("file is not a directory: not used (remove it)"));
+    }
 
     #[test]
     fn names() {
