@@ -211,3 +211,55 @@ fn shards_refuse_delete_and_filters() {
     o.assert_code(2);
     assert!(!dst.exists());
 }
+
+/// Replaces a shard file's `end` line with the BLAKE3 of what is now above it.
+fn reseal(body: &[u8]) -> Vec<u8> {
+    let mut out = body.to_vec();
+    out.extend_from_slice(format!("end {}\n", blake3::hash(body).to_hex()).as_bytes());
+    out
+}
+
+#[test]
+fn a_shard_whose_header_differs_from_shard_0_is_refused_not_a_panic() {
+    // Issue 37 finding 9: shard 1 with an extra `source` line and a record for source 1,
+    // its unkeyed checksum recomputed, made `plan --check` index past shard 0's sources
+    // (exit 101).
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    for n in ["a", "b", "c", "d"] {
+        fs::write(src.join(n), n).unwrap();
+    }
+    let shards = tmp.path().join("shards");
+    plan(&[&src], 2, &shards);
+    let f = shard_file(&shards, 1);
+    let text = String::from_utf8(fs::read(&f).unwrap()).unwrap();
+    let mut body = String::new();
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.pop(); // the `end` line
+    for line in lines {
+        match line.strip_prefix("entries ") {
+            Some(rest) => {
+                let (n, bytes) = rest.split_once(' ').unwrap();
+                body.push_str("source /elsewhere/\n");
+                let n: u64 = n.parse().unwrap();
+                body.push_str(&format!("entries {} {bytes}\n", n + 1));
+            }
+            None => {
+                body.push_str(line);
+                body.push('\n');
+            }
+        }
+    }
+    body.push_str("f 0 1 planted\n");
+    fs::write(&f, reseal(body.as_bytes())).unwrap();
+    let dst = tmp.path().join("dst");
+    Haul::new().copy(&[&src], &dst, &[]).assert_code(0);
+    let o = haul(&[&"plan", &"--check", &shards, &dst]);
+    o.assert_code(2);
+    assert!(
+        o.stderr.contains("shard-1") && o.stderr.contains("sources"),
+        "{}",
+        o.describe()
+    );
+}

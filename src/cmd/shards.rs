@@ -254,15 +254,17 @@ fn check(dir: &Path, dest: &Path, cfg: &Config) -> Result<()> {
     for i in 1..count {
         let f = read_shard_file(&dir.join(shard_name(i)))?;
         let h = &f.header;
-        if h.plan != shards[0].header.plan || h.count != count || h.index != i {
+        let first = &shards[0].header;
+        if let Some(what) = h.mismatch(first, i) {
             return Err(Error::Usage(format!(
-                "{} is shard {} of {} of plan {}, not shard {i} of {count} of plan {}: \
-                 shard files of two plans are mixed",
+                "{} (shard {} of {} of plan {}) differs from shard-0 in its {what}, \
+                 expected shard {i} of {count} of plan {}: shard files of two plans are \
+                 mixed, or one was edited",
                 escape(&dir.join(shard_name(i)).display().to_string()),
                 h.index,
                 h.count,
                 h.plan,
-                shards[0].header.plan
+                first.plan
             )));
         }
         shards.push(f);
@@ -367,20 +369,28 @@ fn layout(head: &Header, shards: &[ShardFile], dest: &Path) -> Vec<PathBuf> {
 
 /// The record's path at the destination, escaped.
 fn show(roots: &[PathBuf], r: &Record) -> String {
-    escape(&at(roots, r).display().to_string())
+    match at(roots, r) {
+        Some(p) => escape(&p.display().to_string()),
+        None => format!("source {} (not in the plan)", r.source),
+    }
 }
 
-fn at(roots: &[PathBuf], r: &Record) -> PathBuf {
-    let root = &roots[r.source as usize];
-    match r.path.is_root() {
+/// Where the record is at the destination; `None` for a source the plan does not have
+/// (the headers were checked to agree, so only a bug gets here).
+fn at(roots: &[PathBuf], r: &Record) -> Option<PathBuf> {
+    let root = roots.get(r.source as usize)?;
+    Some(match r.path.is_root() {
         true => root.clone(),
         false => root.join(r.path.as_path()),
-    }
+    })
 }
 
 /// How the destination's entry differs from the record (`None`: it matches).
 fn differs(roots: &[PathBuf], r: &Record) -> Option<String> {
-    let meta = match std::fs::symlink_metadata(at(roots, r)) {
+    let Some(path) = at(roots, r) else {
+        return Some("its source is not in the plan".into());
+    };
+    let meta = match std::fs::symlink_metadata(path) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some("missing".into()),
         Err(e) => return Some(e.to_string()),

@@ -125,6 +125,30 @@ pub struct Header {
     pub bytes: u64,
 }
 
+impl Header {
+    /// What in this header, read from the file of shard `index`, disagrees with `first`
+    /// (shard 0's): every shard of a plan repeats the plan-wide fields, and a check that
+    /// reads several shards takes them from shard 0. `None`: it belongs to that plan.
+    pub fn mismatch(&self, first: &Header, index: u32) -> Option<&'static str> {
+        if self.plan != first.plan || self.count != first.count {
+            return Some("plan id or shard count");
+        }
+        if self.index != index {
+            return Some("shard index");
+        }
+        if self.links != first.links {
+            return Some("symlink rule (links)");
+        }
+        if (self.total_entries, self.total_bytes) != (first.total_entries, first.total_bytes) {
+            return Some("plan totals");
+        }
+        if self.sources != first.sources {
+            return Some("sources");
+        }
+        None
+    }
+}
+
 /// A decoded shard file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShardFile {
@@ -151,8 +175,9 @@ pub enum FormatError {
     /// The file ends before its `end` line: cut short.
     #[error("it is cut short (no `end` line)")]
     Truncated,
-    /// The BLAKE3 in the `end` line does not match the content: edited or damaged.
-    #[error("its checksum does not match its content (edited or damaged)")]
+    /// The BLAKE3 in the `end` line does not match the content: damaged, or edited
+    /// without updating it (the checksum has no key: it is no defence against tampering).
+    #[error("its checksum does not match its content (damaged or edited)")]
     Checksum,
 }
 

@@ -64,6 +64,59 @@ fn damaged_files_are_refused() {
 }
 
 #[test]
+fn a_shard_belongs_to_shard_0s_plan_only_with_the_same_plan_wide_fields() {
+    let first = Header {
+        index: 0,
+        ..header()
+    };
+    // Its own index and counts may differ; nothing else.
+    let own = Header {
+        index: 2,
+        entries: 1,
+        bytes: 0,
+        ..header()
+    };
+    assert_eq!(own.mismatch(&first, 2), None);
+    assert_eq!(own.mismatch(&first, 3), Some("shard index"));
+    let mut extra = own.clone();
+    extra.sources.push(b"/elsewhere/".to_vec());
+    let edits: [(Header, &str); 5] = [
+        (
+            Header {
+                plan: "f".repeat(32),
+                ..own.clone()
+            },
+            "plan id or shard count",
+        ),
+        (
+            Header {
+                count: 9,
+                ..own.clone()
+            },
+            "plan id or shard count",
+        ),
+        (
+            Header {
+                links: Links::Keep,
+                ..own.clone()
+            },
+            "symlink rule (links)",
+        ),
+        (
+            Header {
+                total_entries: 11,
+                ..own.clone()
+            },
+            "plan totals",
+        ),
+        (extra, "sources"),
+    ];
+    for (h, what) in edits {
+        assert_eq!(h.mismatch(&first, 2), Some(what));
+    }
+}
+
+#[test]
 fn unsafe_paths_are_refused() {
     for bad in ["..", "a/../b", "/etc", "a//b", "a\\#000b", "a\\x"] {
         let h = Header {
