@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 mod data;
 mod forward;
@@ -56,8 +56,9 @@ const DATA_CONN_SLACK: usize = 4;
 /// The connections a listener accepts, as `receive` takes them: each with its role, in
 /// the order they arrive. Probes are closed at once: only a waiting `haul recv DIR`
 /// answers them ([`probe::incoming_answering_probes`]).
+/// At most [`integrity::QUEUED_CONNS`] wait to be taken; more are closed at once.
 pub fn incoming(accepted: Receiver<Accepted>) -> Result<Receiver<(Conn, Role)>> {
-    let (tx, rx) = crossbeam_channel::unbounded();
+    let (mut queue, rx) = integrity::ConnQueue::new();
     std::thread::Builder::new()
         .name("haul-incoming".into())
         .spawn(move || {
@@ -65,7 +66,7 @@ pub fn incoming(accepted: Receiver<Accepted>) -> Result<Receiver<(Conn, Role)>> 
                 if matches!(a.role, Role::Probe | Role::ProbeData) {
                     continue;
                 }
-                if tx.send((a.conn, a.role)).is_err() {
+                if !queue.offer(a.conn, a.role) {
                     break;
                 }
             }
@@ -108,7 +109,7 @@ pub fn receive(
         forged: Forgeries::starting_at(forged),
         forward: std::sync::OnceLock::new(),
     });
-    let (control_tx, control_rx) = crossbeam_channel::unbounded();
+    let (control_tx, control_rx) = integrity::ControlQueue::new();
     for c in early_data {
         spawn_data_worker(&shared, c);
     }
@@ -175,7 +176,7 @@ pub fn receive(
 fn spawn_dispatcher(
     shared: Arc<Shared>,
     incoming: Receiver<(Conn, Role)>,
-    control_tx: Sender<Conn>,
+    control_tx: integrity::ControlQueue,
 ) -> Result<()> {
     std::thread::Builder::new()
         .name("haul-dispatch".into())
@@ -187,7 +188,7 @@ fn spawn_dispatcher(
                     Ok((_, Role::Probe | Role::ProbeData)) => {}
                     Ok((c, Role::Control)) => {
                         shared.control_conns.fetch_add(1, Ordering::Relaxed);
-                        if control_tx.send(c).is_err() {
+                        if !control_tx.offer(c) {
                             break;
                         }
                     }

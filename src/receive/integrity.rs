@@ -3,13 +3,19 @@
 //! dishonest peer), so the connection that carried it is dropped and, for data, what it
 //! lost is asked for again after Finish; but only [`MAX_FORGED`] times per transfer.
 //!
+//! What a sender may hold open before its Start is bounded here too: data connections
+//! that come first are kept up to the most any Start may declare ([`MAX_EARLY_DATA`]),
+//! and authenticated connections the transfer has not taken yet wait in a queue of
+//! [`QUEUED_CONNS`] ([`ConnQueue`]); beyond either, a connection is closed at once.
+//! (Strangers never get this far: the listener bounds handshakes.)
+//!
 //! Not here: the checks themselves (`protocol::seal`, `codec`).
 
 use std::io;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use crossbeam_channel::Receiver;
+use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use crate::error::{Error, Result};
 use crate::protocol::{Control, ProtocolError, SyncOptions, MAX_BLOCK, MAX_STREAMS};
@@ -20,6 +26,85 @@ use crate::transport::{Conn, Role};
 /// Bit errors that slip past TCP's checksum are rare, so 16 means someone is at work on
 /// the path (or the sender is not honest).
 pub(super) const MAX_FORGED: u32 = 16;
+
+/// Data connections kept before the sender's Start says how many streams it has: the
+/// most a Start may declare, and the slack a re-dial needs. Each may hold a TLS state and
+/// frame buffers (about 330 KiB), so more are closed at once.
+pub(super) const MAX_EARLY_DATA: usize = MAX_STREAMS as usize + super::DATA_CONN_SLACK;
+/// Authenticated connections waiting for the transfer to take them (it takes them at
+/// once, except while it reads a Start): as many as may be kept before Start.
+pub(super) const QUEUED_CONNS: usize = MAX_EARLY_DATA;
+
+/// The queue between the listener and the transfer: connections beyond [`QUEUED_CONNS`]
+/// not yet taken are closed (one warning per queue).
+pub(super) struct ConnQueue {
+    tx: Sender<(Conn, Role)>,
+    warned: bool,
+}
+
+impl ConnQueue {
+    /// A queue and the end the transfer takes connections from.
+    pub(super) fn new() -> (ConnQueue, Receiver<(Conn, Role)>) {
+        let (tx, rx) = crossbeam_channel::bounded(QUEUED_CONNS);
+        (ConnQueue { tx, warned: false }, rx)
+    }
+
+    /// Queues `c`, or closes it when the queue is full; `false` once the transfer is gone.
+    pub(super) fn offer(&mut self, c: Conn, role: Role) -> bool {
+        match self.tx.try_send((c, role)) {
+            Ok(()) => true,
+            Err(TrySendError::Full((c, _))) => {
+                let peer = c.peer_desc();
+                drop(c);
+                if !std::mem::replace(&mut self.warned, true) {
+                    crate::progress::warn(&format!(
+                        "closed a connection from {peer}: {QUEUED_CONNS} are already waiting \
+                         for the transfer to take them"
+                    ));
+                }
+                true
+            }
+            Err(TrySendError::Disconnected(_)) => false,
+        }
+    }
+}
+
+/// Control connections that came after the first, waiting for the control loop (which
+/// takes one when its own drops): an honest sender has at most its latest re-dial here.
+pub(super) const QUEUED_CONTROL: usize = 4;
+
+/// The queue of later control connections: beyond [`QUEUED_CONTROL`] the oldest waiting
+/// is closed, so the sender's latest re-dial is always among those kept.
+pub(super) struct ControlQueue {
+    tx: Sender<Conn>,
+    /// The queue's own end, to take the oldest out when it is full.
+    oldest: Receiver<Conn>,
+}
+
+impl ControlQueue {
+    /// A queue and the end the control loop takes connections from.
+    pub(super) fn new() -> (ControlQueue, Receiver<Conn>) {
+        let (tx, rx) = crossbeam_channel::bounded(QUEUED_CONTROL);
+        let oldest = rx.clone();
+        (ControlQueue { tx, oldest }, rx)
+    }
+
+    /// Queues `c`, closing the oldest waiting if need be; `false` once the loop is gone.
+    pub(super) fn offer(&self, mut c: Conn) -> bool {
+        // Bounded: each failed try takes one out of a queue of QUEUED_CONTROL.
+        for _ in 0..=QUEUED_CONTROL {
+            match self.tx.try_send(c) {
+                Ok(()) => return true,
+                Err(TrySendError::Full(back)) => {
+                    drop(self.oldest.try_recv());
+                    c = back;
+                }
+                Err(TrySendError::Disconnected(_)) => return false,
+            }
+        }
+        true
+    }
+}
 
 /// Counts verification failures across every connection of one transfer.
 #[derive(Default)]
@@ -63,8 +148,9 @@ pub(super) fn note_line(
 }
 
 /// Waits for the first control connection whose opening message verifies and `read`
-/// accepts (data connections that come first go to `early_data`); returns it, what `read`
-/// made of it and how many failed verification before.
+/// accepts (data connections that come first go to `early_data`, at most
+/// [`MAX_EARLY_DATA`]: more are closed); returns it, what `read` made of it and how many
+/// failed verification before.
 pub(super) fn first_start<T>(
     incoming: &Receiver<(Conn, Role)>,
     timeout: Duration,
@@ -72,6 +158,7 @@ pub(super) fn first_start<T>(
     read: impl Fn(&mut Channel) -> Result<T>,
 ) -> Result<(Channel, T, u32)> {
     let mut forged = 0;
+    let mut closed_early = false;
     loop {
         // Once a Start failed verification, the sender re-dials within its retries.
         let next = match forged {
@@ -80,8 +167,19 @@ pub(super) fn first_start<T>(
         };
         let mut c = match next {
             Some((c, Role::Control)) => Channel::new(c),
-            Some((c, Role::Data)) => {
+            Some((c, Role::Data)) if early_data.len() < MAX_EARLY_DATA => {
                 early_data.push(c);
+                continue;
+            }
+            Some((c, Role::Data)) => {
+                if !std::mem::replace(&mut closed_early, true) {
+                    crate::progress::warn(&format!(
+                        "closed a data connection from {} that came before the sender's \
+                         Start: {MAX_EARLY_DATA} are kept until it says how many it has",
+                        c.peer_desc()
+                    ));
+                }
+                drop(c);
                 continue;
             }
             Some((_, Role::Probe | Role::ProbeData)) => continue,

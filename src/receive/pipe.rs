@@ -127,7 +127,7 @@ pub fn receive_pipe(
     for c in early {
         spawn_reader(&shared, c);
     }
-    let (control_tx, control_rx) = crossbeam_channel::unbounded();
+    let (control_tx, control_rx) = super::integrity::ControlQueue::new();
     {
         let shared = Arc::clone(&shared);
         std::thread::Builder::new()
@@ -139,7 +139,7 @@ pub fn receive_pipe(
                         Ok((_, Role::Probe | Role::ProbeData)) => {}
                         Ok((c, Role::Control)) => {
                             shared.control_conns.fetch_add(1, Ordering::Relaxed);
-                            if control_tx.send(c).is_err() {
+                            if !control_tx.offer(c) {
                                 break;
                             }
                         }

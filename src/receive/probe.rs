@@ -54,7 +54,7 @@ pub fn incoming_answering_probes(
     accepted: Receiver<Accepted>,
     desk: ProbeDesk,
 ) -> Result<Receiver<(Conn, Role)>> {
-    let (tx, rx) = crossbeam_channel::unbounded();
+    let (mut queue, rx) = super::integrity::ConnQueue::new();
     let (probe_tx, probe_rx) = crossbeam_channel::bounded(QUEUED_PROBES);
     let (data_tx, data_rx) = crossbeam_channel::bounded(usize::from(MAX_STREAMS));
     let sender_seen = Arc::new(AtomicBool::new(false));
@@ -79,7 +79,7 @@ pub fn incoming_answering_probes(
                         if a.role == Role::Control {
                             sender_seen.store(true, Ordering::Relaxed);
                         }
-                        if tx.send((a.conn, a.role)).is_err() {
+                        if !queue.offer(a.conn, a.role) {
                             break;
                         }
                     }
