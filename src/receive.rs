@@ -33,12 +33,12 @@ pub use report::{ReceiveOptions, ReceiveReport};
 
 use crate::error::{Error, Result};
 use crate::progress::{Counters, Printer, Progress};
-use crate::protocol::{Control, Item, Listing, ProtocolError, Summary, SyncOptions};
+use crate::protocol::{check_batch, Control, Item, Listing, ProtocolError, Summary, SyncOptions};
 use crate::session::{is_forged, is_tick, lost, Channel};
 use crate::store::Store;
 use crate::transport::{Accepted, Conn, Role};
 use data::spawn_data_worker;
-use integrity::{read_start, Forgeries};
+use integrity::{read_start, Forgeries, DATA_CONN_SLACK};
 use relay::{union, Answer, Relay};
 use shared::{Shared, TICK};
 
@@ -47,11 +47,6 @@ use shared::{Shared, TICK};
 const SETTLE: Duration = Duration::from_secs(3);
 /// Most rounds of "Finish → here is what is still missing" before giving up.
 const MAX_ROUNDS: u32 = 50;
-/// Data connections allowed beyond the `streams` the sender declared: a re-dialed stream
-/// can arrive before the worker of the one it replaces has noticed its connection died.
-/// Each active worker may hold a frame buffer of up to the largest frame, so more are
-/// closed at once.
-const DATA_CONN_SLACK: usize = 4;
 
 /// The connections a listener accepts, as `receive` takes them: each with its role, in
 /// the order they arrive. Probes are closed at once: only a waiting `haul recv DIR`
@@ -251,6 +246,7 @@ impl Session<'_> {
             match msg {
                 Control::Start { .. } => {}
                 Control::Entries(entries) => {
+                    check_batch(&entries)?;
                     let first = entries.first().map(|e| e.id);
                     if let (Some(f), Some((cf, replies))) = (first, &self.cached) {
                         if f == *cf {
@@ -265,6 +261,7 @@ impl Session<'_> {
                     }
                     listing::count_entries(counters, &entries);
                     let mut need = store.apply_entries(entries)?;
+                    integrity::check_pending(store.incomplete())?;
                     if let Some(r) = self.relay.as_mut() {
                         let next = r.batch_need();
                         store.ignore(next.iter().map(|w| w.id));

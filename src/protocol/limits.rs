@@ -21,6 +21,15 @@ pub const DATA_FIXED_LEN: usize = 44;
 pub(super) const SEGMENT_LEN: usize = 20;
 /// Largest data payload.
 pub const MAX_DATA_LEN: usize = DATA_FIXED_LEN + MAX_SEGMENTS * SEGMENT_LEN + MAX_BLOCK;
+/// Most entries in one `Entries` batch (a receiver refuses more).
+pub const MAX_BATCH_ENTRIES: usize = 2000;
+/// A batch ends with the entry whose [`crate::protocol::Entry::batch_cost`] takes the
+/// batch's to this (a receiver refuses a batch that reaches it before its last entry).
+pub const MAX_BATCH_BYTES: usize = 1 << 20;
+/// Most files a receiver holds waiting for their data (a sender keeps about 10,000: its
+/// queued window, a batch and what is in flight; it waits at half this). A record costs
+/// about 400 bytes, so this bounds them to about 100 MiB; more end the transfer (exit 8).
+pub const MAX_PENDING_FILES: usize = 1 << 18;
 /// Most data streams a sender may ask for in `Start`.
 pub const MAX_STREAMS: u16 = 64;
 /// The block size when none is given: large enough to amortise per-unit costs, small

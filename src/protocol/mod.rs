@@ -37,6 +37,7 @@
 //! whole stream; [`Control::Done`] or [`Control::Error`] ends it.
 
 mod accept;
+mod batch;
 mod chain;
 mod data;
 mod filter;
@@ -50,14 +51,16 @@ mod seal;
 mod xattr;
 
 pub use accept::{Accept, Chown, OwnerSpec};
+pub use batch::check_batch;
 pub use chain::{MAX_CHAIN, MAX_HOP_TEXT};
 pub use data::{body_at, encode_data_header, hashed_parts, set_hash, Codec, DataHeader, Segment};
 pub use filter::{Filter, FilterRule, MAX_PATTERN, MAX_RULES};
 pub use frame::{Frame, FrameHeader, FrameKind, ReadError, FRAME_HEADER_LEN};
 pub use item::{Change, Item, ItemKind, Listing};
 pub use limits::{
-    CONTROL_MAC_LEN, DATA_FIXED_LEN, DEFAULT_BLOCK_SIZE, FRAME_TAG_LEN, MAX_BLOCK, MAX_CONTROL_LEN,
-    MAX_DATA_LEN, MAX_SEGMENTS, MAX_STREAMS,
+    CONTROL_MAC_LEN, DATA_FIXED_LEN, DEFAULT_BLOCK_SIZE, FRAME_TAG_LEN, MAX_BATCH_BYTES,
+    MAX_BATCH_ENTRIES, MAX_BLOCK, MAX_CONTROL_LEN, MAX_DATA_LEN, MAX_PENDING_FILES, MAX_SEGMENTS,
+    MAX_STREAMS,
 };
 pub use msg::{
     Chain, Control, Entry, EntryKind, Hop, Outcome, Replica, Summary, SyncOptions, Want, WantKind,
@@ -89,6 +92,16 @@ pub enum ProtocolError {
         what: &'static str,
         /// The length claimed.
         len: u64,
+        /// The bound.
+        max: u64,
+    },
+    /// The peer has more of something at once than the protocol allows.
+    #[error("the peer sent {count} {what}, more than the {max} allowed")]
+    TooMany {
+        /// Of what.
+        what: &'static str,
+        /// How many it has.
+        count: u64,
         /// The bound.
         max: u64,
     },

@@ -18,7 +18,9 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use crate::error::{Error, Result};
-use crate::protocol::{Control, ProtocolError, SyncOptions, MAX_BLOCK, MAX_STREAMS};
+use crate::protocol::{
+    Control, ProtocolError, SyncOptions, MAX_BLOCK, MAX_PENDING_FILES, MAX_STREAMS,
+};
 use crate::session::{is_forged, lost, Channel};
 use crate::transport::{Conn, Role};
 
@@ -27,10 +29,15 @@ use crate::transport::{Conn, Role};
 /// the path (or the sender is not honest).
 pub(super) const MAX_FORGED: u32 = 16;
 
+/// Data connections allowed beyond the `streams` the sender declared: a re-dialed stream
+/// can arrive before the worker of the one it replaces has noticed its connection died.
+/// Each active worker may hold a frame buffer of up to the largest frame, so more are
+/// closed at once.
+pub(super) const DATA_CONN_SLACK: usize = 4;
 /// Data connections kept before the sender's Start says how many streams it has: the
 /// most a Start may declare, and the slack a re-dial needs. Each may hold a TLS state and
 /// frame buffers (about 330 KiB), so more are closed at once.
-pub(super) const MAX_EARLY_DATA: usize = MAX_STREAMS as usize + super::DATA_CONN_SLACK;
+pub(super) const MAX_EARLY_DATA: usize = MAX_STREAMS as usize + DATA_CONN_SLACK;
 /// Authenticated connections waiting for the transfer to take them (it takes them at
 /// once, except while it reads a Start): as many as may be kept before Start.
 pub(super) const QUEUED_CONNS: usize = MAX_EARLY_DATA;
@@ -194,6 +201,20 @@ pub(super) fn first_start<T>(
             Err(e) => return Err(e),
         }
     }
+}
+
+/// Refuses a sender that keeps more than [`MAX_PENDING_FILES`] files waiting for their data
+/// (`pending`): each costs a record here, and an honest sender waits at half of it.
+pub(super) fn check_pending(pending: usize) -> Result<()> {
+    if pending > MAX_PENDING_FILES {
+        return Err(ProtocolError::TooMany {
+            what: "files that still wait for their data",
+            count: pending as u64,
+            max: MAX_PENDING_FILES as u64,
+        }
+        .into());
+    }
+    Ok(())
 }
 
 /// Reads a control connection's first message, which must be a sensible Start.

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
-use super::integrity::{first_start, Forgeries};
+use super::integrity::{first_start, Forgeries, DATA_CONN_SLACK};
 use crate::codec::tree::{is_tree_block, TreeHash};
 use crate::error::{Error, Result};
 use crate::progress::{Counters, Progress};
@@ -45,8 +45,6 @@ const POLL: Duration = Duration::from_millis(10);
 const KEEPALIVE: Duration = Duration::from_secs(1);
 /// How long a new control connection has to say StreamStart.
 const REPLACE_WAIT: Duration = Duration::from_secs(5);
-/// Data connections allowed beyond the declared streams (re-dials overlap the old ones).
-const DATA_CONN_SLACK: usize = 4;
 
 /// How to receive a stream.
 #[derive(Clone, Copy, Debug)]

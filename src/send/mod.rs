@@ -16,7 +16,10 @@ use crate::error::{Error, Result};
 use crate::plan::queue::WorkQueue;
 use crate::plan::walk::{self, FileData, Skipped, Source, Walked};
 use crate::progress::{Counters, Progress};
-use crate::protocol::{Control, Entry, EntryKind, Item, ProtocolError, Summary, WantKind};
+use crate::protocol::{
+    Control, Entry, EntryKind, Item, ProtocolError, Summary, WantKind, MAX_BATCH_BYTES,
+    MAX_BATCH_ENTRIES, MAX_PENDING_FILES,
+};
 use crate::session::lost;
 use crate::transport::{Conn, Role};
 
@@ -44,8 +47,10 @@ const CHANGE_RETRIES: usize = 3;
 /// Ids of files sent again are allocated from here up (the walk counts from 0).
 const RETRY_ID_BASE: u64 = 1 << 62;
 
-const BATCH_ENTRIES: usize = 2000;
-const BATCH_BYTES: usize = 1 << 20;
+/// Files the receiver holds waiting for data (this side's registry, but for those not
+/// to be sent any more) before the manifest waits for some to arrive: half the receiver's
+/// bound, which leaves the other half for the unreadable and changed ones it keeps too.
+const RECEIVER_PENDING: usize = MAX_PENDING_FILES / 2;
 /// Files queued and not yet sent before the manifest waits: what bounds the sender's work
 /// queue and the receiver's table of files in progress, whatever the size of the tree.
 const QUEUE_FILES: usize = 8_192;
@@ -114,7 +119,7 @@ where
                 .map_err(|e| Error::io("starting a stream thread", e))?;
             workers.push(h);
         }
-        let (wtx, wrx) = crossbeam_channel::bounded::<WalkMsg>(BATCH_ENTRIES * 2);
+        let (wtx, wrx) = crossbeam_channel::bounded::<WalkMsg>(MAX_BATCH_ENTRIES * 2);
         let walker = std::thread::Builder::new()
             .name("haul-walk".into())
             .stack_size(64 << 20)
@@ -300,9 +305,7 @@ fn run_manifest(
                     );
                     data.insert(w.entry.id, d);
                 }
-                let xattrs = w.entry.xattrs.as_ref();
-                batch_bytes +=
-                    w.entry.path.len() + 64 + xattrs.map_or(0, |x| x.bytes() + 8 * x.list().len());
+                batch_bytes += w.entry.batch_cost();
                 batch.push(w.entry);
                 None
             }
@@ -329,11 +332,12 @@ fn run_manifest(
             Err(RecvTimeoutError::Disconnected) => Some(Ok(())),
         };
         let flush = end.is_some()
-            || batch.len() >= BATCH_ENTRIES
-            || batch_bytes >= BATCH_BYTES
+            || batch.len() >= MAX_BATCH_ENTRIES
+            || batch_bytes >= MAX_BATCH_BYTES
             || (!batch.is_empty() && wrx.is_empty());
         if flush && !batch.is_empty() {
             wait_room(link, queue)?;
+            wait_receiver(link, queue, failures, registry, batch.len())?;
             let reply = link.request(&Control::Entries(std::mem::take(&mut batch)))?;
             batch_bytes = 0;
             forget_arrived(link, registry);
@@ -450,11 +454,63 @@ fn resend_changed(
         if entries.is_empty() {
             return Ok(());
         }
-        let reply = link.request(&Control::Entries(entries))?;
-        forget_arrived(link, registry);
-        queue_needed(reply, queue, &mut data, registry)?;
+        for batch in in_batches(entries) {
+            let mut batch_data: HashMap<u64, FileData> = batch
+                .iter()
+                .filter_map(|e| data.remove(&e.id).map(|d| (e.id, d)))
+                .collect();
+            wait_receiver(link, queue, failures, registry, batch.len())?;
+            let reply = link.request(&Control::Entries(batch))?;
+            forget_arrived(link, registry);
+            queue_needed(reply, queue, &mut batch_data, registry)?;
+        }
     }
     Ok(())
+}
+
+/// `entries` cut into batches within the receiver's bounds (`protocol::check_batch`).
+fn in_batches(entries: Vec<Entry>) -> Vec<Vec<Entry>> {
+    let mut out = Vec::new();
+    let (mut batch, mut bytes) = (Vec::new(), 0);
+    for e in entries {
+        bytes += e.batch_cost();
+        batch.push(e);
+        if batch.len() >= MAX_BATCH_ENTRIES || bytes >= MAX_BATCH_BYTES {
+            out.push(std::mem::take(&mut batch));
+            bytes = 0;
+        }
+    }
+    if !batch.is_empty() {
+        out.push(batch);
+    }
+    out
+}
+
+/// Before a batch of `n` entries: while the files the receiver holds waiting for data
+/// leave no room for `n` below [`RECEIVER_PENDING`], asks every [`QUEUE_TICK`] (an empty
+/// `Entries`) which arrived. Ends as files arrive, or with the link's error.
+fn wait_receiver(
+    link: &mut Link<'_>,
+    queue: &WorkQueue,
+    failures: &Mutex<Failures>,
+    registry: &mut HashMap<u64, FileData>,
+    n: usize,
+) -> Result<()> {
+    loop {
+        // Unreadable and changed files stay at the receiver until Finish or Forget: not
+        // counted, so a tree of them cannot stop the manifest.
+        let given_up = failures.lock().map(|f| f.ids.len()).unwrap_or(0);
+        if registry.len().saturating_sub(given_up) + n <= RECEIVER_PENDING {
+            return Ok(());
+        }
+        if link.data_broken() {
+            link.fail_over(link::streams_broke())?;
+        }
+        std::thread::sleep(QUEUE_TICK);
+        let reply = link.request(&Control::Entries(Vec::new()))?;
+        forget_arrived(link, registry);
+        queue_needed(reply, queue, &mut HashMap::new(), registry)?;
+    }
 }
 
 /// Drops the records of files the receiver has whole: it never asks for them again, so
@@ -497,4 +553,43 @@ fn wait_room(link: &mut Link<'_>, queue: &WorkQueue) -> Result<()> {
 /// Whether the hops of a chain fan-out use TLS between them (as the sender's do).
 fn encrypts(chain: &Option<crate::protocol::Chain>) -> bool {
     chain.as_ref().is_none_or(|c| c.encrypt)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::check_batch;
+
+    fn entry(id: u64, path_len: usize) -> Entry {
+        Entry {
+            id,
+            path: vec![b'a'; path_len],
+            kind: EntryKind::File {
+                size: 1,
+                data_bytes: 1,
+            },
+            mode: 0o644,
+            mtime_sec: 0,
+            mtime_nsec: 0,
+            uid: 0,
+            gid: 0,
+            xattrs: None,
+        }
+    }
+
+    #[test]
+    fn files_sent_again_go_in_batches_the_receiver_takes() {
+        // Before, all changed files went in one batch, which a receiver now refuses
+        // beyond 2,000 entries.
+        let many: Vec<Entry> = (0..4500).map(|i| entry(i, 8)).collect();
+        let sizes: Vec<usize> = in_batches(many).iter().map(Vec::len).collect();
+        assert_eq!(sizes, [2000, 2000, 500]);
+        let long: Vec<Entry> = (0..600).map(|i| entry(i, 4000)).collect();
+        let batches = in_batches(long);
+        assert!(batches.len() > 1);
+        assert_eq!(batches.iter().map(Vec::len).sum::<usize>(), 600);
+        for b in &batches {
+            assert!(check_batch(b).is_ok(), "{} entries", b.len());
+        }
+    }
 }
