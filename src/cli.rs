@@ -360,6 +360,11 @@ pub struct TransferArgs {
     /// before failing (default 5).
     #[arg(long, value_name = "N")]
     pub retries: Option<u32>,
+    /// Files: end the run when nothing has moved for SECS, no data sent and no word from
+    /// the receiver, which says it is there every second while busy (default 300; 0:
+    /// never), as rsync's --timeout.
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<u64>,
     #[command(flatten)]
     pub filter: FilterArgs,
 }

@@ -309,6 +309,7 @@ fn send_options(t: &Transfer, cfg: &Config, outgoing: bool) -> SendOptions {
         keep_cache: cfg.keep_cache,
         chain: None,
         label: String::new(),
+        stall: t.stall,
     }
 }
 
@@ -391,6 +392,7 @@ fn run_recv(
         progress: !quiet,
         timeout: timeout.unwrap_or(DEFAULT_TIMEOUT),
         relay,
+        first: timeout,
         // Its stdout is the ticket's.
         listing: Listing {
             stderr: true,

@@ -130,6 +130,10 @@ pub enum Error {
         /// The first few, with what is wrong, escaped.
         first: String,
     },
+    /// A wait reached its `--timeout` (docs/design.md, *Liveness*): no sender came, or
+    /// nothing moved; says which, and what to do (exit 5).
+    #[error("{0}")]
+    TimedOut(String),
     /// Already reported to the user (on the far end of a remote copy: in its final line);
     /// only the exit code is left.
     #[error("exit status {code}")]
@@ -161,6 +165,7 @@ impl Error {
                 *code
             }
             Error::Transport(t) => t.exit_code(),
+            Error::TimedOut(_) => exit::NETWORK,
             Error::Partial { .. } => exit::PARTIAL,
             Error::Changed { .. } => exit::CHANGED,
             Error::Incomplete { .. } => exit::INCOMPLETE,

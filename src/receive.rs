@@ -20,6 +20,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 mod data;
 mod forward;
+mod heartbeat;
 mod integrity;
 mod lane;
 mod listing;
@@ -79,8 +80,16 @@ pub fn receive(
     opts: ReceiveOptions,
 ) -> Result<ReceiveReport> {
     let mut early_data = Vec::new();
+    let first = (opts.first, opts.timeout);
     let (control, (streams, block_size, options), forged) =
-        integrity::first_start(&incoming, opts.timeout, &mut early_data, read_start)?;
+        match integrity::first_start(&incoming, first, &mut early_data, read_start) {
+            Ok(s) => s,
+            Err(e) => {
+                // No transfer began: DIR, if this run made it, goes again (while empty).
+                store.remove_made();
+                return Err(e);
+            }
+        };
     let started = Instant::now();
     store.configure(u64::from(block_size), options, key);
     store.collect_items(options.items || opts.listing.is_on());
@@ -196,6 +205,30 @@ fn spawn_dispatcher(
         .map_err(|e| Error::io("starting the dispatch thread", e))
 }
 
+/// After Finish: waits until every file is complete, or every unit the sender wrote
+/// (`units`, counted from `base`) has arrived, or nothing has arrived for a while (so what
+/// is missing was lost), or `timeout`.
+fn settle(shared: &Shared, base: u64, timeout: Duration, units: u64) -> Result<()> {
+    let start = Instant::now();
+    loop {
+        if let Some(e) = shared.take_fatal() {
+            return Err(e);
+        }
+        if shared.store.incomplete() == 0 {
+            return Ok(());
+        }
+        // Everything the sender wrote has arrived, or nothing has for a while: what is
+        // still missing was lost with a dropped connection.
+        let received = shared.units.load(Ordering::Acquire);
+        let all_in = received.saturating_sub(base) >= units;
+        let quiet = shared.busy.load(Ordering::Acquire) == 0 && shared.idle_for() >= SETTLE;
+        if all_in || quiet || start.elapsed() > timeout {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The control side of one transfer.
 struct Session<'a> {
     shared: &'a Shared,
@@ -234,10 +267,11 @@ impl Session<'_> {
             if let Some(e) = self.shared.take_fatal().or_else(|| store.take_error()) {
                 return Err(e);
             }
-            if let Some(news) = self.relay.as_mut().and_then(|r| {
-                r.check();
-                r.news()
-            }) {
+            if let Some(r) = self.relay.as_mut().filter(|r| r.broken()) {
+                // Dialing around the failed hop takes a while: heard.
+                heartbeat::busy(&mut self.control, || r.check());
+            }
+            if let Some(news) = self.relay.as_mut().and_then(Relay::news) {
                 self.reply(&Control::Replicas(news))?;
             }
             let Some(msg) = self.next_msg()? else {
@@ -256,17 +290,22 @@ impl Session<'_> {
                             continue;
                         }
                     }
-                    if let Some(r) = self.relay.as_mut() {
-                        r.send_batch(entries.clone());
-                    }
-                    listing::count_entries(counters, &entries);
-                    let mut need = store.apply_entries(entries)?;
-                    integrity::check_pending(store.incomplete())?;
-                    if let Some(r) = self.relay.as_mut() {
-                        let next = r.batch_need();
-                        store.ignore(next.iter().map(|w| w.id));
-                        need = union(need, next);
-                    }
+                    let relay = &mut self.relay;
+                    // Deltas hash big files, the next hop may take its time: heard.
+                    let need = heartbeat::busy(&mut self.control, || {
+                        if let Some(r) = relay.as_mut() {
+                            r.send_batch(entries.clone());
+                        }
+                        listing::count_entries(counters, &entries);
+                        let mut need = store.apply_entries(entries)?;
+                        integrity::check_pending(store.incomplete())?;
+                        if let Some(r) = relay.as_mut() {
+                            let next = r.batch_need();
+                            store.ignore(next.iter().map(|w| w.id));
+                            need = union(need, next);
+                        }
+                        Ok::<_, Error>(need)
+                    })?;
                     let mut replies = self.items(store.take_items());
                     replies.extend(self.arrived(store.take_arrived()));
                     // A hop left behind is told before the answer: a sender that takes
@@ -285,7 +324,11 @@ impl Session<'_> {
                 Control::Chain(chain) if self.relay.is_none() => {
                     relay::allowed(self.may_relay, &chain)?;
                     let (streams, block_size, options) = self.start;
-                    let r = Relay::start(chain, streams, block_size, options)?;
+                    crate::session::check_not_self(&chain, &self.shared.key)?;
+                    // Dialing around hops that do not answer takes a while.
+                    let r = heartbeat::busy(&mut self.control, || {
+                        Relay::start(chain, streams, block_size, options)
+                    })?;
                     let _ = self.shared.forward.set(Arc::clone(&r.forward));
                     self.relay = Some(r);
                 }
@@ -304,22 +347,28 @@ impl Session<'_> {
                 }
                 Control::Finish { failed, units } => {
                     store.discard(&failed)?;
-                    self.settle(units)?;
-                    let mut missing = match self.finished {
-                        Some(_) => Vec::new(),
-                        None => store.missing(),
-                    };
-                    if missing.is_empty() && self.finished.is_none() {
-                        self.finished = Some(store.finish()?);
-                        for reply in self.items(store.take_items()) {
-                            self.reply(&reply)?;
+                    let (shared, base, timeout) = (self.shared, self.units_base, self.timeout);
+                    let (finished, relay) = (&mut self.finished, &mut self.relay);
+                    // Settling, the fsyncs and the next hop's own Finish: heard.
+                    let missing = heartbeat::busy(&mut self.control, || {
+                        settle(shared, base, timeout, units)?;
+                        let mut missing = match finished {
+                            Some(_) => Vec::new(),
+                            None => store.missing(),
+                        };
+                        if missing.is_empty() && finished.is_none() {
+                            *finished = Some(store.finish()?);
                         }
-                    }
-                    if let Some(r) = self.relay.as_mut() {
-                        if let Answer::Need(next) = r.finish(&failed) {
-                            store.ignore(next.iter().map(|w| w.id));
-                            missing = union(missing, next);
+                        if let Some(r) = relay.as_mut() {
+                            if let Answer::Need(next) = r.finish(&failed) {
+                                store.ignore(next.iter().map(|w| w.id));
+                                missing = union(missing, next);
+                            }
                         }
+                        Ok::<_, Error>(missing)
+                    })?;
+                    for reply in self.items(store.take_items()) {
+                        self.reply(&reply)?;
                     }
                     if missing.is_empty() {
                         if let Some(r) = &self.relay {
@@ -377,30 +426,6 @@ impl Session<'_> {
         match self.send_items {
             true => listing::messages(items),
             false => Vec::new(),
-        }
-    }
-
-    /// After Finish: waits until every file is complete, or every unit the sender wrote
-    /// has arrived, or nothing has arrived for a while (so what is missing was lost).
-    fn settle(&self, units: u64) -> Result<()> {
-        let start = Instant::now();
-        loop {
-            if let Some(e) = self.shared.take_fatal() {
-                return Err(e);
-            }
-            if self.shared.store.incomplete() == 0 {
-                return Ok(());
-            }
-            // Everything the sender wrote has arrived, or nothing has for a while: what
-            // is still missing was lost with a dropped connection.
-            let received = self.shared.units.load(Ordering::Acquire);
-            let all_in = received.saturating_sub(self.units_base) >= units;
-            let quiet =
-                self.shared.busy.load(Ordering::Acquire) == 0 && self.shared.idle_for() >= SETTLE;
-            if all_in || quiet || start.elapsed() > self.timeout {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(20));
         }
     }
 

@@ -20,7 +20,7 @@ use crate::transport::{Conn, TransportError};
 
 pub mod stream;
 mod successors;
-pub use successors::Successors;
+pub use successors::{check_not_self, Successors};
 
 /// Maps a stream failure to a transport error (a lost connection, exit 5).
 pub fn lost(e: io::Error) -> Error {

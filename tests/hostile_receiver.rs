@@ -137,7 +137,12 @@ impl Drop for FakeReceiver {
 }
 
 /// Waits for the sender to exit; panics when it hangs. Returns its code and stderr.
-fn wait(mut child: Child) -> (i32, String) {
+fn wait(child: Child) -> (i32, String) {
+    wait_within(child, DEADLINE)
+}
+
+/// [`wait`], for a sender that may take up to `deadline`.
+fn wait_within(mut child: Child, deadline: Duration) -> (i32, String) {
     let start = Instant::now();
     loop {
         if let Some(st) = child.try_wait().expect("wait") {
@@ -147,14 +152,14 @@ fn wait(mut child: Child) -> (i32, String) {
             }
             return (st.code().unwrap_or(-1), err);
         }
-        if start.elapsed() > DEADLINE {
+        if start.elapsed() > deadline {
             let _ = child.kill();
             let _ = child.wait();
             let mut err = String::new();
             if let Some(mut e) = child.stderr.take() {
                 let _ = e.read_to_string(&mut err);
             }
-            panic!("haul send hung for {DEADLINE:?}; its stderr:\n{err}");
+            panic!("haul send hung for {deadline:?}; its stderr:\n{err}");
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -169,6 +174,39 @@ fn first_file_id(m: &Control) -> Option<u64> {
             .map(|e| e.id),
         other => panic!("expected Entries, got {}", other.name()),
     }
+}
+
+/// Regression (issue 36, 2): a receiver that authenticated and then answered nothing kept
+/// `haul send f --no-encrypt` waiting until it was killed. A control stream silent for
+/// 30 s while an answer is awaited is taken for lost (a busy receiver says `Keepalive`
+/// every second): the sender re-dials (`--retries 1`: once), asks again, and when that
+/// is silent too ends with exit 5 saying so.
+#[test]
+fn a_receiver_silent_after_the_handshake_ends_the_sender_with_exit_5() {
+    let d = tempfile::tempdir().unwrap();
+    let f = d.path().join("f");
+    std::fs::write(&f, b"bytes for nobody").unwrap();
+    let (child, r) = start(&f, &["--no-encrypt"]);
+    let (code, err) = wait_within(child, Duration::from_secs(240));
+    drop(r);
+    assert_eq!(code, 5, "{err}");
+    assert!(err.contains("said nothing for 30 s"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+/// `--timeout SECS` of send (as rsync's): a run where nothing moves for that long, no data
+/// sent and no word from the receiver, ends with exit 5 at once (no re-dial).
+#[test]
+fn send_timeout_ends_a_run_where_nothing_moves() {
+    let d = tempfile::tempdir().unwrap();
+    let f = d.path().join("f");
+    std::fs::write(&f, b"bytes for nobody").unwrap();
+    let (child, r) = start(&f, &["--timeout", "3"]);
+    let (code, err) = wait(child);
+    drop(r);
+    assert_eq!(code, 5, "{err}");
+    assert!(err.contains("nothing moved for 3 s (--timeout)"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
 }
 
 #[test]

@@ -17,29 +17,28 @@ pub(super) fn label(ticket: &Ticket) -> String {
 }
 
 /// The chain after the `first` receiver (None for a single receiver). A receiver named
-/// twice is refused: it would be dialed by the hop before it as a second sender.
+/// twice (by its secret, whatever addresses each ticket lists) is refused: it would be
+/// dialed by the hop before it as a second sender, or by itself.
 pub(super) fn chain(first: &Ticket, rest: &[TicketFrom], encrypt: bool) -> Result<Option<Chain>> {
     if rest.is_empty() {
         return Ok(None);
     }
-    let hops = rest
-        .iter()
-        .map(|t| {
-            resolve_ticket(t).map(|t| Hop {
-                label: label(&t),
-                ticket: t.encode(),
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let mut seen = vec![first.encode()];
-    for h in &hops {
-        if seen.contains(&h.ticket) {
+    let mut seen = vec![first.secret.block_key()];
+    let mut hops = Vec::new();
+    for t in rest {
+        let t = resolve_ticket(t)?;
+        let hop = Hop {
+            label: label(&t),
+            ticket: t.encode(),
+        };
+        if seen.contains(&t.secret.block_key()) {
             return Err(Error::Usage(format!(
                 "the receiver at {} is named twice in the fan-out; give each receiver once",
-                escape(&h.label)
+                escape(&hop.label)
             )));
         }
-        seen.push(h.ticket.clone());
+        seen.push(t.secret.block_key());
+        hops.push(hop);
     }
     Ok(Some(Chain { hops, encrypt }))
 }

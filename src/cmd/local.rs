@@ -63,6 +63,7 @@ pub(super) fn copy(
                 timeout: DEFAULT_TIMEOUT,
                 // The first receiver of `copy SRC /DST --also`: the sender is ours.
                 relay: true,
+                first: None,
                 listing: Listing::default(),
             };
             receive(store, key, rx, opts)

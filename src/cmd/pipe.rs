@@ -102,6 +102,7 @@ pub(super) fn run_recv_pipe(
         progress: !cfg.quiet,
         timeout: timeout.unwrap_or(DEFAULT_TIMEOUT),
         relay,
+        first: timeout,
     };
     let report = receive_pipe(out, key, rx, opts)?;
     finish_recv_pipe(&report, data_on_stdout, cfg);
@@ -244,6 +245,7 @@ fn copy_here(from: &PipeFrom, to: &PipeTo, t: &Transfer, p: &Pipe, cfg: &Config)
                 progress: false,
                 timeout: DEFAULT_TIMEOUT,
                 relay: false,
+                first: None,
             };
             receive_pipe(out, key, rx, opts)
         })

@@ -33,7 +33,7 @@ pub use pipe::{Pipe, PipeCopy, DEFAULT_PIPE_BUFFER, MAX_PIPE_BUFFER};
 pub use probe::{Probe, ProbeDest};
 pub use shard::{read_shard_file, PlanJob};
 pub use size::{parse_rate, parse_size};
-pub use transfer::{default_streams, Transfer, DEFAULT_RETRIES, LOCAL_STREAMS};
+pub use transfer::{default_streams, Transfer, DEFAULT_RETRIES, DEFAULT_STALL, LOCAL_STREAMS};
 
 use crate::receive::pipe::PipeTo;
 use crate::send::pipe::PipeFrom;
@@ -504,6 +504,13 @@ fn ssh_options(r: &RemoteArgs) -> Result<SshOptions> {
 
 /// A stream's options: its buffer (checked against the block size) and expected size.
 fn stream_options(a: &TransferArgs, t: &Transfer) -> Result<Pipe> {
+    if a.timeout.is_some() {
+        return Err(Error::Usage(
+            "--timeout applies to files; a stream's sender gives up on a receiver silent \
+             for 30 s"
+                .into(),
+        ));
+    }
     if a.checksum || a.inplace || a.delete || a.dry_run {
         return Err(Error::Usage(
             "--checksum, --inplace, --delete and --dry-run apply to files, not to a stream".into(),

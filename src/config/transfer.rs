@@ -1,6 +1,8 @@
 //! One transfer's options (`Transfer`) from the command line's transfer flags, with the
 //! defaults that depend on where the data goes (a copy on this host or across a network).
 
+use std::time::Duration;
+
 use super::select;
 use super::size::{parse_rate, parse_size};
 use crate::cli::TransferArgs;
@@ -13,6 +15,12 @@ const MIN_BLOCK_SIZE: u64 = 64 << 10;
 
 /// How many times a dropped connection is re-dialed before the transfer fails.
 pub const DEFAULT_RETRIES: u32 = 5;
+
+/// The sender's default stall limit (`--timeout` of send and copy): a busy receiver says
+/// so every second and an honest slow link moves bytes every few, so only a peer stopped
+/// or cut off (or a disk hung) this long trips it; the 30 s silence bounds usually end
+/// such a run first (docs/design.md, *Liveness*).
+pub const DEFAULT_STALL: Duration = Duration::from_secs(300);
 
 /// Default number of data streams: twice the cores (one stream's read waits while
 /// another's hash runs), at least 2, at most 8.
@@ -49,6 +57,8 @@ pub struct Transfer {
     pub select: Selection,
     /// Bandwidth cap, bytes per second on the wire.
     pub limit: Option<u64>,
+    /// `--timeout`: end the run when nothing moved this long (None: never).
+    pub stall: Option<Duration>,
 }
 
 /// A file copy on this host under `--limit`, with no `--block-size` given, moves units
@@ -112,6 +122,11 @@ pub(super) fn transfer_config(
             // rsync's --bwlimit: a bare number is KiB per second.
             (None, Some(r)) => Some(parse_rate(r, 1024)?),
             (None, None) => None,
+        },
+        stall: match a.timeout {
+            Some(0) => None,
+            Some(s) => Some(Duration::from_secs(s)),
+            None => Some(DEFAULT_STALL),
         },
     })
 }

@@ -87,7 +87,9 @@ pub enum Control {
     /// Sender → receiver on a pipe transfer with nothing else to say for a while (a
     /// producer that has not written yet, e.g. a backup tool waiting for a checkpoint):
     /// the sender is still there. The receiver answers nothing; its acknowledgements,
-    /// repeated while nothing moves, are the same sign of life the other way.
+    /// repeated while nothing moves, are the same sign of life the other way. In file
+    /// mode, receiver → sender (or relay) every second while busy on an answer: it is
+    /// still working on it.
     Keepalive,
     /// Sender → receiver: the stream ended after `len` bytes, whose BLAKE3 is `digest`.
     /// The receiver answers `Done` once every byte is with the consumer (and, for a

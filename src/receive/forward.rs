@@ -32,6 +32,10 @@ use crate::transport::{self, Conn, Role, Ticket};
 const TICK: Duration = Duration::from_millis(100);
 /// Attempts to re-dial the same hop after a data connection broke.
 const REDIALS: u32 = 3;
+/// Longest a write to the next hop may block: a hop that takes no byte for this long is
+/// stopped, hung or cut off (the connection is dropped and re-dialed; after [`REDIALS`],
+/// the chain re-forms around it). Pipe mode's relay has the same bound.
+const WRITE_STALL: Duration = Duration::from_secs(10);
 
 /// Where forwarded units go now: one hop, numbered so that units hashed for an earlier one
 /// are recognised.
@@ -238,7 +242,7 @@ impl Forward {
             return;
         }
         *opened = generation;
-        if let Ok(c) = transport::connect(&hop, Role::Data, self.encrypt) {
+        if let Ok(c) = connect(&hop, self.encrypt) {
             let s = sealer(&c);
             *conn = Some((generation, c, s));
         }
@@ -260,7 +264,7 @@ impl Forward {
                 if attempt > 0 {
                     std::thread::sleep(Duration::from_millis(250 << attempt.min(3)));
                 }
-                match transport::connect(&hop, Role::Data, self.encrypt) {
+                match connect(&hop, self.encrypt) {
                     Ok(c) => {
                         let s = sealer(&c);
                         *conn = Some((generation, c, s));
@@ -281,6 +285,14 @@ impl Forward {
         }
         self.broken.store(generation, Ordering::Release);
     }
+}
+
+/// A data connection to `hop`, its writes bounded by [`WRITE_STALL`].
+fn connect(hop: &Ticket, encrypt: bool) -> Result<Conn> {
+    let c = transport::connect(hop, Role::Data, encrypt)?;
+    c.set_write_timeout(Some(WRITE_STALL))
+        .map_err(crate::session::lost)?;
+    Ok(c)
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use std::io;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, Sender, TrySendError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 
 use crate::error::{Error, Result};
 use crate::protocol::{
@@ -157,28 +157,32 @@ pub(super) fn note_line(
 /// Waits for the first control connection whose opening message verifies and `read`
 /// accepts (data connections that come first go to `early_data`, at most
 /// [`MAX_EARLY_DATA`]: more are closed); returns it, what `read` made of it and how many
-/// failed verification before.
+/// failed verification before. `first`: how long to wait for a sender at all (None: until
+/// one comes; `haul recv` without `--timeout`, whose sender a person starts); at the
+/// bound, a timed-out error (exit 5) naming it.
 pub(super) fn first_start<T>(
     incoming: &Receiver<(Conn, Role)>,
-    timeout: Duration,
+    (first, timeout): (Option<Duration>, Duration),
     early_data: &mut Vec<Conn>,
     read: impl Fn(&mut Channel) -> Result<T>,
 ) -> Result<(Channel, T, u32)> {
     let mut forged = 0;
     let mut closed_early = false;
+    let deadline = first.map(|f| std::time::Instant::now() + f);
     loop {
         // Once a Start failed verification, the sender re-dials within its retries.
-        let next = match forged {
-            0 => incoming.recv().ok(),
-            _ => incoming.recv_timeout(timeout).ok(),
+        let next = match (forged, deadline) {
+            (0, None) => incoming.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            (0, Some(d)) => incoming.recv_deadline(d),
+            _ => incoming.recv_timeout(timeout),
         };
         let mut c = match next {
-            Some((c, Role::Control)) => Channel::new(c),
-            Some((c, Role::Data)) if early_data.len() < MAX_EARLY_DATA => {
+            Ok((c, Role::Control)) => Channel::new(c),
+            Ok((c, Role::Data)) if early_data.len() < MAX_EARLY_DATA => {
                 early_data.push(c);
                 continue;
             }
-            Some((c, Role::Data)) => {
+            Ok((c, Role::Data)) => {
                 if !std::mem::replace(&mut closed_early, true) {
                     crate::progress::warn(&format!(
                         "closed a data connection from {} that came before the sender's \
@@ -189,8 +193,18 @@ pub(super) fn first_start<T>(
                 drop(c);
                 continue;
             }
-            Some((_, Role::Probe | Role::ProbeData)) => continue,
-            None => return Err(lost(io::Error::other("no sender connected"))),
+            Ok((_, Role::Probe | Role::ProbeData)) => continue,
+            Err(RecvTimeoutError::Timeout) => {
+                let waited = first.filter(|_| forged == 0).unwrap_or(timeout);
+                return Err(Error::TimedOut(format!(
+                    "no sender connected within {} s (--timeout): start `haul send` with \
+                     this ticket, or give a longer --timeout",
+                    waited.as_secs()
+                )));
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(lost(io::Error::other("no sender connected")))
+            }
         };
         match read(&mut c) {
             Ok(start) => return Ok((c, start, forged)),

@@ -58,6 +58,8 @@ pub struct PipeRecvOptions {
     /// Whether to pass the stream on to the receivers a chain fan-out names (see
     /// `ReceiveOptions::relay`); otherwise such a `StreamStart` is refused.
     pub relay: bool,
+    /// Give up when no sender came this long (None: wait until one comes).
+    pub first: Option<Duration>,
 }
 
 /// What the receiver reports once the stream is delivered.
@@ -84,8 +86,9 @@ pub fn receive_pipe(
     opts: PipeRecvOptions,
 ) -> Result<PipeRecvReport> {
     let mut early = Vec::new();
+    let waits = (opts.first, opts.timeout);
     let (mut control, (streams, block, window, chain), forged) =
-        first_start(&incoming, opts.timeout, &mut early, read_stream_start)?;
+        first_start(&incoming, waits, &mut early, read_stream_start)?;
     let started = Instant::now();
     let window = window.min(opts.window);
     if window < 2 * u64::from(block) {

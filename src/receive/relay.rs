@@ -20,11 +20,13 @@ use crate::error::{Error, Result};
 use crate::protocol::{
     Chain, Control, Entry, Filter, ProtocolError, Replica, Summary, SyncOptions, Want, WantKind,
 };
-use crate::session::{Channel, Successors};
+use crate::session::{is_tick, lost, Channel, Successors};
 use crate::transport::{self, Role};
 
-/// Longest wait for the next hop's answer (its `Finish` answer waits for its fsyncs).
-const ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+/// Longest silence of the next hop while its answer is awaited: a hop busy on it says
+/// `Keepalive` every second (`heartbeat`), so one silent this long is stopped, hung or cut
+/// off, and the chain re-forms around it (pipe mode's relay has the same bound).
+const SILENCE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Refuses a chain unless this receiver was told it may relay (`recv --relay`, a far end
 /// of `copy --also`): passing the transfer on means dialing the addresses the sender's
@@ -136,6 +138,11 @@ impl Relay {
     fn reform(&mut self, e: &Error) {
         self.drop_hop(e);
         self.connect_next();
+    }
+
+    /// Whether a data stream found the next hop unreachable (see [`Relay::check`]).
+    pub(super) fn broken(&self) -> bool {
+        self.chan.is_some() && self.forward.broken()
     }
 
     /// Re-forms the chain when a data stream found the next hop unreachable.
@@ -323,12 +330,23 @@ impl Told<'_> {
 }
 
 /// The next message from a hop that is not `Items` (dropped: the sender lists the first
-/// receiver's), `Arrived` (files it and every hop after it have whole: added to `down`)
-/// or `Replicas` (its account of the hops after it, at any time: kept in `succ`).
+/// receiver's), `Arrived` (files it and every hop after it have whole: added to `down`),
+/// `Replicas` (its account of the hops after it, at any time: kept in `succ`) or
+/// `Keepalive` (it is busy on the answer); a hop silent for [`SILENCE`] is lost.
 fn answer(chan: &mut Channel, succ: &mut Successors, down: &mut HashSet<u64>) -> Result<Control> {
     loop {
-        match chan.read(Some(ANSWER_TIMEOUT))? {
-            Control::Items(_) => {}
+        let msg = match chan.read(Some(SILENCE)) {
+            Err(e) if is_tick(&e) => {
+                return Err(lost(std::io::Error::other(format!(
+                    "it said nothing for {} s while its answer was awaited (stopped, hung \
+                     or cut off)",
+                    SILENCE.as_secs()
+                ))))
+            }
+            other => other?,
+        };
+        match msg {
+            Control::Items(_) | Control::Keepalive => {}
             Control::Arrived(ids) => down.extend(ids),
             Control::Replicas(r) => succ.heard(r),
             Control::Error { code, message } => {

@@ -18,6 +18,8 @@ pub struct ReceiveOptions {
     /// --relay`, or a far end a `copy --also` started): otherwise a `Chain` is refused,
     /// so that a ticket holder cannot make this host dial addresses of its choosing.
     pub relay: bool,
+    /// Give up when no sender came this long (None: wait until one comes).
+    pub first: Option<Duration>,
     /// What this side lists per change (`-v`, `-i` where the receiving user asked).
     pub listing: Listing,
 }

@@ -134,6 +134,7 @@ pub fn run(
                     timeout: DEFAULT_TIMEOUT,
                     // A stream from a host does not fan out.
                     relay: false,
+                    first: None,
                 };
                 receive_pipe(out, key, rx, ropts)
             });

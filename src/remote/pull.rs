@@ -93,6 +93,7 @@ pub(super) fn pull(
             timeout: DEFAULT_TIMEOUT,
             // The first receiver of a pull's fan-out: the far sender is ours.
             relay: true,
+            first: None,
             listing: opts.listing,
         };
         receive(store, key, rx, opts)

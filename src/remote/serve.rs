@@ -102,6 +102,7 @@ pub fn run(uploaded: bool) -> i32 {
                     keep_cache,
                     chain: None,
                     label: String::new(),
+                    stall: Some(crate::config::DEFAULT_STALL),
                 });
             match opts {
                 Ok(o) => serve_send(&out, input, &finished, &paths, o, listen, advertise),
@@ -245,6 +246,7 @@ fn serve_receive(
         progress: false,
         timeout: DEFAULT_TIMEOUT,
         relay,
+        first: None,
         listing: Listing::default(),
     };
     let report = receive(store, key, rx, opts)?;

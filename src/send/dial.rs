@@ -124,7 +124,10 @@ impl Redial<'_> {
                 Some(p) => p,
                 None => &mut *unit.raw,
             };
-            match put_unit(c, self.pace, hdr, body, &mut head) {
+            match self
+                .target
+                .write(|| put_unit(c, self.pace, hdr, body, &mut head))
+            {
                 Ok(()) => {
                     self.target.count(c.generation);
                     return Ok(hashing);

@@ -9,7 +9,8 @@
 //! `Protect` and every `Forget` so far; a stream's StreamStart) and repeats the request
 //! in progress; the data streams follow (`target`).
 
-use std::time::Duration;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use super::dial::{backoff, gave_up};
 use super::target::Target;
@@ -21,6 +22,11 @@ use crate::transport::{self, Role, TransportError};
 
 /// How often a wait for an answer looks whether the data streams gave up on the receiver.
 const TICK: Duration = Duration::from_secs(1);
+/// Longest silence of the receiver while its answer is awaited: one busy on it says
+/// `Keepalive` every second (`receive::heartbeat`), so one silent this long is stopped,
+/// hung or cut off: the control stream is re-dialed (and the request repeated), and in a
+/// chain the link goes on with the next receiver when that fails.
+const SILENCE: Duration = Duration::from_secs(30);
 
 /// What [`Link::poll`] found.
 pub(super) enum Polled {
@@ -49,6 +55,11 @@ pub(super) struct Link<'a> {
     succ: Option<Successors>,
     /// What a new first receiver is told after its start: `Protect`, every `Forget`.
     told: Vec<Control>,
+    /// `--timeout`: the run ends when nothing moved this long (None: never).
+    stall: Option<Duration>,
+    /// When something last moved (a message heard, a reconnect, the chain going on),
+    /// and the wire bytes written then.
+    moved: (Instant, u64),
 }
 
 impl<'a> Link<'a> {
@@ -105,7 +116,44 @@ impl<'a> Link<'a> {
             arrived: Vec::new(),
             succ,
             told: Vec::new(),
+            stall: None,
+            moved: (Instant::now(), 0),
         })
+    }
+
+    /// Ends the run when nothing moves for `limit` (`--timeout`): no data byte written
+    /// and no word from the receiver. Checked while an answer is awaited and by
+    /// [`Link::check_stall`].
+    pub(super) fn set_stall(&mut self, limit: Option<Duration>) {
+        self.stall = limit;
+        self.moved_now();
+    }
+
+    /// Something moved: the stall limit counts from now.
+    fn moved_now(&mut self) {
+        let wire = self.counters.wire_bytes.load(Ordering::Relaxed);
+        self.moved = (Instant::now(), wire);
+    }
+
+    /// The stall limit's error once nothing has moved for it (data written counts, and a
+    /// unit being written: its write is bounded, see `Target::bound_writes`).
+    pub(super) fn check_stall(&mut self) -> Result<()> {
+        let Some(limit) = self.stall else {
+            return Ok(());
+        };
+        let wire = self.counters.wire_bytes.load(Ordering::Relaxed);
+        if wire != self.moved.1 || self.target.writing() {
+            self.moved = (Instant::now(), wire);
+            return Ok(());
+        }
+        if self.moved.0.elapsed() < limit {
+            return Ok(());
+        }
+        Err(Error::TimedOut(format!(
+            "nothing moved for {} s (--timeout): no data could be sent and the receiver said \
+             nothing; check it and the network, then re-run to resume",
+            limit.as_secs()
+        )))
     }
 
     /// Hands the receiver's `Items` to `f` (they may precede any answer).
@@ -120,9 +168,11 @@ impl<'a> Link<'a> {
     }
 
     /// The next message that is not `Items` (those go to `on_items`), `Arrived` (kept for
-    /// `take_arrived`) or `Replicas` (kept for the report). A receiver whose data streams
-    /// could not be re-established is lost, whatever its control stream says.
+    /// `take_arrived`), `Replicas` (kept for the report) or `Keepalive` (the receiver is
+    /// busy on the answer). A receiver whose data streams could not be re-established is
+    /// lost, whatever its control stream says; so is one silent for [`SILENCE`].
     fn read_answer(&mut self) -> Result<Control> {
+        let mut heard = Instant::now();
         loop {
             let msg = match self.chan.read(Some(TICK)) {
                 Ok(m) => m,
@@ -130,11 +180,18 @@ impl<'a> Link<'a> {
                     if self.target.is_broken() {
                         return Err(streams_broke());
                     }
+                    self.check_stall()?;
+                    if heard.elapsed() >= SILENCE {
+                        return Err(silent());
+                    }
                     continue;
                 }
                 Err(e) => return Err(e),
             };
+            heard = Instant::now();
+            self.moved_now();
             match msg {
+                Control::Keepalive => {}
                 Control::Items(items) => {
                     if let Some(f) = self.on_items {
                         f(items);
@@ -191,6 +248,7 @@ impl<'a> Link<'a> {
     /// receiver is left to go on with.
     pub(super) fn fail_over(&mut self, e: Error) -> Result<()> {
         self.chan = go_on(&mut self.succ, &self.start, &self.told, self.target, e)?;
+        self.moved_now();
         Ok(())
     }
 
@@ -217,6 +275,7 @@ impl<'a> Link<'a> {
                     crate::progress::warn(&format!("control stream reconnected ({why})"));
                     Counters::add(&self.counters.reconnects, 1);
                     self.chan = c;
+                    self.moved_now();
                     return Ok(());
                 }
                 // Something else answers at the receiver's address now (it was restarted,
@@ -298,8 +357,14 @@ impl<'a> Link<'a> {
     /// Waits up to `timeout` for the next message.
     pub(super) fn poll(&mut self, timeout: Duration) -> Result<Polled> {
         match self.chan.read(Some(timeout)) {
-            Ok(m) => Ok(Polled::Msg(m)),
-            Err(e) if is_tick(&e) => Ok(Polled::Nothing),
+            Ok(m) => {
+                self.moved_now();
+                Ok(Polled::Msg(m))
+            }
+            Err(e) if is_tick(&e) => {
+                self.check_stall()?;
+                Ok(Polled::Nothing)
+            }
             Err(e @ Error::Transport(_)) => {
                 self.recover(e)?;
                 Ok(Polled::Reconnected)
@@ -381,6 +446,16 @@ fn hello(start: &Control, rest: Chain) -> Vec<Control> {
         start if rest.hops.is_empty() => vec![start.clone()],
         start => vec![start.clone(), Control::Chain(rest)],
     }
+}
+
+/// A receiver silent for [`SILENCE`] while its answer was awaited: a lost connection
+/// (re-dialed; exit 5 when that does not help).
+fn silent() -> Error {
+    lost(std::io::Error::other(format!(
+        "the receiver said nothing for {} s while its answer was awaited (stopped, hung or \
+         cut off)",
+        SILENCE.as_secs()
+    )))
 }
 
 /// A receiver whose data streams could not be re-established.

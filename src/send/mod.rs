@@ -51,6 +51,10 @@ const RETRY_ID_BASE: u64 = 1 << 62;
 /// to be sent any more) before the manifest waits for some to arrive: half the receiver's
 /// bound, which leaves the other half for the unreadable and changed ones it keeps too.
 const RECEIVER_PENDING: usize = MAX_PENDING_FILES / 2;
+/// Longest a write to the receiver may move no byte (a data unit, a manifest batch): the
+/// connection is dropped and re-dialed then, so that no stream waits forever on a
+/// receiver that stopped reading (docs/design.md, *Liveness*).
+const WRITE_STALL: Duration = Duration::from_secs(30);
 /// Files queued and not yet sent before the manifest waits: what bounds the sender's work
 /// queue and the receiver's table of files in progress, whatever the size of the tree.
 const QUEUE_FILES: usize = 8_192;
@@ -78,8 +82,10 @@ where
         report::has_chain(&opts.chain),
         encrypts(&opts.chain),
     );
+    target.bound_writes(WRITE_STALL);
     let succ = report::successors(&opts.label, &opts.chain);
     let mut link = Link::open(&target, start, opts.retries, &counters, succ)?;
+    link.set_stall(opts.stall);
     let (printer, listing) = (progress.printer(), opts.listing);
     let print = move |items: Vec<Item>| {
         for line in items.iter().filter_map(|i| listing.line(i)) {
@@ -535,6 +541,7 @@ fn wait_idle(link: &mut Link<'_>, queue: &WorkQueue) -> Result<()> {
         if link.data_broken() {
             link.fail_over(link::streams_broke())?;
         }
+        link.check_stall()?;
     }
     Ok(())
 }
@@ -546,6 +553,7 @@ fn wait_room(link: &mut Link<'_>, queue: &WorkQueue) -> Result<()> {
         if link.data_broken() {
             link.fail_over(link::streams_broke())?;
         }
+        link.check_stall()?;
     }
     Ok(())
 }

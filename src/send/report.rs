@@ -41,6 +41,8 @@ pub struct SendOptions {
     pub chain: Option<crate::protocol::Chain>,
     /// How messages and the report name the first receiver (in a chain fan-out).
     pub label: String,
+    /// `--timeout`: the run ends when nothing moved this long (None: never).
+    pub stall: Option<std::time::Duration>,
 }
 
 /// Whether `chain` names receivers after the first (so the sender can go on without it).

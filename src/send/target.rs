@@ -9,7 +9,8 @@
 //! control link to move on (instead of failing the run). Not here: deciding that a
 //! receiver failed, or which comes next (`link`, `session::Successors`).
 
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use crate::error::Result;
@@ -47,6 +48,10 @@ pub(super) struct Target<'a> {
     chain: bool,
     now: Mutex<Now>,
     moved: Condvar,
+    /// Longest a write on a connection to the target may block (`bound_writes`).
+    write_stall: OnceLock<Duration>,
+    /// Data units being written now (see [`Target::writing`]).
+    writing: AtomicUsize,
 }
 
 impl<'a> Target<'a> {
@@ -72,7 +77,30 @@ impl<'a> Target<'a> {
                 stopped: false,
             }),
             moved: Condvar::new(),
+            write_stall: OnceLock::new(),
+            writing: AtomicUsize::new(0),
         }
+    }
+
+    /// Bounds every write on the connections dialed from now on: one that moves no byte
+    /// for `stall` fails (the connection is dropped and re-dialed), so that no stream waits
+    /// forever on a receiver that stopped reading.
+    pub(super) fn bound_writes(&self, stall: Duration) {
+        let _ = self.write_stall.set(stall);
+    }
+
+    /// Runs `write` (of one data unit) counted in [`Target::writing`].
+    pub(super) fn write<T>(&self, write: impl FnOnce() -> T) -> T {
+        self.writing.fetch_add(1, Ordering::AcqRel);
+        let r = write();
+        self.writing.fetch_sub(1, Ordering::AcqRel);
+        r
+    }
+
+    /// Whether a data unit is being written now: with bounded writes, bytes moved within
+    /// the bound (a unit on a slow link, or paced by `--limit`, takes long to write).
+    pub(super) fn writing(&self) -> bool {
+        self.writing.load(Ordering::Acquire) > 0
     }
 
     fn lock(&self) -> MutexGuard<'_, Now> {
@@ -89,6 +117,10 @@ impl<'a> Target<'a> {
             None => (self.first)(role)?,
             Some(t) => transport::connect(t, role, self.encrypt)?,
         };
+        if let Some(stall) = self.write_stall.get() {
+            conn.set_write_timeout(Some(*stall))
+                .map_err(crate::session::lost)?;
+        }
         Ok(Dialed {
             conn,
             generation,

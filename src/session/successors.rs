@@ -165,6 +165,22 @@ impl Successors {
     }
 }
 
+/// Refuses a chain that names the receiver whose block key is `own` among the hops after
+/// it: it would dial itself as its own next hop, and wait on an answer it is to give.
+pub fn check_not_self(chain: &Chain, own: &[u8; 32]) -> Result<()> {
+    let me = chain
+        .hops
+        .iter()
+        .find(|h| Ticket::parse(&h.ticket).is_ok_and(|t| t.secret.block_key() == *own));
+    match me {
+        Some(h) => Err(Error::Usage(format!(
+            "the fan-out names this receiver ({}) again after itself; give each receiver once",
+            escape(&h.label)
+        ))),
+        None => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,5 +285,33 @@ mod tests {
         let r = s.replicas();
         assert_eq!(r.len(), 2);
         assert!(!failed(&r[0]) && !failed(&r[1]));
+    }
+
+    /// Regression (issue 36, 3): a relay given a chain that names itself dialed itself as
+    /// its next hop and waited on its own answer; it refuses such a chain.
+    #[test]
+    fn a_chain_naming_this_receiver_after_itself_is_refused() {
+        let ticket = |k: u8| Ticket {
+            addrs: vec!["127.0.0.1:7".parse().unwrap()],
+            fingerprint: [k; 32],
+            secret: crate::transport::Secret::from_bytes([k; 32]),
+        };
+        let me = ticket(1);
+        let hops = |ks: &[u8]| Chain {
+            hops: ks
+                .iter()
+                .map(|&k| Hop {
+                    label: format!("h{k}"),
+                    ticket: ticket(k).encode(),
+                })
+                .collect(),
+            encrypt: true,
+        };
+        let own = me.secret.block_key();
+        assert!(check_not_self(&hops(&[2, 3]), &own).is_ok());
+        let e = check_not_self(&hops(&[2, 1]), &own).unwrap_err();
+        assert_eq!(e.exit_code(), crate::error::exit::USAGE);
+        assert!(e.to_string().contains("h1"), "{e}");
+        assert!(check_not_self(&chain(&[1, 2]), &own).is_ok(), "not tickets");
     }
 }

@@ -255,13 +255,20 @@ impl Store {
     /// makes DIR before it knows, to fail early where it cannot write).
     pub fn configure(&self, block_size: u64, options: SyncOptions, key: [u8; 32]) {
         if options.dry_run {
-            let made = self.made.lock().map(|mut m| std::mem::take(&mut *m));
-            fsops::remove_made_dirs(&self.root, &made.unwrap_or_default());
+            self.remove_made();
         }
         self.block_size.store(block_size, Ordering::Relaxed);
         if let Ok(mut g) = self.options.lock() {
             *g = (options, key);
         }
+    }
+
+    /// Removes the directories this run made for the root (`haul recv DIR` makes DIR
+    /// before a sender comes), each only while still empty: a dry run's, or a receiver's
+    /// whose sender never came.
+    pub fn remove_made(&self) {
+        let made = self.made.lock().map(|mut m| std::mem::take(&mut *m));
+        fsops::remove_made_dirs(&self.root, &made.unwrap_or_default());
     }
 
     /// The sender's filter rules: `--delete` leaves alone what they exclude.

@@ -71,7 +71,9 @@ pub use tunnel::Tunnel;
 /// `Control::Probe`, `Control::ProbeReady` and `Control::Probed`; and a relay sends
 /// `Control::Replicas` as soon as a hop after it fails, not only before `Done` (a
 /// version-6 relay took it mid-transfer for a broken hop).
-pub const PROTOCOL_VERSION: u16 = 7;
+/// 8: a file-mode receiver says `Control::Keepalive` while busy on an answer (a version-7
+/// sender took it for the answer).
+pub const PROTOCOL_VERSION: u16 = 8;
 
 /// Which kind of connection this is within one transfer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

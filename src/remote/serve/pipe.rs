@@ -52,6 +52,7 @@ pub(super) fn serve_receive_stream(
         progress: false,
         timeout: DEFAULT_TIMEOUT,
         relay,
+        first: None,
     };
     Ok(receive_pipe(out, key, rx, opts)?.bytes)
 }
