@@ -22,6 +22,15 @@ pub mod stream;
 mod successors;
 pub use successors::{check_not_self, Successors};
 
+/// How long to wait before re-dial `n` of a dropped connection: at once, then 0.25 s,
+/// doubling to 4 s (the sender's data and control connections, a relay's next hop).
+pub fn backoff(n: u32) -> Duration {
+    match n {
+        0 => Duration::ZERO,
+        n => Duration::from_millis(250u64 << (n - 1).min(4)),
+    }
+}
+
 /// Maps a stream failure to a transport error (a lost connection, exit 5).
 pub fn lost(e: io::Error) -> Error {
     Error::Transport(TransportError::Io(e))

@@ -260,13 +260,7 @@ pub(super) fn gave_up(why: &Error, last: Option<Error>) -> Error {
     lost(io::Error::other(detail))
 }
 
-/// Delay before re-dial attempt `n` (0-based): none, then 250 ms doubling to 4 s.
-pub(super) fn backoff(n: u32) -> Duration {
-    match n {
-        0 => Duration::ZERO,
-        n => Duration::from_millis(250u64 << (n - 1).min(4)),
-    }
-}
+pub(super) use crate::session::backoff;
 
 #[cfg(test)]
 mod tests {

@@ -9,6 +9,7 @@
 //! - [`sshd`]: a throwaway OpenSSH server for the remote-copy tests.
 //! - [`seccomp`]: `haul` with one system call failing, as an older kernel's would.
 //! - [`netbed`]: the shared netlab test bed under a test's own names.
+//! - [`fanout_pipe`]: a stream chain's receivers and sender, its JSON's digest.
 //!
 //! The helpers panic with a full explanation instead of returning errors: a test either
 //! proves what arrived or fails saying what did not. Each test binary uses a subset, hence
@@ -16,6 +17,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod compare;
+pub mod fanout_pipe;
 pub mod netbed;
 pub mod pipe_harness;
 pub mod piped;

@@ -28,7 +28,7 @@ use super::window::{Held, Shared};
 use crate::error::{Error, Result};
 use crate::protocol::{Chain, Control, Hop, ProtocolError, Replica, Summary};
 use crate::session::{is_tick, Channel, Successors};
-use crate::transport::{self, Role, Ticket};
+use crate::transport::{self, Role, Ticket, TransportError};
 
 /// How long the control loop waits for the next hop's messages at a time.
 const POLL: Duration = Duration::from_millis(20);
@@ -38,6 +38,9 @@ const KEEPALIVE: Duration = Duration::from_millis(500);
 /// as gone: well within the receiver's default `--timeout` (30 s), so the hop after it
 /// is still waiting when the chain re-forms.
 const SILENCE: Duration = Duration::from_secs(10);
+/// Times the next hop is dialed again after its control connection was cut (the backoff
+/// of a sender's re-dial between tries) before it counts as failed.
+const REDIALS: u32 = 5;
 /// How long `abort` waits for the control loop to tell the next hop.
 const ABORT_WAIT: Duration = Duration::from_secs(2);
 
@@ -310,15 +313,7 @@ impl StreamRelay {
             };
             match self.dial(&hop, rest) {
                 Ok((chan, ticket)) => {
-                    let mut st = self.lock();
-                    st.generation += 1;
-                    let key = ticket.secret.block_key();
-                    st.target = Some(Target {
-                        generation: st.generation,
-                        ticket,
-                        key,
-                    });
-                    st.window = None;
+                    self.aim(ticket);
                     return Some(chan);
                 }
                 Err(e) => self.drop_hop(&e),
@@ -373,6 +368,8 @@ impl StreamRelay {
     fn control(&self) {
         let mut chan: Option<Channel> = None;
         let mut hop = HopState::default();
+        // The current hop's connection was cut: tries so far, and why.
+        let mut redial: Option<(u32, Error)> = None;
         loop {
             let abort = self.lock().abort.clone();
             if let Some((code, message)) = abort {
@@ -385,7 +382,13 @@ impl StreamRelay {
                 return self.close(None);
             }
             if chan.is_none() {
-                match self.connect_next() {
+                // Tries count until the hop acknowledges on a new connection, so a hop
+                // that keeps dropping it right away runs out of them.
+                let next = match &redial {
+                    Some((tries, why)) => self.redial_next(*tries, why),
+                    None => self.connect_next(),
+                };
+                match next {
                     Some(c) => {
                         chan = Some(c);
                         hop = HopState::default();
@@ -399,14 +402,84 @@ impl StreamRelay {
                     let _ = c.shutdown_write();
                     return self.close(Some(summary));
                 }
-                Ok(None) => {}
+                Ok(None) => {
+                    if hop.acked {
+                        redial = None;
+                    }
+                }
                 Err(e) => {
                     c.abort();
                     chan = None;
-                    self.drop_hop(&e);
+                    // A connection the network cut is dialed again, as the sender does;
+                    // a hop that went silent, refused or failed is left out at once.
+                    let tries = redial.as_ref().map_or(0, |r| r.0);
+                    if !hop.silent && is_cut(&e) && tries < REDIALS {
+                        crate::progress::warn(&format!(
+                            "the control connection to the next receiver broke ({e}); \
+                             dialing it again"
+                        ));
+                        redial = Some((tries + 1, e));
+                    } else {
+                        redial = None;
+                        self.drop_hop(&e);
+                    }
                 }
             }
         }
+    }
+
+    /// Dials the current next hop again (its connection was cut: `why`), from try
+    /// `tries` on with the sender's backoff; after the last try it counts as failed and
+    /// the chain goes on with the one after it.
+    fn redial_next(&self, tries: u32, why: &Error) -> Option<Channel> {
+        let mut last = None;
+        for t in tries..=REDIALS {
+            let until = Instant::now() + crate::session::backoff(t);
+            while Instant::now() < until {
+                if self.stop.load(Ordering::Acquire) || self.lock().abort.is_some() {
+                    return None;
+                }
+                std::thread::sleep(POLL);
+            }
+            let (hop, rest) = {
+                let st = self.lock();
+                (st.succ.front()?.clone(), st.succ.rest())
+            };
+            match self.dial(&hop, rest) {
+                Ok((chan, ticket)) => {
+                    self.aim(ticket);
+                    return Some(chan);
+                }
+                // Refused (killed, or the link still down) may mend within the tries; a
+                // handshake that never came (a stopped hop) or a refusal will not.
+                Err(e)
+                    if !is_cut(&e)
+                        && !matches!(e, Error::Transport(TransportError::Connect { .. })) =>
+                {
+                    last = Some(e);
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let e =
+            last.unwrap_or_else(|| crate::session::lost(std::io::Error::other(why.to_string())));
+        self.drop_hop(&e);
+        self.connect_next()
+    }
+
+    /// A new control connection to the next hop, of `ticket`: its data connections and
+    /// its first acknowledgement start afresh.
+    fn aim(&self, ticket: Ticket) {
+        let mut st = self.lock();
+        st.generation += 1;
+        let key = ticket.secret.block_key();
+        st.target = Some(Target {
+            generation: st.generation,
+            ticket,
+            key,
+        });
+        st.window = None;
     }
 
     /// One round with the current hop: say what it must know, take what it says. Its
@@ -432,6 +505,7 @@ impl StreamRelay {
             hop.told = Instant::now();
         }
         if hop.heard.elapsed() >= SILENCE {
+            hop.silent = true;
             return Err(crate::session::lost(std::io::Error::other(format!(
                 "nothing from it for {} s",
                 SILENCE.as_secs()
@@ -471,9 +545,17 @@ impl StreamRelay {
     }
 }
 
+/// A connection the network broke (reset, aborted, closed), which dialing again may
+/// mend; not a hop that refused us, answered with an error or broke the protocol.
+fn is_cut(e: &Error) -> bool {
+    matches!(e, Error::Transport(TransportError::Io(_)))
+}
+
 /// What the control loop knows of the current hop's conversation.
 struct HopState {
     acked: bool,
+    /// It said nothing for [`SILENCE`] (stopped, or partitioned): not dialed again.
+    silent: bool,
     told_end: bool,
     told: Instant,
     heard: Instant,
@@ -483,6 +565,7 @@ impl Default for HopState {
     fn default() -> HopState {
         HopState {
             acked: false,
+            silent: false,
             told_end: false,
             told: Instant::now(),
             heard: Instant::now(),
