@@ -393,6 +393,7 @@ fn run_recv(
         timeout: timeout.unwrap_or(DEFAULT_TIMEOUT),
         relay,
         first: timeout,
+        outcome_key: ticket.secret.outcome_key(),
         // Its stdout is the ticket's.
         listing: Listing {
             stderr: true,

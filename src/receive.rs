@@ -34,6 +34,7 @@ pub use report::{ReceiveOptions, ReceiveReport};
 
 use crate::error::{Error, Result};
 use crate::progress::{Counters, Printer, Progress};
+use crate::protocol::vouch::{self, ManifestDigest};
 use crate::protocol::{check_batch, Control, Item, Listing, ProtocolError, Summary, SyncOptions};
 use crate::session::{is_forged, is_tick, lost, Channel};
 use crate::store::Store;
@@ -131,6 +132,9 @@ pub fn receive(
         start: (streams, block_size, options),
         relay: None,
         may_relay: opts.relay,
+        outcome_key: opts.outcome_key,
+        nonce: None,
+        manifest: ManifestDigest::default(),
         finished: None,
         units_base: 0,
     };
@@ -249,6 +253,12 @@ struct Session<'a> {
     relay: Option<Relay>,
     /// Whether this receiver may relay (`ReceiveOptions::relay`).
     may_relay: bool,
+    /// `ReceiveOptions::outcome_key`.
+    outcome_key: Option<[u8; 32]>,
+    /// A chain fan-out: the sender's nonce, which this receiver's proof is bound to.
+    nonce: Option<[u8; 32]>,
+    /// Every batch of the manifest applied here, for that proof.
+    manifest: ManifestDigest,
     /// This store's summary, once it is complete (a relay may wait for the next hop).
     finished: Option<Summary>,
     /// Data frames received before the current sender's control connection: its
@@ -290,6 +300,7 @@ impl Session<'_> {
                             continue;
                         }
                     }
+                    self.manifest.batch(&entries);
                     let relay = &mut self.relay;
                     // Deltas hash big files, the next hop may take its time: heard.
                     let need = heartbeat::busy(&mut self.control, || {
@@ -323,6 +334,11 @@ impl Session<'_> {
                 }
                 Control::Chain(chain) if self.relay.is_none() => {
                     relay::allowed(self.may_relay, &chain)?;
+                    self.nonce = self.nonce.or(chain.nonce);
+                    if chain.hops.is_empty() {
+                        // The last hop: only the nonce.
+                        continue;
+                    }
                     let (streams, block_size, options) = self.start;
                     crate::session::check_not_self(&chain, &self.shared.key)?;
                     // Dialing around hops that do not answer takes a while.
@@ -513,14 +529,26 @@ impl Session<'_> {
     /// Sends Done and waits (briefly) for the sender to close, so it can read it; a
     /// sender that asks again after reconnecting gets it again.
     fn say_done(&mut self, summary: &Summary) {
+        // A receiver of a chain fan-out proves its outcome to the sender, through any relay.
+        let proof = match (self.outcome_key, self.nonce) {
+            (Some(key), Some(nonce)) => {
+                let p = vouch::proof(&key, &nonce, &self.manifest.digest(), summary);
+                Some(Control::Proof(p))
+            }
+            _ => None,
+        };
         let done = Control::Done(summary.clone());
         let deadline = Instant::now() + Duration::from_secs(5);
-        let _ = self.control.write(&done);
+        let say = |c: &mut Channel| {
+            if let Some(p) = &proof {
+                let _ = c.write(p);
+            }
+            let _ = c.write(&done);
+        };
+        say(&mut self.control);
         while Instant::now() < deadline {
             match self.control.read(Some(TICK)) {
-                Ok(Control::Finish { .. }) => {
-                    let _ = self.control.write(&done);
-                }
+                Ok(Control::Finish { .. }) => say(&mut self.control),
                 Ok(_) => {}
                 Err(ref e) if is_tick(e) => {}
                 Err(_) => match self.control_rx.try_recv() {

@@ -244,6 +244,8 @@ fuzz_target!(|data: &[u8]| {
         window,
         progress: false,
         timeout: Duration::from_millis(100),
+        relay: false,
+        outcome_key: Some([7; 32]),
     };
     let receiver = std::thread::spawn(move || receive_pipe(out, KEY, rx, opts));
     let mut drains = Vec::new();

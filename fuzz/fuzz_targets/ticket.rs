@@ -1,7 +1,7 @@
 //! Tickets: `Ticket::parse` on UTF-8 strings, on lossily converted arbitrary bytes, and
 //! on the input wrapped as a well-formed `haul1-` base32 body with a valid checksum (so the
 //! body decoder behind the checksum is reached). A parsed ticket must re-encode to a
-//! ticket that parses to the same fields.
+//! ticket that parses to the same fields (a hop ticket to a hop ticket).
 #![no_main]
 
 use haul::transport::Ticket;
@@ -13,6 +13,9 @@ fn check(s: &str) {
         assert_eq!(again.fingerprint, t.fingerprint);
         assert_eq!(again.secret.as_bytes(), t.secret.as_bytes());
         assert_eq!(again.addrs, t.addrs);
+        // A hop ticket stays one (it connects as its ticket, and cannot vouch).
+        assert_eq!(again.secret.conn_key(), t.secret.conn_key());
+        assert_eq!(again.secret.outcome_key(), t.secret.outcome_key());
     }
 }
 

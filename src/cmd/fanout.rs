@@ -40,7 +40,11 @@ pub(super) fn chain(first: &Ticket, rest: &[TicketFrom], encrypt: bool) -> Resul
         seen.push(t.secret.block_key());
         hops.push(hop);
     }
-    Ok(Some(Chain { hops, encrypt }))
+    Ok(Some(Chain {
+        hops,
+        encrypt,
+        nonce: None,
+    }))
 }
 
 /// Every receiver's state, first included, in chain order; a hop that said nothing
@@ -144,6 +148,7 @@ pub(super) fn own_error(replicas: &mut Vec<Replica>, host: &str, e: &Error) {
             code: e.exit_code(),
             message: e.to_string(),
         },
+        proof: None,
     });
 }
 
@@ -193,10 +198,12 @@ mod tests {
         let chain = Chain {
             hops: vec![hop("b"), hop("c")],
             encrypt: true,
+            nonce: None,
         };
         let done = |h: &str| Replica {
             host: h.into(),
             outcome: Outcome::Done(crate::protocol::Summary::default()),
+            proof: None,
         };
         let first_failed = Replica {
             host: "a".into(),
@@ -204,6 +211,7 @@ mod tests {
                 code: exit::NETWORK,
                 message: "gone".into(),
             },
+            proof: None,
         };
         let s = states("a", Some(&chain), &[first_failed, done("b"), done("c")]).unwrap();
         let errs: Vec<bool> = s.iter().map(|s| s.error.is_some()).collect();

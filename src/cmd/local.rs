@@ -64,6 +64,7 @@ pub(super) fn copy(
                 // The first receiver of `copy SRC /DST --also`: the sender is ours.
                 relay: true,
                 first: None,
+                outcome_key: None,
                 listing: Listing::default(),
             };
             receive(store, key, rx, opts)

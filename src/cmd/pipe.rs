@@ -103,6 +103,7 @@ pub(super) fn run_recv_pipe(
         timeout: timeout.unwrap_or(DEFAULT_TIMEOUT),
         relay,
         first: timeout,
+        outcome_key: ticket.secret.outcome_key(),
     };
     let report = receive_pipe(out, key, rx, opts)?;
     finish_recv_pipe(&report, data_on_stdout, cfg);
@@ -246,6 +247,7 @@ fn copy_here(from: &PipeFrom, to: &PipeTo, t: &Transfer, p: &Pipe, cfg: &Config)
                 timeout: DEFAULT_TIMEOUT,
                 relay: false,
                 first: None,
+                outcome_key: None,
             };
             receive_pipe(out, key, rx, opts)
         })

@@ -40,6 +40,7 @@ impl Chain {
         Chain {
             hops: self.hops.iter().skip(1).cloned().collect(),
             encrypt: self.encrypt,
+            nonce: self.nonce,
         }
     }
 }
@@ -62,6 +63,7 @@ mod tests {
         let c = Chain {
             hops: (0..3).map(hop).collect(),
             encrypt: true,
+            nonce: None,
         };
         assert!(c.check().is_ok());
         assert_eq!(c.rest().hops, vec![hop(1), hop(2)]);
@@ -69,6 +71,7 @@ mod tests {
         let long = Chain {
             hops: (0..=MAX_CHAIN).map(hop).collect(),
             encrypt: false,
+            nonce: None,
         };
         assert!(long.check().is_err());
         let wide = Chain {
@@ -77,76 +80,83 @@ mod tests {
                 ticket: String::new(),
             }],
             encrypt: false,
+            nonce: None,
         };
         assert!(wide.check().is_err());
     }
 
     proptest! {
-        #[test]
-        fn chain_and_replicas_round_trip(
-            labels in proptest::collection::vec(".{0,40}", 0..5),
-            code in any::<i32>(),
-            files in any::<u64>(),
-        ) {
-            let chain = Control::Chain(Chain {
-                hops: labels.iter().map(|l| Hop { label: l.clone(), ticket: l.repeat(2) }).collect(),
-                encrypt: code % 2 == 0,
-            });
-            let bytes = postcard::to_stdvec(&chain).unwrap();
-            prop_assert_eq!(Control::decode(&bytes).unwrap(), chain);
-            let reps = Control::Replicas(labels.iter().map(|l| Replica {
-                host: l.clone(),
-                outcome: if code % 2 == 0 {
-                    Outcome::Done(Summary { files, ..Summary::default() })
-                } else {
-                    Outcome::Failed { code, message: l.clone() }
-                },
-            }).collect());
-            let bytes = postcard::to_stdvec(&reps).unwrap();
-            prop_assert_eq!(Control::decode(&bytes).unwrap(), reps);
-        }
-
-        #[test]
-        fn a_stream_start_carries_its_chain(
-            labels in proptest::collection::vec(".{0,40}", 0..5),
-            streams in any::<u16>(),
-            window in any::<u64>(),
-            encrypt in any::<bool>(),
-        ) {
-            let start = Control::StreamStart {
-                streams,
-                block_size: 1 << 20,
-                window,
-                chain: Chain {
+            #[test]
+            fn chain_and_replicas_round_trip(
+                labels in proptest::collection::vec(".{0,40}", 0..5),
+                code in any::<i32>(),
+                files in any::<u64>(),
+            ) {
+                let chain = Control::Chain(Chain {
                     hops: labels.iter().map(|l| Hop { label: l.clone(), ticket: l.repeat(2) }).collect(),
-                    encrypt,
-                },
-            };
-            let bytes = postcard::to_stdvec(&start).unwrap();
-            prop_assert_eq!(Control::decode(&bytes).unwrap(), start);
-        }
+                    encrypt: code % 2 == 0,
+    nonce: None,
 
-        #[test]
-        fn any_bytes_after_a_stream_start_decode_or_error(
-            bytes in proptest::collection::vec(any::<u8>(), 0..256),
-        ) {
-            let mut b = vec![7u8];
-            b.extend_from_slice(&bytes);
-            if let Ok(Control::StreamStart { chain, .. }) = Control::decode(&b) {
-                let _ = chain.check();
+                });
+                let bytes = postcard::to_stdvec(&chain).unwrap();
+                prop_assert_eq!(Control::decode(&bytes).unwrap(), chain);
+                let reps = Control::Replicas(labels.iter().map(|l| Replica {
+                    host: l.clone(),
+                    outcome: if code % 2 == 0 {
+                        Outcome::Done(Summary { files, ..Summary::default() })
+                    } else {
+                        Outcome::Failed { code, message: l.clone() }
+                    },
+    proof: None,
+
+                }).collect());
+                let bytes = postcard::to_stdvec(&reps).unwrap();
+                prop_assert_eq!(Control::decode(&bytes).unwrap(), reps);
+            }
+
+            #[test]
+            fn a_stream_start_carries_its_chain(
+                labels in proptest::collection::vec(".{0,40}", 0..5),
+                streams in any::<u16>(),
+                window in any::<u64>(),
+                encrypt in any::<bool>(),
+            ) {
+                let start = Control::StreamStart {
+                    streams,
+                    block_size: 1 << 20,
+                    window,
+                    chain: Chain {
+                        hops: labels.iter().map(|l| Hop { label: l.clone(), ticket: l.repeat(2) }).collect(),
+                        encrypt,
+    nonce: None,
+
+                    },
+                };
+                let bytes = postcard::to_stdvec(&start).unwrap();
+                prop_assert_eq!(Control::decode(&bytes).unwrap(), start);
+            }
+
+            #[test]
+            fn any_bytes_after_a_stream_start_decode_or_error(
+                bytes in proptest::collection::vec(any::<u8>(), 0..256),
+            ) {
+                let mut b = vec![7u8];
+                b.extend_from_slice(&bytes);
+                if let Ok(Control::StreamStart { chain, .. }) = Control::decode(&b) {
+                    let _ = chain.check();
+                }
+            }
+
+            #[test]
+            fn any_bytes_after_the_chain_tag_decode_or_error(
+                tag in 14u8..16,
+                bytes in proptest::collection::vec(any::<u8>(), 0..256),
+            ) {
+                let mut b = vec![tag];
+                b.extend_from_slice(&bytes);
+                if let Ok(Control::Chain(c)) = Control::decode(&b) {
+                    let _ = c.check();
+                }
             }
         }
-
-        #[test]
-        fn any_bytes_after_the_chain_tag_decode_or_error(
-            tag in 14u8..16,
-            bytes in proptest::collection::vec(any::<u8>(), 0..256),
-        ) {
-            let mut b = vec![tag];
-            b.extend_from_slice(&bytes);
-            if let Ok(Control::Chain(c)) = Control::decode(&b) {
-                let _ = c.check();
-            }
-        }
-    }
 }

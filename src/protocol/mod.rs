@@ -13,7 +13,8 @@
 //! `seal`
 //! (every frame's tag and every control message's MAC, per connection), `data` (the
 //! data-unit header), `msg` (control messages), `path` (safe relative paths), `filter`
-//! (rsync's include/exclude rules), `xattr` (extended attributes in an entry, bounded).
+//! (rsync's include/exclude rules), `xattr` (extended attributes in an entry, bounded),
+//! `vouch` (a fan-out receiver's proof of its own outcome).
 //!
 //! # Streams and order
 //! One control stream, then N data streams. On the control stream the sender writes
@@ -25,8 +26,9 @@
 //! [`Control::Done`] once every file is durable, or [`Control::Error`] at any point.
 //! With `--delete` and filter rules, [`Control::Protect`] follows `Start`: the rules, so
 //! the receiver keeps what they exclude. A chain fan-out sends [`Control::Chain`] right
-//! after `Start` (the receivers to pass everything on to); such a receiver sends
-//! [`Control::Replicas`] (what became of each of them) before `Done`.
+//! after `Start` (the receivers to pass everything on to, and the run's nonce; the last
+//! receiver gets one without hops); such a receiver sends [`Control::Replicas`] (what
+//! became of each of them) and every receiver of a chain [`Control::Proof`] before `Done`.
 //!
 //! A pipe transfer (one byte stream, not files) opens with [`Control::StreamStart`]
 //! instead. Its blocks travel as data units of file 0 at block-aligned offsets, on any
@@ -48,6 +50,7 @@ mod msg;
 mod path;
 mod reader;
 mod seal;
+pub mod vouch;
 mod xattr;
 
 pub use accept::{Accept, Chown, OwnerSpec};

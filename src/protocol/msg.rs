@@ -142,6 +142,10 @@ pub enum Control {
         /// Microseconds from the first byte to the last.
         micros: u64,
     },
+    /// Receiver → sender, right before `Done`, when its chain carried a nonce (every
+    /// receiver of a chain fan-out): its proof of that outcome (`vouch::proof`, under its
+    /// own ticket's outcome key), which a relay passes on in the hop's `Replica`.
+    Proof([u8; 32]),
 }
 
 /// The receivers a receiver passes the transfer on to, nearest first.
@@ -151,6 +155,9 @@ pub struct Chain {
     pub hops: Vec<Hop>,
     /// Whether the data streams between hops use TLS (as the sender's do).
     pub encrypt: bool,
+    /// The sender's fresh number for this run, which every receiver of the chain binds
+    /// its proof to (`Control::Proof`); the last hop gets a `Chain` without hops for it.
+    pub nonce: Option<[u8; 32]>,
 }
 
 /// One further receiver.
@@ -158,7 +165,8 @@ pub struct Chain {
 pub struct Hop {
     /// How messages name it: the host as the user named it, or the ticket's first address.
     pub label: String,
-    /// Its ticket, as `haul recv` printed it.
+    /// Its ticket: as `haul recv` printed it where the sender keeps it, its hop ticket
+    /// (`Ticket::for_hop`, which cannot vouch for it) in every `Chain` sent.
     pub ticket: String,
 }
 
@@ -169,6 +177,9 @@ pub struct Replica {
     pub host: String,
     /// Its summary, or why it failed.
     pub outcome: Outcome,
+    /// A `Done` heard from the hop before it: the hop's own proof of it (its
+    /// `Control::Proof`), without which the sender counts it failed.
+    pub proof: Option<[u8; 32]>,
 }
 
 /// A replica's end.
@@ -361,6 +372,7 @@ impl Control {
             Control::Probe { .. } => "Probe",
             Control::ProbeReady { .. } => "ProbeReady",
             Control::Probed { .. } => "Probed",
+            Control::Proof(_) => "Proof",
         }
     }
 }
@@ -440,6 +452,7 @@ mod tests {
                         ticket: "haul1-x".into(),
                     }],
                     encrypt: true,
+                    nonce: None,
                 },
             },
             Control::StreamAck {

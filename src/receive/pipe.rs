@@ -60,6 +60,9 @@ pub struct PipeRecvOptions {
     pub relay: bool,
     /// Give up when no sender came this long (None: wait until one comes).
     pub first: Option<Duration>,
+    /// This receiver's outcome key, for its proof in a chain fan-out (see
+    /// `ReceiveOptions::outcome_key`).
+    pub outcome_key: Option<[u8; 32]>,
 }
 
 /// What the receiver reports once the stream is delivered.
@@ -112,7 +115,9 @@ pub fn receive_pipe(
         usize::from(streams) + DATA_CONN_SLACK,
         Arc::clone(&counters),
     ));
-    // A chain fan-out: this receiver passes the stream on.
+    // A chain fan-out: this receiver proves its outcome (bound to the sender's nonce)...
+    let nonce = chain.nonce;
+    // ...and all but the last pass the stream on.
     let relay = match chain.hops.is_empty() {
         true => None,
         false => match super::relay::allowed(opts.relay, &chain)
@@ -222,6 +227,10 @@ pub fn receive_pipe(
             };
             if let Some(r) = relay.as_deref() {
                 let _ = session.control.write(&Control::Replicas(r.replicas()));
+            }
+            if let (Some(key), Some(nonce)) = (opts.outcome_key, nonce) {
+                let p = crate::protocol::vouch::proof(&key, &nonce, &digest, &summary);
+                let _ = session.control.write(&Control::Proof(p));
             }
             let _ = session.control.write(&Control::Done(summary));
             let _ = session.control.shutdown_write();

@@ -313,7 +313,8 @@ impl Told<'_> {
     /// Opens the conversation on `chan` with a hop whose chain is `rest`.
     fn open(&self, mut chan: Channel, rest: Chain) -> Result<Channel> {
         chan.write(self.start)?;
-        if !rest.hops.is_empty() {
+        // The last hop too gets the nonce it proves its outcome with.
+        if !rest.hops.is_empty() || rest.nonce.is_some() {
             chan.write(&Control::Chain(rest))?;
         }
         if let Some(p) = self.protect {
@@ -349,6 +350,8 @@ fn answer(chan: &mut Channel, succ: &mut Successors, down: &mut HashSet<u64>) ->
             Control::Items(_) | Control::Keepalive => {}
             Control::Arrived(ids) => down.extend(ids),
             Control::Replicas(r) => succ.heard(r),
+            // Its proof, passed on with its Done in `Replicas`.
+            Control::Proof(p) => succ.proved(p),
             Control::Error { code, message } => {
                 return Err(Error::Remote {
                     side: "receiver",
@@ -423,6 +426,7 @@ mod tests {
         let chain = Chain {
             hops: vec![hop],
             encrypt: true,
+            nonce: None,
         };
         let mut relay = Relay {
             succ: Successors::new(chain),

@@ -20,6 +20,10 @@ pub struct ReceiveOptions {
     pub relay: bool,
     /// Give up when no sender came this long (None: wait until one comes).
     pub first: Option<Duration>,
+    /// This receiver's outcome key (`Secret::outcome_key` of its ticket), with which it
+    /// proves its `Done` to the sender of a chain fan-out; None for a receiver that is
+    /// only ever the first (a local copy's, a pull's: the sender sees its `Done` itself).
+    pub outcome_key: Option<[u8; 32]>,
     /// What this side lists per change (`-v`, `-i` where the receiving user asked).
     pub listing: Listing,
 }

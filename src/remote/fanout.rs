@@ -52,7 +52,11 @@ pub(super) fn start(
         });
         fars.push(far);
     }
-    let chain = Chain { hops, encrypt };
+    let chain = Chain {
+        hops,
+        encrypt,
+        nonce: None,
+    };
     Ok((fars, Some(chain), renames))
 }
 
@@ -131,6 +135,7 @@ pub(super) fn go_past_first(
         chain: (!rest.is_empty()).then(|| Chain {
             hops: rest.to_vec(),
             encrypt,
+            nonce: None,
         }),
         label: next.label.clone(),
     })
@@ -153,12 +158,14 @@ pub(super) fn past_first(
             code: lost.exit_code(),
             message: lost.to_string(),
         },
+        proof: None,
     }];
     if let Some(next) = chain.hops.first() {
         if !replicas.iter().any(|r| r.host == next.label) {
             out.push(Replica {
                 host: next.label.clone(),
                 outcome: Outcome::Done(Summary::default()),
+                proof: None,
             });
         }
     }

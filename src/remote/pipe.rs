@@ -135,6 +135,7 @@ pub fn run(
                     // A stream from a host does not fan out.
                     relay: false,
                     first: None,
+                    outcome_key: None,
                 };
                 receive_pipe(out, key, rx, ropts)
             });

@@ -94,6 +94,7 @@ pub(super) fn pull(
             // The first receiver of a pull's fan-out: the far sender is ours.
             relay: true,
             first: None,
+            outcome_key: None,
             listing: opts.listing,
         };
         receive(store, key, rx, opts)

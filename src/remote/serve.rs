@@ -247,6 +247,7 @@ fn serve_receive(
         timeout: DEFAULT_TIMEOUT,
         relay,
         first: None,
+        outcome_key: ticket.secret.outcome_key(),
         listing: Listing::default(),
     };
     let report = receive(store, key, rx, opts)?;

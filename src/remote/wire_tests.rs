@@ -62,6 +62,7 @@ fn messages_round_trip_as_single_safe_lines() {
                     ticket: "haul1-def".into(),
                 }],
                 encrypt: true,
+                nonce: None,
             }),
             label: "/data/\x1b".into(),
         },
@@ -116,6 +117,7 @@ fn messages_round_trip_as_single_safe_lines() {
                 code: 5,
                 message: "gone".into(),
             },
+            proof: None,
         }],
         stats: Stats {
             files_unchanged: 4,
@@ -188,14 +190,15 @@ fn greetings() {
     let g = parse_greeting(&greeting(Some("ab12"))).unwrap();
     assert_eq!(g.hash.as_deref(), Some("ab12"));
     assert!(!parse_greeting("haul-serve 11 1").unwrap().compatible());
-    // Version 11: `Receive`/`ReceiveStream` say `relay`; 10: `Stats` carries `--stats`' totals; 9: `Done` carries `Stats`; 8: `Probe` says `everywhere`, `ProbeSource` `listen`, `Go` a chain, `Done`
+    // Version 12: `Go`'s chain has a nonce, `Done`'s replicas a proof; 11:
+    // `Receive`/`ReceiveStream` say `relay`; 10: `Stats` carries `--stats`' totals; 9: `Done` carries `Stats`; 8: `Probe` says `everywhere`, `ProbeSource` `listen`, `Go` a chain, `Done`
     // the replicas; 7:
     // `ProbeSource`/`SourceProbed`; 6: ReceiveStream says `everywhere`, and
     // `Probe`/`Probed` (5: `compress`
     // may be "auto" and every request carries keep_cache; 4 added dry_run, a listing, a
     // cap and deleted; 3 the walk's selection); an older far end cannot read them and is
     // replaced by an upload.
-    assert_eq!(SERVE_VERSION, 11);
+    assert_eq!(SERVE_VERSION, 12);
     for old in 2..SERVE_VERSION {
         let line = format!("haul-serve {old} {PROTOCOL_VERSION}");
         assert!(!parse_greeting(&line).unwrap().compatible());

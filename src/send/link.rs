@@ -16,6 +16,7 @@ use super::dial::{backoff, gave_up};
 use super::target::Target;
 use crate::error::{Error, Result};
 use crate::progress::Counters;
+use crate::protocol::vouch::ManifestDigest;
 use crate::protocol::{Chain, Control, Item, Replica, Summary};
 use crate::session::{is_tick, lost, Channel, Successors};
 use crate::transport::{self, Role, TransportError};
@@ -60,6 +61,8 @@ pub(super) struct Link<'a> {
     /// When something last moved (a message heard, a reconnect, the chain going on),
     /// and the wire bytes written then.
     moved: (Instant, u64),
+    /// Every `Entries` batch sent (once each), which a receiver's proof covers.
+    manifest: ManifestDigest,
 }
 
 impl<'a> Link<'a> {
@@ -118,6 +121,7 @@ impl<'a> Link<'a> {
             told: Vec::new(),
             stall: None,
             moved: (Instant::now(), 0),
+            manifest: ManifestDigest::default(),
         })
     }
 
@@ -199,8 +203,16 @@ impl<'a> Link<'a> {
                 }
                 Control::Arrived(ids) => self.arrived.extend(ids),
                 Control::Replicas(r) => self.heard(r),
+                Control::Proof(p) => self.proved(p),
                 other => return Ok(other),
             }
+        }
+    }
+
+    /// The first receiver's proof of its outcome (the sender sees that outcome itself).
+    pub(super) fn proved(&mut self, proof: [u8; 32]) {
+        if let Some(s) = self.succ.as_mut() {
+            s.proved(proof);
         }
     }
 
@@ -218,12 +230,18 @@ impl<'a> Link<'a> {
         }
     }
 
-    /// What became of every receiver of a chain fan-out (empty for one receiver).
-    pub(super) fn replicas(&self) -> Vec<Replica> {
+    /// What became of every receiver of a chain fan-out (empty for one receiver), a
+    /// `Done` heard of (not seen) standing only when `proven` (`Successors::settle`).
+    pub(super) fn settled(&self, proven: impl Fn(&Replica) -> bool) -> Vec<Replica> {
         self.succ
             .as_ref()
-            .map(Successors::replicas)
+            .map(|s| s.settle(proven))
             .unwrap_or_default()
+    }
+
+    /// The digest of the manifest sent so far (`protocol::vouch`).
+    pub(super) fn manifest_digest(&self) -> [u8; 32] {
+        self.manifest.digest()
     }
 
     /// Whether a receiver comes after the current first one (so the run can go on if it
@@ -322,6 +340,9 @@ impl<'a> Link<'a> {
     /// Sends `msg` and reads the answer, reconnecting and repeating as needed. In a
     /// chain, an `Error` answer fails the first receiver over to the next.
     pub(super) fn request(&mut self, msg: &Control) -> Result<Control> {
+        if let Control::Entries(entries) = msg {
+            self.manifest.batch(entries);
+        }
         let mut attempts = 0;
         loop {
             let r = self.chan.write(msg).and_then(|()| self.read_answer());
@@ -443,7 +464,7 @@ fn hello(start: &Control, rest: Chain) -> Vec<Control> {
             window: *window,
             chain: rest,
         }],
-        start if rest.hops.is_empty() => vec![start.clone()],
+        start if rest.hops.is_empty() && rest.nonce.is_none() => vec![start.clone()],
         start => vec![start.clone(), Control::Chain(rest)],
     }
 }
@@ -478,6 +499,7 @@ mod tests {
                 ticket: "t3".into(),
             }],
             encrypt: true,
+            nonce: None,
         };
         let start = Control::Start {
             streams: 2,

@@ -33,6 +33,7 @@ mod readbuf;
 mod report;
 mod sample;
 mod target;
+mod vouch;
 mod worker;
 
 pub use dial::ticket_dialer;
@@ -76,14 +77,12 @@ where
         block_size: opts.block_size as u32,
         options: opts.sync,
     };
-    let target = Target::new(
-        &dial,
-        key,
-        report::has_chain(&opts.chain),
-        encrypts(&opts.chain),
-    );
+    // The chain goes down with hop tickets and this run's nonce; the sender keeps the
+    // tickets that check each receiver's proof.
+    let (chain, vouching) = vouch::prepare(&opts.chain)?;
+    let target = Target::new(&dial, key, report::has_chain(&chain), encrypts(&chain));
     target.bound_writes(WRITE_STALL);
-    let succ = report::successors(&opts.label, &opts.chain);
+    let succ = report::successors(&opts.label, &chain);
     let mut link = Link::open(&target, start, opts.retries, &counters, succ)?;
     link.set_stall(opts.stall);
     let (printer, listing) = (progress.printer(), opts.listing);
@@ -202,7 +201,8 @@ where
     };
     link.done(&summary);
     link.close();
-    let replicas = link.replicas();
+    let digest = link.manifest_digest();
+    let replicas = link.settled(|r| vouching.as_ref().is_some_and(|v| v.proven(r, &digest)));
     drop(link);
     let f = failures.into_inner().unwrap_or_default();
     Ok(SendReport {

@@ -123,15 +123,17 @@ where
     let progress = Progress::start_stream(Arc::clone(&counters), opts.progress);
     // Blocks of a power-of-two size are subtrees of the stream's BLAKE3 tree (codec::tree).
     let block_size = tree_block(opts.block_size);
+    // The chain goes down with hop tickets and this run's nonce (`send::vouch`).
+    let (chain, vouching) = super::vouch::prepare(&opts.chain)?;
     let start = Control::StreamStart {
         streams: opts.streams as u16,
         block_size: block_size as u32,
         window: opts.window,
-        chain: opts.chain.clone().unwrap_or_default(),
+        chain: chain.clone().unwrap_or_default(),
     };
-    let encrypt = opts.chain.as_ref().is_none_or(|c| c.encrypt);
-    let target = Target::new(&dial, key, has_chain(&opts.chain), encrypt);
-    let succ = successors(&opts.label, &opts.chain);
+    let encrypt = chain.as_ref().is_none_or(|c| c.encrypt);
+    let target = Target::new(&dial, key, has_chain(&chain), encrypt);
+    let succ = successors(&opts.label, &chain);
     let mut link = Link::open(&target, start, opts.retries, &counters, succ)?;
     let flow = Arc::new(Flow::new());
     let (work_tx, work_rx) = crossbeam_channel::unbounded::<Arc<Block>>();
@@ -226,7 +228,8 @@ where
     match result {
         Ok((bytes, digest)) => {
             link.close();
-            let replicas = link.replicas();
+            let replicas =
+                link.settled(|r| vouching.as_ref().is_some_and(|v| v.proven(r, &digest)));
             drop(link);
             Ok(PipeReport {
                 bytes,
@@ -423,6 +426,7 @@ impl Driver<'_, '_> {
                 Polled::Msg(Control::StreamLost { have, got }) => self.resend(have, &got),
                 // A chain fan-out: what became of the receivers after the first.
                 Polled::Msg(Control::Replicas(r)) => self.link.heard(r),
+                Polled::Msg(Control::Proof(p)) => self.link.proved(p),
                 Polled::Msg(Control::Done(summary)) => {
                     let Some(end) = self.end else {
                         return Err(

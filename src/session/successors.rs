@@ -10,6 +10,10 @@
 //! behind is out of step with the chain, and dialing it again could take it for complete
 //! when it missed part of the transfer.
 //!
+//! Every `Done` this side only heard of (from its successor, of the hops after it) comes
+//! with that hop's own proof (`protocol::vouch`); the sender, which alone can check it,
+//! counts one without a valid proof as failed ([`Successors::settle`]).
+//!
 //! Not here: what a new successor must be told, or what it gets again (trees: the
 //! manifest batch in progress; streams: blocks from its acknowledgement); that is the
 //! caller's, through the `open` function of [`Successors::connect`].
@@ -27,8 +31,14 @@ pub struct Successors {
     /// The current successor first, then the rest of the chain.
     hops: VecDeque<Hop>,
     encrypt: bool,
+    /// The sender's nonce for this run, passed down the chain.
+    nonce: Option<[u8; 32]>,
     /// What became of the successors this side left behind (failed, or done).
     own: Vec<Replica>,
+    /// Which of `own` this side saw done itself (the rest it heard of).
+    seen_done: Option<usize>,
+    /// The current successor's proof of its outcome (`Control::Proof`), for its `Done`.
+    proof: Option<[u8; 32]>,
     /// The current successor's latest account of the receivers after it.
     below: Vec<Replica>,
     /// Whether `replicas` changed since `take_news` was last called.
@@ -41,6 +51,7 @@ impl Successors {
         Successors {
             hops: chain.hops.into(),
             encrypt: chain.encrypt,
+            nonce: chain.nonce,
             ..Successors::default()
         }
     }
@@ -74,6 +85,7 @@ impl Successors {
         Chain {
             hops: self.hops.iter().skip(1).cloned().collect(),
             encrypt: self.encrypt,
+            nonce: self.nonce,
         }
     }
 
@@ -105,9 +117,15 @@ impl Successors {
         }
     }
 
+    /// The current successor's proof of its outcome (it comes right before its `Done`).
+    pub fn proved(&mut self, proof: [u8; 32]) {
+        self.proof = Some(proof);
+    }
+
     /// The current successor failed with `e`: reports it and leaves it behind, with every
     /// receiver it had reported on (failed, or done).
     pub fn fail(&mut self, e: &Error) {
+        self.proof = None;
         let Some(hop) = self.hops.pop_front() else {
             return;
         };
@@ -121,6 +139,7 @@ impl Successors {
                 code: e.exit_code(),
                 message: e.to_string(),
             },
+            proof: None,
         });
         // What it said of those after it stands: a hop it left behind is out of step
         // (it may have missed part of the transfer), one it saw done is complete.
@@ -137,9 +156,11 @@ impl Successors {
     /// receiver is left to pass anything on to.
     pub fn done(&mut self, summary: Summary) {
         if let Some(hop) = self.hops.pop_front() {
+            self.seen_done = Some(self.own.len());
             self.own.push(Replica {
                 host: hop.label,
                 outcome: Outcome::Done(summary),
+                proof: self.proof.take(),
             });
         }
         self.own.append(&mut self.below);
@@ -157,6 +178,27 @@ impl Successors {
     /// behind, then the current successor's account.
     pub fn replicas(&self) -> Vec<Replica> {
         self.own.iter().chain(&self.below).cloned().collect()
+    }
+
+    /// [`Successors::replicas`] as the sender reports them: every `Done` it heard of rather
+    /// than saw (from a relay, of a hop after it) stands only when `proven` (its hop's
+    /// proof holds); otherwise that replica failed (exit 8: the relay before it may have
+    /// made it up).
+    pub fn settle(&self, proven: impl Fn(&Replica) -> bool) -> Vec<Replica> {
+        let mut out = self.replicas();
+        for (i, r) in out.iter_mut().enumerate() {
+            if Some(i) == self.seen_done || !matches!(r.outcome, Outcome::Done(_)) || proven(r) {
+                continue;
+            }
+            r.outcome = Outcome::Failed {
+                code: crate::error::exit::INTEGRITY,
+                message: "the receiver before it said it was complete, without its proof \
+                          (a relay that lies, or a receiver of another run)"
+                    .into(),
+            };
+            r.proof = None;
+        }
+        out
     }
 
     /// [`Successors::replicas`], if it changed since the last call.
@@ -196,6 +238,7 @@ mod tests {
         Chain {
             hops: ids.iter().map(|&i| hop(i)).collect(),
             encrypt: true,
+            nonce: Some([5; 32]),
         }
     }
 
@@ -245,6 +288,7 @@ mod tests {
                 code: 5,
                 message: "gone".into(),
             },
+            proof: None,
         }]);
         assert_eq!(s.take_news().map(|r| r.len()), Some(1));
         s.heard(s.replicas());
@@ -279,6 +323,7 @@ mod tests {
         s.heard(vec![Replica {
             host: "hop3".into(),
             outcome: Outcome::Done(Summary::default()),
+            proof: Some([7; 32]),
         }]);
         s.done(Summary::default());
         assert!(s.front().is_none());
@@ -313,5 +358,35 @@ mod tests {
         assert_eq!(e.exit_code(), crate::error::exit::USAGE);
         assert!(e.to_string().contains("h1"), "{e}");
         assert!(check_not_self(&chain(&[1, 2]), &own).is_ok(), "not tickets");
+    }
+
+    #[test]
+    fn the_sender_takes_a_done_it_only_heard_of_only_with_its_proof() {
+        let mut s = Successors::behind(hop(1), chain(&[2, 3]));
+        assert_eq!(
+            s.rest().nonce,
+            Some([5; 32]),
+            "the nonce goes down the chain"
+        );
+        let claim = |host: &str, proof| Replica {
+            host: host.into(),
+            outcome: Outcome::Done(Summary::default()),
+            proof,
+        };
+        s.heard(vec![claim("hop2", Some([7; 32])), claim("hop3", None)]);
+        s.proved([1; 32]);
+        s.done(Summary::default());
+        assert_eq!(s.replicas()[0].proof, Some([1; 32]));
+        let settled = s.settle(|r| r.proof == Some([7; 32]));
+        let hosts: Vec<&str> = settled.iter().map(|r| r.host.as_str()).collect();
+        assert_eq!(hosts, ["hop1", "hop2", "hop3"]);
+        // The first receiver's own Done stands whatever its proof: the sender saw it.
+        let s2 = s.settle(|_| false);
+        assert!(!failed(&s2[0]) && failed(&s2[1]) && failed(&s2[2]));
+        assert!(!failed(&settled[0]) && !failed(&settled[1]));
+        assert!(matches!(
+            settled[2].outcome,
+            Outcome::Failed { code: 8, .. }
+        ));
     }
 }

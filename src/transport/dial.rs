@@ -103,7 +103,7 @@ fn establish(
 ) -> Result<Conn, TransportError> {
     let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
     sock.set_nodelay(true).map_err(TransportError::Io)?;
-    let key = *ticket.secret.as_bytes();
+    let key = ticket.secret.conn_key();
     let nonce_c = random32().map_err(TransportError::Io)?;
     if !encrypt {
         let mut io = DeadlineTcp {

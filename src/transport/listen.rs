@@ -186,7 +186,7 @@ impl Listener {
         let rejected = Arc::new(AtomicU64::new(0));
         let shared = Arc::new(Shared {
             config: self.config,
-            key: *self.secret.as_bytes(),
+            key: self.secret.conn_key(),
             timeout: self.handshake_timeout,
             tx,
             closed: AtomicBool::new(false),

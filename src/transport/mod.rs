@@ -73,7 +73,11 @@ pub use tunnel::Tunnel;
 /// version-6 relay took it mid-transfer for a broken hop).
 /// 8: a file-mode receiver says `Control::Keepalive` while busy on an answer (a version-7
 /// sender took it for the answer).
-pub const PROTOCOL_VERSION: u16 = 8;
+/// 9: connections prove a key derived from the ticket's secret (a hop ticket holds only
+/// that key); `Chain` carries the sender's nonce (also to the last hop, without hops),
+/// every receiver of a chain sends `Control::Proof` before `Done`, and a `Replica` carries
+/// the hop's proof.
+pub const PROTOCOL_VERSION: u16 = 9;
 
 /// Which kind of connection this is within one transfer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -4,13 +4,18 @@
 //! (all integers little-endian):
 //!
 //! ```text
-//! format u8 (= 1) | fingerprint [32] | secret [32] | count u8 (1..=32) |
+//! format u8 (1, or 2: a hop ticket) | fingerprint [32] | secret [32] | count u8 (1..=32) |
 //!   count × ( kind u8 (4 or 6) | ip [4 or 16] | port u16 ) | check [4]
 //! ```
 //!
 //! `check` is the first 4 bytes of BLAKE3 over everything before it, so a character lost or
 //! changed while copying is reported as a bad ticket instead of a confusing TLS failure.
 //! Base32 keeps the line free of shell metacharacters and safe to double-click-select.
+//!
+//! A *hop ticket* (format 2, [`Ticket::for_hop`]) is what a chain fan-out's sender gives
+//! the receivers before a hop: it reaches and authenticates that hop as the hop's own
+//! ticket does (connections prove [`Secret::conn_key`], which both derive to the same), but
+//! holds no [`Secret::outcome_key`], so a relay cannot vouch for the hop it dials.
 //!
 //! Not here: which addresses go into a ticket (the listener decides), or connecting.
 
@@ -25,6 +30,8 @@ use super::TransportError;
 const PREFIX: &str = "haul1-";
 /// Binary layout version inside the base32 text.
 const FORMAT: u8 = 1;
+/// The same layout, the secret field holding a connection key only (a hop ticket).
+const FORMAT_HOP: u8 = 2;
 /// Most addresses a ticket can carry; `encode` keeps the first ones.
 pub const MAX_TICKET_ADDRS: usize = 32;
 /// Longer input is refused before decoding (a full ticket is well under 1 KiB).
@@ -35,9 +42,14 @@ const KIND_V6: u8 = 6;
 
 /// 32 random bytes shared through the ticket; proves a connection belongs to this transfer.
 ///
-/// `Debug` never prints the bytes.
+/// `Debug` never prints the bytes. The secret a receiver made (a *root* secret) yields
+/// every key; a hop ticket's holds only the connection key derived from one.
 #[derive(Clone)]
-pub struct Secret([u8; 32]);
+pub struct Secret {
+    bytes: [u8; 32],
+    /// Only the connection key (from a hop ticket).
+    hop: bool,
+}
 
 impl Secret {
     /// A fresh secret from the operating system's random source.
@@ -54,23 +66,39 @@ impl Secret {
 
     /// A fresh secret from the operating system's random source, or why there is none.
     pub fn try_random() -> io::Result<Secret> {
-        random32().map(Secret)
+        random32().map(Secret::from_bytes)
     }
 
-    /// A secret with the given bytes (from a decoded ticket, or in tests).
+    /// A root secret with the given bytes (from a decoded ticket, or in tests).
     pub fn from_bytes(bytes: [u8; 32]) -> Secret {
-        Secret(bytes)
+        Secret { bytes, hop: false }
     }
 
-    /// The raw bytes.
+    /// The raw bytes (as the ticket carries them).
     pub fn as_bytes(&self) -> &[u8; 32] {
-        &self.0
+        &self.bytes
+    }
+
+    /// What every connection proves (the handshake's key) and every other connection key
+    /// comes from; the same for a ticket and the hop ticket made of it.
+    pub fn conn_key(&self) -> [u8; 32] {
+        match self.hop {
+            true => self.bytes,
+            false => blake3::derive_key("haul 2026 connection key", &self.bytes),
+        }
     }
 
     /// Key for keyed-BLAKE3 of data blocks, so a block hash cannot be forged by anyone who
     /// lacks the ticket, even on an unencrypted stream.
     pub fn block_key(&self) -> [u8; 32] {
-        blake3::derive_key("haul 2026 block hash key", &self.0)
+        blake3::derive_key("haul 2026 block hash key", &self.conn_key())
+    }
+
+    /// Key of a receiver's proof of its own outcome in a chain fan-out (`protocol::vouch`):
+    /// known to the receiver and to whoever holds its ticket, never to a relay (which gets
+    /// a hop ticket); None for a hop ticket's secret.
+    pub fn outcome_key(&self) -> Option<[u8; 32]> {
+        (!self.hop).then(|| blake3::derive_key("haul 2026 outcome key", &self.bytes))
     }
 }
 
@@ -99,12 +127,27 @@ pub struct Ticket {
 }
 
 impl Ticket {
+    /// The hop ticket of this one: the same addresses and certificate, and only the
+    /// connection key (see the module docs).
+    pub fn for_hop(&self) -> Ticket {
+        Ticket {
+            secret: Secret {
+                bytes: self.secret.conn_key(),
+                hop: true,
+            },
+            ..self.clone()
+        }
+    }
+
     /// One line, copy-pastable, no spaces or shell metacharacters: `haul1-` + lowercase
     /// unpadded base32 of the binary layout in the module docs. Carries at most
     /// [`MAX_TICKET_ADDRS`] addresses (the first ones).
     pub fn encode(&self) -> String {
         let mut bin = Vec::with_capacity(128);
-        bin.push(FORMAT);
+        bin.push(match self.secret.hop {
+            true => FORMAT_HOP,
+            false => FORMAT,
+        });
         bin.extend_from_slice(&self.fingerprint);
         bin.extend_from_slice(self.secret.as_bytes());
         let addrs = &self.addrs[..self.addrs.len().min(MAX_TICKET_ADDRS)];
@@ -201,13 +244,16 @@ impl<'a> Cursor<'a> {
 fn decode_body(bin: &[u8]) -> Result<Ticket, TransportError> {
     let mut c = Cursor(bin);
     let format = c.take_u8()?;
-    if format != FORMAT {
+    if format != FORMAT && format != FORMAT_HOP {
         return Err(TransportError::BadTicket(format!(
             "unsupported ticket format {format} (made by a newer haul?)"
         )));
     }
     let fingerprint = c.take_array::<32>()?;
-    let secret = Secret(c.take_array::<32>()?);
+    let secret = Secret {
+        bytes: c.take_array::<32>()?,
+        hop: format == FORMAT_HOP,
+    };
     let count = usize::from(c.take_u8()?);
     if count == 0 || count > MAX_TICKET_ADDRS {
         return Err(TransportError::BadTicket(format!(
@@ -374,8 +420,26 @@ mod tests {
         assert!(!format!("{t:?}").contains("66, 66"));
         assert_eq!(
             s.block_key(),
-            blake3::derive_key("haul 2026 block hash key", &[0x42; 32])
+            blake3::derive_key("haul 2026 block hash key", &s.conn_key())
         );
         assert_ne!(s.block_key(), *s.as_bytes());
+        assert_ne!(s.conn_key(), *s.as_bytes());
+    }
+
+    #[test]
+    fn a_hop_ticket_connects_as_its_ticket_but_cannot_vouch() {
+        let t = sample();
+        let hop = Ticket::parse(&t.for_hop().encode()).unwrap();
+        assert_eq!(hop.addrs, t.addrs);
+        assert_eq!(hop.fingerprint, t.fingerprint);
+        assert_eq!(hop.secret.conn_key(), t.secret.conn_key());
+        assert_eq!(hop.secret.block_key(), t.secret.block_key());
+        assert!(t.secret.outcome_key().is_some());
+        assert_eq!(hop.secret.outcome_key(), None);
+        // Its bytes are not the ticket's secret, and no key of theirs is the outcome key.
+        assert_ne!(hop.secret.as_bytes(), t.secret.as_bytes());
+        let as_root = Secret::from_bytes(*hop.secret.as_bytes());
+        assert_ne!(as_root.outcome_key(), t.secret.outcome_key());
+        assert_eq!(hop.for_hop().secret.as_bytes(), hop.secret.as_bytes());
     }
 }

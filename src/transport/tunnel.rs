@@ -106,7 +106,7 @@ fn handshake(t: &mut Tunnel, ticket: &Ticket, role: Role) -> Result<[u8; 32], Tr
         .set_write_timeout(Some(TUNNEL_HANDSHAKE_TIMEOUT))
         .map_err(setup)?;
     let nonce_c = random32().map_err(setup)?;
-    let link = match auth::dial(&mut t.sock, *ticket.secret.as_bytes(), role, nonce_c) {
+    let link = match auth::dial(&mut t.sock, ticket.secret.conn_key(), role, nonce_c) {
         Ok(link) => link,
         // The helper closed at once: it could not reach the listener.
         Err(TransportError::Handshake(m)) | Err(TransportError::Tls(m)) => {

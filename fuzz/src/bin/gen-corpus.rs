@@ -187,8 +187,18 @@ fn messages() -> Vec<(&'static str, Control)> {
                     ticket: "haul1-abc".into(),
                 }],
                 encrypt: true,
+                nonce: Some([0x5a; 32]),
             }),
         ),
+        (
+            "chain-last",
+            Control::Chain(Chain {
+                hops: Vec::new(),
+                encrypt: true,
+                nonce: Some([0x5b; 32]),
+            }),
+        ),
+        ("proof", Control::Proof([0x3c; 32])),
         (
             "stream-start-chain",
             Control::StreamStart {
@@ -201,6 +211,7 @@ fn messages() -> Vec<(&'static str, Control)> {
                         ticket: "haul1-def".into(),
                     }],
                     encrypt: true,
+                    nonce: Some([0x5c; 32]),
                 },
             },
         ),
@@ -210,6 +221,7 @@ fn messages() -> Vec<(&'static str, Control)> {
                 Replica {
                     host: "192.0.2.7:7100".into(),
                     outcome: Outcome::Done(Summary::default()),
+                    proof: Some([0x3d; 32]),
                 },
                 Replica {
                     host: "192.0.2.8:7100".into(),
@@ -217,6 +229,7 @@ fn messages() -> Vec<(&'static str, Control)> {
                         code: 5,
                         message: "gone".into(),
                     },
+                    proof: None,
                 },
             ]),
         ),
@@ -385,6 +398,8 @@ fn tickets() {
     let t2 = mk(addrs.clone()).encode();
     put("ticket", "v4-v6", t2.as_bytes());
     put("ticket", "v4", mk(addrs[..1].to_vec()).encode().as_bytes());
+    // What a chain fan-out's relay is given for the hop after it.
+    put("ticket", "hop", mk(addrs[..1].to_vec()).for_hop().encode().as_bytes());
     put(
         "ticket",
         "upper-spaces",

@@ -528,6 +528,8 @@ impl StreamRelay {
             }
             Control::StreamLost { have, got } => self.resend(have, &got),
             Control::Replicas(r) => self.lock().succ.heard(r),
+            // Its proof, passed on with its Done in `Replicas`.
+            Control::Proof(p) => self.lock().succ.proved(p),
             Control::Done(summary) => match end {
                 Some((len, _)) if summary.bytes == len => return Ok(Some(summary)),
                 _ => return Err(ProtocolError::Malformed("Done before the stream's end").into()),

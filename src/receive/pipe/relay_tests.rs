@@ -30,6 +30,7 @@ fn relay() -> StreamRelay {
             succ: Successors::new(Chain {
                 hops: vec![hop(2), hop(3)],
                 encrypt: false,
+                nonce: None,
             }),
             ..State::default()
         }),

@@ -53,6 +53,7 @@ pub(super) fn serve_receive_stream(
         timeout: DEFAULT_TIMEOUT,
         relay,
         first: None,
+        outcome_key: ticket.secret.outcome_key(),
     };
     Ok(receive_pipe(out, key, rx, opts)?.bytes)
 }
