@@ -81,6 +81,10 @@ pub enum CommandArgs {
         streams: Option<usize>,
         #[command(flatten)]
         accept: AcceptArgs,
+        /// Apply no extended attributes, whatever the sender sends (ACLs, SELinux labels,
+        /// capabilities, user.*); the destination's are left as they are.
+        #[arg(long)]
+        no_xattrs: bool,
     },
     /// Send files and directories to a waiting `haul recv`; `haul send -` sends standard
     /// input as one stream.

@@ -22,8 +22,14 @@ struct Recv {
 }
 
 fn start_recv(dir: &Path) -> Recv {
+    start_recv_with(dir, &[])
+}
+
+/// `haul recv` into `dir` with the receiver's own options `args`.
+fn start_recv_with(dir: &Path, args: &[&str]) -> Recv {
     let mut child = Command::new(env!("CARGO_BIN_EXE_haul"))
         .args(["recv", "--listen", "127.0.0.1:0", "-q"])
+        .args(args)
         .arg(dir)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -150,7 +156,11 @@ fn open_session(r: &Recv, entries: Vec<Entry>, encrypt: bool) -> (Channel, Optio
 /// Runs one hostile session: Start, the entries, then data units for the files it
 /// says are needed, then Finish. Returns recv's exit code and stderr.
 fn hostile(dir: &Path, entries: Vec<Entry>, data: &[(u64, u64, &[u8])]) -> (i32, String) {
-    let r = start_recv(dir);
+    hostile_to(start_recv(dir), entries, data)
+}
+
+/// [`hostile`] against the receiver `r`, already started.
+fn hostile_to(r: Recv, entries: Vec<Entry>, data: &[(u64, u64, &[u8])]) -> (i32, String) {
     let (mut c, reply) = open_session(&r, entries, true);
     if let Some(Control::Need(_)) = reply {
         let t = r.ticket.clone();
@@ -383,4 +393,64 @@ fn a_receiver_giving_up_on_lost_data_tells_the_sender_why() {
     assert_eq!(code, 5, "{err}");
     assert!(err.contains("giving up"), "{err}");
     assert!(!b.dest.join("f").exists());
+}
+
+/// The attributes haul copies that `path` has (names only), as this process sees them.
+fn xattr_names(path: &Path) -> Vec<String> {
+    let mut buf = vec![0u8; 64 << 10];
+    let n = rustix::fs::llistxattr(path, &mut buf).expect("listxattr");
+    let mut names: Vec<String> = buf[..n]
+        .split(|&b| b == 0)
+        .filter(|n| !n.is_empty())
+        .map(|n| String::from_utf8_lossy(n).into_owned())
+        .filter(|n| n.starts_with("user.") || n.starts_with("trusted."))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Issue 37, finding 10: `--no-xattrs` and `--no-owner` are the receiver's choice, not a
+/// request to the sender. A sender that ignores them and sends `trusted.*` (an overlay
+/// redirect) and `user.*` attributes gets none applied by `recv --no-xattrs`, and no
+/// `trusted.*` by a root `recv --no-owner` (before, both were applied: `--no-xattrs` was
+/// not a receiver option, and `--no-owner` dropped only `security.*`).
+#[test]
+fn a_receiver_refuses_the_attributes_it_was_told_not_to_keep() {
+    if !rustix::process::geteuid().is_root() {
+        println!("SKIPPED: only root may set trusted.* attributes");
+        return;
+    }
+    let xattrs = haul::protocol::Xattrs::new(vec![
+        haul::protocol::Xattr {
+            name: b"trusted.overlay.redirect".to_vec(),
+            value: b"/etc".to_vec(),
+        },
+        haul::protocol::Xattr {
+            name: b"user.note".to_vec(),
+            value: b"x".to_vec(),
+        },
+    ])
+    .unwrap();
+    let mut f = entry(0, b"f", file(4));
+    f.xattrs = Some(xattrs);
+    for (args, want) in [
+        (&["--no-xattrs"][..], vec![]),
+        (&["--no-owner", "--no-group"], vec!["user.note".to_string()]),
+        (
+            &[],
+            vec!["trusted.overlay.redirect".into(), "user.note".into()],
+        ),
+    ] {
+        let b = bed();
+        let r = start_recv_with(&b.dest, args);
+        let (code, err) = hostile_to(r, vec![f.clone()], &[(0, 0, b"data")]);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        assert_eq!(std::fs::read(b.dest.join("f")).unwrap(), b"data");
+        let have = xattr_names(&b.dest.join("f"));
+        if args.is_empty() && have.is_empty() {
+            println!("SKIPPED: this file system keeps no extended attributes");
+            return;
+        }
+        assert_eq!(have, want, "{args:?}");
+    }
 }

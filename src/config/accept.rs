@@ -1,13 +1,14 @@
 //! What the receiving side keeps of the sender's metadata, from its options: `--no-owner`,
-//! `--no-group`, `--no-devices`, `--no-specials`, `-K` and `--chown` (whose names are
-//! only checked for form here: the receiving host looks them up).
+//! `--no-group`, `--no-devices`, `--no-specials`, `-K`, `--chown` (whose names are
+//! only checked for form here: the receiving host looks them up) and `--no-xattrs`.
 
 use crate::cli::AcceptArgs;
 use crate::error::{Error, Result};
 use crate::protocol::{Accept, OwnerSpec};
 
-/// The receiver's policy from `a`.
-pub(super) fn accept_config(a: &AcceptArgs) -> Result<Accept> {
+/// The receiver's policy from `a` and `--no-xattrs` (for `copy` the same option also
+/// tells the sender to send none; the receiver still refuses any it gets).
+pub(super) fn accept_config(a: &AcceptArgs, no_xattrs: bool) -> Result<Accept> {
     let chown = match &a.chown {
         Some(s) => Some(
             OwnerSpec::parse(s)
@@ -22,5 +23,6 @@ pub(super) fn accept_config(a: &AcceptArgs) -> Result<Accept> {
         specials: !a.no_specials,
         keep_dirlinks: a.keep_dirlinks,
         chown,
+        xattrs: !no_xattrs,
     })
 }

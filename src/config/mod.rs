@@ -212,6 +212,7 @@ impl Config {
                 relay,
                 streams: _,
                 accept,
+                no_xattrs,
             } => {
                 let listen = listen.as_deref().map(parse_listen).transpose()?;
                 let timeout = timeout.map(Duration::from_secs);
@@ -233,7 +234,7 @@ impl Config {
                             ));
                         }
                         Command::Recv {
-                            accept: accept::accept_config(&accept)?,
+                            accept: accept::accept_config(&accept, no_xattrs)?,
                             dir,
                             listen,
                             ticket_file,
@@ -328,7 +329,10 @@ impl Config {
                 None if paths.len() < 2 => {
                     return Err(Error::Usage("copy needs SRC... DST".into()))
                 }
-                None => copy_command(paths, &transfer, accept::accept_config(&accept)?, &remote)?,
+                None => {
+                    let a = accept::accept_config(&accept, transfer.filter.no_xattrs)?;
+                    copy_command(paths, &transfer, a, &remote)?
+                }
             },
             CommandArgs::Plan(p) => Command::Plan(shard::plan_job(p)?),
             CommandArgs::Serve { probe, uploaded } => Command::Serve { probe, uploaded },

@@ -1,5 +1,6 @@
 //! What a receiver takes from a sender's metadata: the receiver's own choice, never the
-//! sender's (rsync's `--no-owner`, `--no-group`, `--no-devices`, `--no-specials`). A root
+//! sender's (rsync's `--no-owner`, `--no-group`, `--no-devices`, `--no-specials`, and
+//! `--no-xattrs` on the receiving side too: a far sender may ignore it). A root
 //! receiver that pulls from a host it does not fully trust uses them so the far host cannot
 //! plant root-owned set-id files or device nodes in its tree.
 //!
@@ -32,6 +33,9 @@ pub struct Accept {
     /// `--chown USER:GROUP`: this owner and group for everything received, as given
     /// (names are looked up on the receiving host, where they mean something).
     pub chown: Option<OwnerSpec>,
+    /// Take extended attributes (else `--no-xattrs`: whatever the sender sends, none is
+    /// applied and the destination's stay as they are).
+    pub xattrs: bool,
 }
 
 /// `--chown`'s two parts as the user wrote them: names or numbers, either may be absent.
@@ -74,6 +78,7 @@ impl Default for Accept {
             specials: true,
             keep_dirlinks: false,
             chown: None,
+            xattrs: true,
         }
     }
 }
@@ -81,11 +86,13 @@ impl Default for Accept {
 impl Accept {
     /// Adjusts `e` to this policy for a receiver running as `uid`:`gid`; `false` means the
     /// entry is skipped. An owner or group not kept also drops the set-id bits of anything
-    /// but a directory: they would grant the receiving user's rights, not the sender's; an
-    /// owner not kept drops `security.*` attributes for the same reason. A receiver that
-    /// is not root drops `trusted.*` and `security.*`, which only root may set. `chown` (`--chown`,
-    /// resolved) replaces the owner and group like `--no-owner`/`--no-group` do, with its
-    /// own instead of the receiving user's.
+    /// but a directory: they would grant the receiving user's rights, not the sender's.
+    /// `trusted.*` and `security.*` attributes are kept only by a root receiver that keeps
+    /// the sender's owner: only root may set them, and they grant what an owner's rights
+    /// do (capabilities as set-id bits; `trusted.overlay.*` redirects an overlay); POSIX
+    /// ACLs and `user.*` grant no more than the mode could, and are kept. Without `xattrs`
+    /// none are. `chown` (`--chown`, resolved) replaces the owner and group like
+    /// `--no-owner`/`--no-group` do, with its own instead of the receiving user's.
     pub fn apply(&self, e: &mut Entry, (uid, gid): (u32, u32), chown: Chown) -> bool {
         match e.kind {
             EntryKind::Device { .. } if !self.devices => return false,
@@ -94,14 +101,18 @@ impl Accept {
         }
         let owner = self.owner && chown.uid.is_none();
         let group = self.group && chown.gid.is_none();
+        if !self.xattrs {
+            e.xattrs = None;
+        }
         if let Some(x) = &mut e.xattrs {
             // trusted.* is root's alone, and so in practice is security.* (setting
             // capabilities or labels needs privileges): a user's receiver drops both, as
-            // rsync's does, rather than warn about every labelled file. security.* grants
-            // rights like set-id bits do, so it also goes with the sender's owner.
+            // rsync's does, rather than warn about every labelled file. Both grant rights
+            // as set-id bits do, so they also go with the sender's owner (the store then
+            // leaves the destination's own alone: `store::xattr::Namespaces`).
+            let privileged = uid == 0 && owner;
             x.retain(|n| {
-                let security = n.starts_with(b"security.");
-                !((n.starts_with(b"trusted.") || security) && uid != 0 || security && !owner)
+                privileged || !(n.starts_with(b"trusted.") || n.starts_with(b"security."))
             });
         }
         let dir = matches!(e.kind, EntryKind::Dir);
@@ -202,10 +213,15 @@ mod tests {
             owner: false,
             ..Accept::default()
         };
-        assert_eq!(
-            kept(no_owner, 0),
-            [b"trusted.t".to_vec(), b"user.a".to_vec()]
-        );
+        assert_eq!(kept(no_owner, 0), [b"user.a".to_vec()]);
+        let no_xattrs = Accept {
+            xattrs: false,
+            ..Accept::default()
+        };
+        let mut e = entry(file(), 0o644);
+        e.xattrs = Some(all.clone());
+        no_xattrs.apply(&mut e, (0, 0), Chown::default());
+        assert_eq!(e.xattrs, None);
     }
 
     #[test]

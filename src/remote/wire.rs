@@ -30,6 +30,7 @@ use crate::protocol::{Accept, Chain, Listing, Replica, SyncOptions};
 use crate::transport::PROTOCOL_VERSION;
 
 /// Version of this line protocol; bumped whenever `Request` or `Reply` change shape.
+/// 13: `Receive`'s `Accept` says `xattrs` (the receiver's `--no-xattrs`).
 /// 12: `Go`'s chain carries a nonce field and `Done`'s replicas a proof field (the far
 /// sender checks the proofs; what it reports is its verdict).
 /// 11: `Receive` and `ReceiveStream` say `relay` (whether the far end may pass the
@@ -42,7 +43,7 @@ use crate::transport::PROTOCOL_VERSION;
 /// `Go` carries a fan-out's chain and first receiver's label, `Done` the replicas.
 /// 7: `ProbeSource`, `SourceProbed` (a far source's probe). 6: `Request::ReceiveStream`
 /// says `everywhere` (a stream's fan-out); `Probe`, `Probed`.
-pub const SERVE_VERSION: u16 = 12;
+pub const SERVE_VERSION: u16 = 13;
 /// Every message line starts with this.
 const MSG_PREFIX: &str = "haul-msg ";
 /// Greeting lines start with this.

@@ -198,7 +198,7 @@ fn greetings() {
     // may be "auto" and every request carries keep_cache; 4 added dry_run, a listing, a
     // cap and deleted; 3 the walk's selection); an older far end cannot read them and is
     // replaced by an upload.
-    assert_eq!(SERVE_VERSION, 12);
+    assert_eq!(SERVE_VERSION, 13);
     for old in 2..SERVE_VERSION {
         let line = format!("haul-serve {old} {PROTOCOL_VERSION}");
         assert!(!parse_greeting(&line).unwrap().compatible());

@@ -283,10 +283,16 @@ impl Owners {
     }
 }
 
-/// Applies owner (see [`Owners`]), extended attributes (when sent), mode and mtime to an
-/// open file or directory. What the attributes did is returned, not failed on: a
-/// destination that cannot hold them gets one warning per run (`Store::note_xattrs`).
-pub fn apply_meta_fd(fd: impl AsFd, e: &Entry, owners: Owners) -> io::Result<xattr::Applied> {
+/// Applies owner (see [`Owners`]), extended attributes (when sent; in the namespaces `ns`),
+/// mode and mtime to an open file or directory. What the attributes did is returned, not
+/// failed on: a destination that cannot hold them gets one warning per run
+/// (`Store::note_xattrs`).
+pub fn apply_meta_fd(
+    fd: impl AsFd,
+    e: &Entry,
+    owners: Owners,
+    ns: xattr::Namespaces,
+) -> io::Result<xattr::Applied> {
     let fd = fd.as_fd();
     if let Some((uid, gid)) = owners.of(e) {
         // chown first: it clears set-id bits, which chmod then restores, and file
@@ -296,7 +302,7 @@ pub fn apply_meta_fd(fd: impl AsFd, e: &Entry, owners: Owners) -> io::Result<xat
     // Before chmod: setting an access ACL sets the group bits, which chmod then makes the
     // sender's again (they agree, both taken from the same file).
     let done = match &e.xattrs {
-        Some(want) => xattr::apply(xattr::Target::Fd(fd), want),
+        Some(want) => xattr::apply(xattr::Target::Fd(fd), want, ns),
         None => xattr::Applied::default(),
     };
     rfs::fchmod(fd, Mode::from_raw_mode(e.mode & 0o7777))?;
@@ -382,7 +388,7 @@ pub fn apply_meta_made(
     dir: &OwnedFd,
     name: &[u8],
     e: &Entry,
-    owners: Owners,
+    (owners, ns): (Owners, xattr::Namespaces),
     kind: rfs::FileType,
 ) -> io::Result<xattr::Applied> {
     let fd = rfs::openat(
@@ -403,7 +409,7 @@ pub fn apply_meta_made(
         rfs::chownat(&fd, c"", uid, gid, rfs::AtFlags::EMPTY_PATH)?;
     }
     let done = match &e.xattrs {
-        Some(want) => xattr::apply(xattr::Target::Path(fd.as_fd()), want),
+        Some(want) => xattr::apply(xattr::Target::Path(fd.as_fd()), want, ns),
         None => xattr::Applied::default(),
     };
     let proc = format!("/proc/self/fd/{}", fd.as_raw_fd());

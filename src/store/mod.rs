@@ -425,7 +425,7 @@ impl Store {
             let fd = self
                 .at(&path, fsops::open_dir)
                 .map_err(|x| self.dest_err(&path, x))?;
-            let done = fsops::apply_meta_fd(&fd, &e, self.owners())
+            let done = fsops::apply_meta_fd(&fd, &e, self.owners(), self.namespaces())
                 .map_err(|x| self.dest_err(&path, x))?;
             self.note_xattrs(&path, done);
             let dev = rustix::fs::fstat(&fd)

@@ -104,7 +104,7 @@ impl Store {
                 m.insert(path.clone());
             }
         }
-        let done = fsops::apply_meta_made(&pfd, &tmp, e, self.owners(), kind)
+        let done = fsops::apply_meta_made(&pfd, &tmp, e, (self.owners(), self.namespaces()), kind)
             .and_then(|done| fsops::rename_in(&pfd, &tmp, name).map(|()| done))
             .map_err(|x| self.dest_err(path, x))?;
         self.note_xattrs(path, done);

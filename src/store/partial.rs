@@ -324,7 +324,7 @@ impl Store {
         let tmp = fsops::partial_name(name);
         let named = fsops::create_new(pfd, &tmp, OFlags::WRONLY)?;
         copy_range(file, &named, file.metadata()?.len())?;
-        fsops::apply_meta_fd(&named, entry, self.owners())?;
+        fsops::apply_meta_fd(&named, entry, self.owners(), self.namespaces())?;
         named.sync_all()?;
         fsops::rename_file_in(pfd, &tmp, name, &named)
     }
@@ -338,7 +338,7 @@ impl Store {
 
     /// Applies a complete file's metadata (owner, xattrs, mode, mtime) on its descriptor.
     pub(super) fn seal_meta(&self, state: &FileState, file: &File) -> Result<()> {
-        let done = fsops::apply_meta_fd(file, &state.entry, self.owners())
+        let done = fsops::apply_meta_fd(file, &state.entry, self.owners(), self.namespaces())
             .map_err(|x| self.dest_err(&state.path, x))?;
         self.note_xattrs(&state.path, done);
         Ok(())

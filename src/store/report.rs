@@ -154,20 +154,22 @@ impl Store {
                 });
                 change.content = now.as_ref().map(|t| t.as_bytes()) != Some(&target[..]);
                 change.time = mtime_differs;
-                (change.acls, change.xattrs) = xattrs_differ(self.xattrs_here(path, e).as_ref(), e);
+                (change.acls, change.xattrs) =
+                    xattrs_differ(self.xattrs_here(path, e).as_ref(), e, self.namespaces());
                 return;
             }
             _ => change.time = mtime_differs,
         }
         let have = self.xattrs_here(path, e);
-        (change.acls, change.xattrs) = xattrs_differ(have.as_ref(), e);
+        (change.acls, change.xattrs) = xattrs_differ(have.as_ref(), e, self.namespaces());
         change.perms = st.st_mode & 0o7777 != e.mode & 0o7777;
         let owners = self.owners();
         change.owner = owners == fsops::Owners::Both && st.st_uid != e.uid;
         change.group = owners != fsops::Owners::Neither && st.st_gid != e.gid;
         if let EntryKind::File { .. } = e.kind {
             // A file the quick check may not give this metadata to is sent again.
-            change.sent |= resume::kept(st, e, owners, have.as_ref()) == resume::Kept::Resend;
+            let how = (owners, self.namespaces());
+            change.sent |= resume::kept(st, e, how, have.as_ref()) == resume::Kept::Resend;
         }
     }
 
@@ -215,7 +217,7 @@ impl Store {
 /// Whether the ACLs, and the other extended attributes, of a destination that has `have`
 /// differ from those `e` brings (never, when it brings none: they are left alone; nor when
 /// they cannot be read).
-fn xattrs_differ(have: Option<&Xattrs>, e: &Entry) -> (bool, bool) {
+fn xattrs_differ(have: Option<&Xattrs>, e: &Entry, ns: xattr::Namespaces) -> (bool, bool) {
     let (Some(want), Some(have)) = (&e.xattrs, have) else {
         return (false, false);
     };
@@ -225,8 +227,8 @@ fn xattrs_differ(have: Option<&Xattrs>, e: &Entry) -> (bool, bool) {
         x
     };
     (
-        xattr::differs(&part(have, true), &part(want, true)),
-        xattr::differs(&part(have, false), &part(want, false)),
+        xattr::differs(&part(have, true), &part(want, true), ns),
+        xattr::differs(&part(have, false), &part(want, false), ns),
     )
 }
 

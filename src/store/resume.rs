@@ -95,7 +95,7 @@ impl Store {
 
         // Quick check: same size and mtime means up to date (rsync's rule), when the file
         // may be given the entry's metadata (see `kept`); otherwise it is sent again.
-        let owners = self.owners();
+        let (owners, ns) = (self.owners(), self.namespaces());
         if let Some((st, f)) = &existing {
             let same = st.st_size as u64 == size
                 && st.st_mtime == e.mtime_sec
@@ -105,10 +105,10 @@ impl Store {
                     Some(_) => xattr::read(xattr::Target::Fd(f.as_fd())).ok(),
                     None => None,
                 };
-                let verdict = kept(st, &e, owners, have.as_ref());
+                let verdict = kept(st, &e, (owners, ns), have.as_ref());
                 if verdict != Kept::Resend {
                     if verdict == Kept::Update {
-                        let done = fsops::apply_meta_fd(f, &e, owners).map_err(err)?;
+                        let done = fsops::apply_meta_fd(f, &e, owners, ns).map_err(err)?;
                         self.note_xattrs(&path, done);
                     }
                     self.unchanged_files.fetch_add(1, Ordering::Relaxed);
@@ -345,12 +345,17 @@ pub(super) enum Kept {
 /// capability (which would bless content nobody verified). A file whose metadata already
 /// is `e`'s needs nothing applied, so its links do not matter (a hardlink group an earlier
 /// run made, a `cp -al` snapshot).
-pub(super) fn kept(st: &Stat, e: &Entry, owners: Owners, have: Option<&Xattrs>) -> Kept {
+pub(super) fn kept(
+    st: &Stat,
+    e: &Entry,
+    (owners, ns): (Owners, xattr::Namespaces),
+    have: Option<&Xattrs>,
+) -> Kept {
     let (uid, gid) = wanted_owner(e, owners);
     let mode = e.mode & 0o7777;
     let attrs_same = match (&e.xattrs, have) {
         (None, _) => true,
-        (Some(want), Some(have)) => !xattr::differs(have, want),
+        (Some(want), Some(have)) => !xattr::differs(have, want, ns),
         (Some(_), None) => false,
     };
     let as_is = st.st_uid == uid
@@ -423,6 +428,9 @@ mod tests {
     use crate::protocol::{EntryKind, Xattr, Xattrs};
     use crate::store::fsops::Owners;
     use crate::store::tests::entry;
+    use crate::store::xattr::Namespaces;
+
+    const ALL: (Owners, Namespaces) = (Owners::Both, Namespaces::All);
 
     fn caps() -> Xattrs {
         let cap = Xattr {
@@ -449,33 +457,33 @@ mod tests {
         let mut e = entry(1, "f", file, 0o755);
         e.uid = me;
         e.gid = rustix::process::getegid().as_raw();
-        assert_eq!(kept(&st(), &e, Owners::Both, None), Kept::AsIs);
+        assert_eq!(kept(&st(), &e, ALL, None), Kept::AsIs);
         e.mode = 0o700;
-        assert_eq!(kept(&st(), &e, Owners::Both, None), Kept::Update);
+        assert_eq!(kept(&st(), &e, ALL, None), Kept::Update);
         // Another owner to give it, from the receiving user's file: fine.
         e.uid = me + 1;
-        assert_eq!(kept(&st(), &e, Owners::Both, None), Kept::Update);
+        assert_eq!(kept(&st(), &e, ALL, None), Kept::Update);
         // Set-id bits or capabilities it does not have: never.
         e.mode = 0o4755;
-        assert_eq!(kept(&st(), &e, Owners::Both, None), Kept::Resend);
+        assert_eq!(kept(&st(), &e, ALL, None), Kept::Resend);
         e.mode = 0o755;
         e.xattrs = Some(caps());
         let none = Xattrs::default();
-        assert_eq!(kept(&st(), &e, Owners::Both, Some(&none)), Kept::Resend);
+        assert_eq!(kept(&st(), &e, ALL, Some(&none)), Kept::Resend);
         e.xattrs = None;
         // A second link: its metadata may not change (the other name may be outside).
         fs::hard_link(&f, tmp.path().join("g")).unwrap();
-        assert_eq!(kept(&st(), &e, Owners::Both, None), Kept::Resend);
+        assert_eq!(kept(&st(), &e, ALL, None), Kept::Resend);
         e.uid = me;
-        assert_eq!(kept(&st(), &e, Owners::Both, None), Kept::AsIs);
+        assert_eq!(kept(&st(), &e, ALL, None), Kept::AsIs);
         // Someone else's file (not root's), with one link.
         fs::remove_file(tmp.path().join("g")).unwrap();
         if me == 0 {
             std::os::unix::fs::chown(&f, Some(65534), None).unwrap();
             e.mode = 0o700;
-            assert_eq!(kept(&st(), &e, Owners::Both, None), Kept::Resend);
+            assert_eq!(kept(&st(), &e, ALL, None), Kept::Resend);
             e.uid = 65534;
-            assert_eq!(kept(&st(), &e, Owners::Both, None), Kept::Update);
+            assert_eq!(kept(&st(), &e, ALL, None), Kept::Update);
         }
     }
 

@@ -191,6 +191,16 @@ impl Store {
         }
     }
 
+    /// The extended-attribute namespaces this receiver takes and manages: all of them
+    /// only as root keeping the sender's owners (see `protocol::Accept::apply`).
+    pub(super) fn namespaces(&self) -> super::xattr::Namespaces {
+        let a = self.accept();
+        match self.as_root && a.owner && self.chown().uid.is_none() {
+            true => super::xattr::Namespaces::All,
+            false => super::xattr::Namespaces::Unprivileged,
+        }
+    }
+
     pub(super) fn accept(&self) -> Accept {
         self.accept.lock().map(|g| g.clone()).unwrap_or_default()
     }

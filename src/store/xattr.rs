@@ -105,15 +105,28 @@ pub fn read(t: Target<'_>) -> io::Result<Xattrs> {
     Xattrs::new(out).map_err(io::Error::other)
 }
 
+/// The namespaces a receiver takes from the sender, and so manages at the destination.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Namespaces {
+    /// Every namespace haul copies (a root receiver that keeps the sender's owners).
+    All,
+    /// `user.*` and ACLs: `trusted.*` and `security.*` are neither taken from the sender
+    /// nor removed from the destination (see `protocol::Accept::apply`).
+    Unprivileged,
+}
+
 /// Whether the receiver removes a destination attribute of this name that the sender did
 /// not send: `security.*` other than file capabilities (an SELinux label, IMA/EVM) belongs
-/// to the receiving host's policy and stays.
-fn removable(name: &[u8]) -> bool {
-    known_name(name) && (!name.starts_with(b"security.") || name == b"security.capability")
+/// to the receiving host's policy and stays, and so do the namespaces it does not manage.
+fn removable(name: &[u8], ns: Namespaces) -> bool {
+    let privileged = name.starts_with(b"security.") || name.starts_with(b"trusted.");
+    known_name(name)
+        && (!name.starts_with(b"security.") || name == b"security.capability")
+        && (ns == Namespaces::All || !privileged)
 }
 
 /// What to set and remove so that `have` becomes `want`.
-fn plan<'w>(have: &Xattrs, want: &'w Xattrs) -> (Vec<&'w Xattr>, Vec<Vec<u8>>) {
+fn plan<'w>(have: &Xattrs, want: &'w Xattrs, ns: Namespaces) -> (Vec<&'w Xattr>, Vec<Vec<u8>>) {
     let set = want
         .list()
         .iter()
@@ -122,15 +135,16 @@ fn plan<'w>(have: &Xattrs, want: &'w Xattrs) -> (Vec<&'w Xattr>, Vec<Vec<u8>>) {
     let remove = have
         .list()
         .iter()
-        .filter(|x| removable(&x.name) && want.get(&x.name).is_none())
+        .filter(|x| removable(&x.name, ns) && want.get(&x.name).is_none())
         .map(|x| x.name.clone())
         .collect();
     (set, remove)
 }
 
-/// Whether applying `want` to a file that has `have` changes anything (`-i`'s `x`).
-pub fn differs(have: &Xattrs, want: &Xattrs) -> bool {
-    let (set, remove) = plan(have, want);
+/// Whether applying `want` to a file that has `have` changes anything (`-i`'s `x`), for a
+/// receiver that manages `ns`.
+pub fn differs(have: &Xattrs, want: &Xattrs, ns: Namespaces) -> bool {
+    let (set, remove) = plan(have, want, ns);
     !set.is_empty() || !remove.is_empty()
 }
 
@@ -144,9 +158,9 @@ pub struct Applied {
     pub failed: Option<io::Error>,
 }
 
-/// Makes the attributes of `t` those of `want` (see [`removable`] for what stays). Call
-/// after `chown`, which clears `security.capability`.
-pub fn apply(t: Target<'_>, want: &Xattrs) -> Applied {
+/// Makes the attributes of `t` those of `want` in the namespaces `ns` (see [`removable`]
+/// for what stays). Call after `chown`, which clears `security.capability`.
+pub fn apply(t: Target<'_>, want: &Xattrs, ns: Namespaces) -> Applied {
     let mut out = Applied::default();
     let have = match read(t) {
         Ok(h) => h,
@@ -155,7 +169,7 @@ pub fn apply(t: Target<'_>, want: &Xattrs) -> Applied {
             return out;
         }
     };
-    let (set, remove) = plan(&have, want);
+    let (set, remove) = plan(&have, want, ns);
     for x in set {
         match t.set(&x.name, &x.value) {
             Ok(()) => out.changed = true,
@@ -211,15 +225,24 @@ mod tests {
             ("security.capability", "c"),
         ]);
         let want = xs(&[("user.same", "1"), ("user.changed", "b"), ("user.new", "n")]);
-        let (set, remove) = plan(&have, &want);
+        let (set, remove) = plan(&have, &want, Namespaces::All);
         let set: Vec<&[u8]> = set.iter().map(|x| x.name.as_slice()).collect();
         assert_eq!(set, [&b"user.changed"[..], b"user.new"]);
         assert_eq!(
             remove,
             [b"security.capability".to_vec(), b"user.old".to_vec()]
         );
-        assert!(differs(&have, &want));
-        assert!(!differs(&want, &want));
+        assert!(differs(&have, &want, Namespaces::All));
+        assert!(!differs(&want, &want, Namespaces::All));
+        // A receiver that does not take trusted.* and security.* leaves the destination's.
+        let have = xs(&[
+            ("trusted.t", "1"),
+            ("security.capability", "c"),
+            ("user.x", ""),
+        ]);
+        let (set, remove) = plan(&have, &want, Namespaces::Unprivileged);
+        assert_eq!(set.len(), 3);
+        assert_eq!(remove, [b"user.x".to_vec()]);
     }
 
     #[test]
@@ -227,7 +250,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let f = File::create(dir.path().join("f")).unwrap();
         let want = xs(&[("user.a", "1"), ("user.b", "")]);
-        let done = apply(Target::Fd(f.as_fd()), &want);
+        let done = apply(Target::Fd(f.as_fd()), &want, Namespaces::All);
         if let Some(e) = &done.failed {
             // A temp dir on a file system without user xattrs: nothing more to check.
             assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP), "{e}");
@@ -235,15 +258,15 @@ mod tests {
         }
         assert!(done.changed);
         assert_eq!(read(Target::Fd(f.as_fd())).unwrap(), want);
-        let again = apply(Target::Fd(f.as_fd()), &want);
+        let again = apply(Target::Fd(f.as_fd()), &want, Namespaces::All);
         assert!(!again.changed && again.failed.is_none());
         let fewer = xs(&[("user.b", "2")]);
-        assert!(apply(Target::Fd(f.as_fd()), &fewer).changed);
+        assert!(apply(Target::Fd(f.as_fd()), &fewer, Namespaces::All).changed);
         assert_eq!(read(Target::Fd(f.as_fd())).unwrap(), fewer);
         // More names than the small list buffer holds.
         let names: Vec<String> = (0..40).map(|i| format!("user.{i:0>40}")).collect();
         let many = xs(&names.iter().map(|n| (n.as_str(), "v")).collect::<Vec<_>>());
-        let done = apply(Target::Fd(f.as_fd()), &many);
+        let done = apply(Target::Fd(f.as_fd()), &many, Namespaces::All);
         assert!(done.failed.is_none(), "{:?}", done.failed);
         assert_eq!(read(Target::Fd(f.as_fd())).unwrap(), many);
     }
