@@ -246,6 +246,7 @@ fuzz_target!(|data: &[u8]| {
         timeout: Duration::from_millis(100),
         relay: false,
         outcome_key: Some([7; 32]),
+        first: None,
     };
     let receiver = std::thread::spawn(move || receive_pipe(out, KEY, rx, opts));
     let mut drains = Vec::new();

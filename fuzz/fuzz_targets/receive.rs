@@ -302,6 +302,7 @@ fuzz_target!(|data: &[u8]| {
         // A fuzzed chain is refused before anything is dialed.
         relay: false,
         outcome_key: Some([7; 32]),
+        first: None,
         listing: Default::default(),
     };
     let receiver = std::thread::spawn(move || {
