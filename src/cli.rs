@@ -2,14 +2,23 @@
 //! arguments into a validated `Config`.
 
 use std::ffi::OsString;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
+mod habits;
+
+pub use habits::RsyncHabits;
+
 /// Move very large data between hosts over parallel, encrypted, verified streams.
 #[derive(Debug, Parser)]
-#[command(name = "haul", version, about, long_about = None)]
+#[command(name = "haul", version, about, long_about = None, disable_help_flag = true)]
 pub struct Cli {
+    /// Print help (`-h` too, when it is the only option; with others `-h` is rsync's
+    /// --human-readable).
+    #[arg(long, global = true, action = ArgAction::Help)]
+    help: Option<bool>,
     /// Print nothing but errors (and, for recv, the ticket).
     #[arg(short, long, global = true)]
     pub quiet: bool,
@@ -195,63 +204,6 @@ pub enum CommandArgs {
         #[arg(long)]
         uploaded: bool,
     },
-}
-
-/// rsync options that name what haul always does, accepted so that rsync habits (`-avP`)
-/// work: hidden from `--help`, ignored.
-#[derive(Debug, Args)]
-pub struct RsyncHabits {
-    /// -a, --archive: recursive, links, perms, times, owner, group, devices (always).
-    #[arg(short = 'a', long = "archive", global = true, hide = true, action = ArgAction::Count)]
-    pub archive: u8,
-    /// -r, --recursive (always).
-    #[arg(short = 'r', long = "recursive", global = true, hide = true, action = ArgAction::Count)]
-    pub recursive: u8,
-    /// -l, --links: symlinks as symlinks (always).
-    #[arg(short = 'l', long = "links", global = true, hide = true, action = ArgAction::Count)]
-    pub links: u8,
-    /// -H, --hard-links (always, within the transfer).
-    #[arg(short = 'H', long = "hard-links", global = true, hide = true, action = ArgAction::Count)]
-    pub hard_links: u8,
-    /// -S, --sparse (holes are always found and kept).
-    #[arg(short = 'S', long = "sparse", global = true, hide = true, action = ArgAction::Count)]
-    pub sparse: u8,
-    /// -z (compression is on across a network; --compress chooses).
-    #[arg(short = 'z', global = true, hide = true, action = ArgAction::Count)]
-    pub z: u8,
-    /// -P: --partial --progress.
-    #[arg(short = 'P', global = true, hide = true, action = ArgAction::Count)]
-    pub p_upper: u8,
-    /// --partial (partial files are always kept and resumed).
-    #[arg(long = "partial", global = true, hide = true, action = ArgAction::Count)]
-    pub partial: u8,
-    /// --progress (a bar is drawn whenever stderr is a terminal).
-    #[arg(long = "progress", global = true, hide = true, action = ArgAction::Count)]
-    pub progress: u8,
-    /// -t, --times (always).
-    #[arg(short = 't', long = "times", global = true, hide = true, action = ArgAction::Count)]
-    pub times: u8,
-    /// -p, --perms (always).
-    #[arg(short = 'p', long = "perms", global = true, hide = true, action = ArgAction::Count)]
-    pub perms: u8,
-    /// -o, --owner (always, when the receiver is root).
-    #[arg(short = 'o', long = "owner", global = true, hide = true, action = ArgAction::Count)]
-    pub owner: u8,
-    /// -g, --group (always, when the receiver is root).
-    #[arg(short = 'g', long = "group", global = true, hide = true, action = ArgAction::Count)]
-    pub group: u8,
-    /// -D: --devices --specials (always; devices when the receiver is root).
-    #[arg(short = 'D', global = true, hide = true, action = ArgAction::Count)]
-    pub d_upper: u8,
-    /// -X, --xattrs (always, unless --no-xattrs).
-    #[arg(short = 'X', long = "xattrs", global = true, hide = true, action = ArgAction::Count)]
-    pub xattrs: u8,
-    /// -A, --acls (always, unless --no-xattrs: ACLs travel as extended attributes).
-    #[arg(short = 'A', long = "acls", global = true, hide = true, action = ArgAction::Count)]
-    pub acls: u8,
-    /// --numeric-ids (always: owners travel and are applied as numbers).
-    #[arg(long = "numeric-ids", global = true, hide = true, action = ArgAction::Count)]
-    pub numeric_ids: u8,
 }
 
 /// What the receiving side keeps of the sender's metadata (rsync's names). For a pull from
@@ -473,9 +425,40 @@ pub fn command() -> clap::Command {
     cmd
 }
 
-/// Parses the command line; exits with clap's message and code on a syntax error.
+/// Parses the command line; exits with clap's message and code on a syntax error, and
+/// with 0 after `--help` or `--version` (also when stdout closed early: `| head -1`).
 pub fn parse() -> Cli {
-    parse_from(std::env::args_os()).unwrap_or_else(|e| e.exit())
+    parse_from(std::env::args_os()).unwrap_or_else(|e| {
+        if e.use_stderr() {
+            e.exit()
+        }
+        // Help and version go to stdout; a reader that stopped early is no error.
+        let styled = e.render();
+        let colour = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+        let text = match colour {
+            true => styled.ansi().to_string(),
+            false => styled.to_string(),
+        };
+        crate::stdio::print(&text);
+        std::process::exit(0)
+    })
+}
+
+/// `args` with a lone `-h` (`haul -h`, `haul copy -h`) turned into `--help`, as rsync
+/// reads it; with any other argument `-h` stays rsync's `--human-readable`, so that
+/// `haul copy -avhP SRC DST` copies instead of printing the help.
+fn lone_h_is_help(mut args: Vec<OsString>) -> Vec<OsString> {
+    let lone = match args.get(1..).unwrap_or_default() {
+        [h] => h == "-h",
+        [sub, h] => h == "-h" && !sub.to_string_lossy().starts_with('-'),
+        _ => false,
+    };
+    if lone {
+        if let Some(last) = args.last_mut() {
+            *last = "--help".into();
+        }
+    }
+    args
 }
 
 /// Parses `args` (the program name first), keeping the order of the include/exclude
@@ -485,6 +468,7 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
+    let args = lone_h_is_help(args.into_iter().map(Into::into).collect());
     let m = command().try_get_matches_from(args)?;
     let mut cli = Cli::from_arg_matches(&m)?;
     let (sub, filter) = match &mut cli.command {

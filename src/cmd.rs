@@ -171,7 +171,7 @@ fn run_command(cfg: &Config) -> Result<()> {
                                     replicas: states.clone(),
                                     ..Default::default()
                                 };
-                                println!("{}", j.to_json());
+                                crate::stdio::println(&j.to_json());
                             }
                             fanout::failed(states.as_deref().unwrap_or_default(), false)
                         }
@@ -185,7 +185,7 @@ fn run_command(cfg: &Config) -> Result<()> {
                     if cfg.json {
                         let mut j = fanout::far_report(&between.done, between.started);
                         j.replicas = states.clone();
-                        println!("{}", j.to_json());
+                        crate::stdio::println(&j.to_json());
                     }
                     fanout::failed(states.as_deref().unwrap_or_default(), false)?;
                     match between.partial {
@@ -318,7 +318,7 @@ fn print_stats(stats: &Stats, cfg: &Config) {
     let text = stats.text();
     match cfg.listing.stderr || matches!(cfg.command, Command::Recv { .. }) {
         true => eprintln!("{text}"),
-        false => println!("{text}"),
+        false => crate::stdio::println(&text),
     }
 }
 
@@ -423,7 +423,7 @@ fn finish_recv(
     if cfg.json {
         let mut j = report.report();
         j.replicas = replicas.clone();
-        println!("{}", j.to_json());
+        crate::stdio::println(&j.to_json());
     }
     fanout::failed(replicas.as_deref().unwrap_or_default(), false)?;
     if report.sender_failed > 0 {
@@ -467,7 +467,7 @@ fn finish_send(
     if cfg.json {
         let mut j = report.report();
         j.replicas = replicas.clone();
-        println!("{}", j.to_json());
+        crate::stdio::println(&j.to_json());
     }
     print_end(
         "sent",

@@ -11,10 +11,7 @@ fn main() {
     let cfg = Config::from_cli(cli).inspect_err(|e| {
         // A run that fails prints its JSON object itself (cmd); here, a bad command line.
         if json {
-            println!(
-                "{}",
-                haul::progress::failure_json(&e.to_string(), e.exit_code())
-            );
+            haul::stdio::println(&haul::progress::failure_json(&e.to_string(), e.exit_code()));
         }
     });
     let code = match cfg.and_then(|cfg| haul::cmd::run(&cfg)) {

@@ -7,6 +7,7 @@
 //! time. Widening is advice: a pipe that cannot grow (the per-user pipe quota, an old
 //! kernel) keeps its size, and nothing else changes.
 
+use std::io::Write;
 use std::os::fd::AsFd;
 
 use rustix::fs::{fstat, FileType};
@@ -14,6 +15,24 @@ use rustix::fs::{fstat, FileType};
 /// The pipe size haul asks for (Linux's default `/proc/sys/fs/pipe-max-size` for
 /// unprivileged users).
 pub const PIPE_BYTES: usize = 1 << 20;
+
+/// Writes `text` to stdout and flushes it. A reader that stopped early (`haul man | head
+/// -1`) is no failure: the rest is dropped quietly, as `ls | head` drops it (haul ignores
+/// SIGPIPE, so the write fails instead of killing it). Any other failure is one warning.
+pub fn print(text: &str) {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            eprintln!("haul: warning: writing to stdout: {e}")
+        }
+        _ => {}
+    }
+}
+
+/// [`print`] of `line` and a newline: `println!` that does not panic on a closed stdout.
+pub fn println(line: &str) {
+    print(&format!("{line}\n"));
+}
 
 /// What kind of file a descriptor is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

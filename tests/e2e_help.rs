@@ -191,3 +191,72 @@ fn man_page_names_every_command_and_option_and_renders() {
         assert!(text.contains(want), "rendered page lacks {want}");
     }
 }
+
+/// Runs haul with its stdout a pipe whose reading end is already closed (as `| head -1`
+/// leaves it once head has exited), killed if it overruns; the exit status and stderr.
+fn with_closed_stdout(args: &[&str]) -> (std::process::ExitStatus, String) {
+    let (reader, writer) = rustix::pipe::pipe().unwrap();
+    drop(reader);
+    let mut cmd = Command::new(haul_bin());
+    cmd.args(args).stdout(Stdio::from(writer));
+    let out = support::Running::spawn_with_stdout("(closed stdout)", cmd).wait();
+    (out.status, out.stderr)
+}
+
+#[test]
+fn a_closed_stdout_ends_help_man_and_completions_quietly() {
+    for args in [
+        &["completions", "bash"][..],
+        &["completions", "zsh"],
+        &["man"],
+        &["--help"],
+        &["recv", "--help"],
+        &["copy", "-h"],
+        &["--version"],
+    ] {
+        let (status, err) = with_closed_stdout(args);
+        assert_eq!(status.code(), Some(0), "haul {args:?}: {status:?} {err}");
+        assert!(err.is_empty(), "haul {args:?} printed: {err}");
+    }
+}
+
+#[test]
+fn h_alone_is_help_and_in_a_cluster_it_is_human_readable() {
+    for args in [
+        &["-h"][..],
+        &["copy", "-h"],
+        &["recv", "-h"],
+        &["copy", "--help"],
+    ] {
+        let help = stdout_of(args);
+        assert!(help.contains("Usage: haul"), "haul {args:?}: {help}");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("f"), b"data").unwrap();
+    // rsync's habits: -h inside a cluster, or beside other options, is --human-readable.
+    for (i, flags) in [
+        &["-avhP"][..],
+        &["-ah"],
+        &["-h", "-a"],
+        &["--human-readable"],
+    ]
+    .iter()
+    .enumerate()
+    {
+        let dst = tmp.path().join(format!("dst{i}"));
+        let out = support::copy(&[&support::with_slash(&src)], &dst, flags);
+        out.assert_code(0);
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            !said.contains("Usage:"),
+            "copy {flags:?} printed help: {said}"
+        );
+        assert_eq!(
+            std::fs::read(dst.join("f")).unwrap(),
+            b"data",
+            "copy {flags:?}"
+        );
+    }
+}

@@ -10,18 +10,33 @@ use clap_mangen::Man;
 
 use crate::error::{Error, Result};
 
-/// Writes the completion script for `shell` to `out`.
+/// Writes the completion script for `shell` to `out`. A reader that stopped early
+/// (`| head -1`) is no failure.
 pub fn completions(shell: Shell, out: &mut dyn Write) -> Result<()> {
     let mut cmd = crate::cli::command();
-    clap_complete::generate(shell, &mut cmd, "haul", out);
-    out.flush().map_err(|e| Error::io("writing to stdout", e))
+    // Into memory first: clap_complete panics when its writer fails.
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut cmd, "haul", &mut script);
+    write_all(out, &script)
 }
 
 /// Writes the manual page (roff) to `out`: the usual sections for `haul` and its global
 /// options, then one section per visible command with its synopsis, description and
-/// own options.
+/// own options. A reader that stopped early is no failure.
 pub fn man(out: &mut dyn Write) -> Result<()> {
-    render(out).map_err(|e| Error::io("writing to stdout", e))
+    let mut page = Vec::new();
+    render(&mut page).map_err(|e| Error::io("rendering the manual page", e))?;
+    write_all(out, &page)
+}
+
+/// Writes `bytes` to stdout (`out`); a closed pipe ends the output quietly, as `ls | head`.
+fn write_all(out: &mut dyn Write, bytes: &[u8]) -> Result<()> {
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(Error::io("writing to stdout", e))
+        }
+        _ => Ok(()),
+    }
 }
 
 fn render(out: &mut dyn Write) -> std::io::Result<()> {

@@ -61,7 +61,7 @@ pub(super) fn print_json(j: &str, data_on_stdout: bool) {
     if data_on_stdout {
         eprintln!("{j}");
     } else {
-        println!("{j}");
+        crate::stdio::println(j);
     }
 }
 

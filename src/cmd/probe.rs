@@ -183,9 +183,9 @@ fn report(
         seconds: started.elapsed().as_secs_f64(),
     };
     if cfg.json {
-        println!("{}", json(&o));
+        crate::stdio::println(&json(&o));
     } else if !cfg.quiet {
-        print!("{}", text(&o));
+        crate::stdio::print(&text(&o));
     }
     Ok(())
 }

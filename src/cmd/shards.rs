@@ -138,12 +138,12 @@ fn make(
     let peak = peak_memory();
     let secs = started.elapsed().as_secs_f64();
     if cfg.json {
-        println!(
+        crate::stdio::println(&format!(
             "{{\"plan\":{},\"shards\":{shards},\"entries\":{entries},\"files\":{files},\
              \"bytes\":{bytes},\"seconds\":{secs:.3},\"plan_memory_bytes\":{memory},\
              \"peak_rss_bytes\":{peak}}}",
             json_string(&id)
-        );
+        ));
     }
     if !cfg.quiet {
         eprintln!(
@@ -307,10 +307,10 @@ fn check(dir: &Path, dest: &Path, cfg: &Config) -> Result<()> {
         });
     }
     if cfg.json {
-        println!(
+        crate::stdio::println(&format!(
             "{{\"plan\":{},\"shards\":{count},\"entries\":{entries},\"bytes\":{bytes},\"missing\":0}}",
             json_string(&head.plan)
-        );
+        ));
     }
     if !cfg.quiet {
         eprintln!(

@@ -104,9 +104,14 @@ pub struct Running {
 impl Running {
     /// Starts `cmd` with stdin closed and stdout/stderr captured.
     pub fn spawn(name: &str, mut cmd: Command) -> Running {
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        cmd.stdout(Stdio::piped());
+        Running::spawn_with_stdout(name, cmd)
+    }
+
+    /// Starts `cmd` with stdin closed, stderr captured and stdout where `cmd` has it (a
+    /// terminal, a closed pipe); a stdout still piped is captured too.
+    pub fn spawn_with_stdout(name: &str, mut cmd: Command) -> Running {
+        cmd.stdin(Stdio::null()).stderr(Stdio::piped());
         let mut child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
@@ -119,8 +124,12 @@ impl Running {
         });
 
         let (line_tx, first_line) = mpsc::channel();
-        let mut out = child.stdout.take().unwrap();
+        let out = child.stdout.take();
         let stdout = thread::spawn(move || {
+            let Some(mut out) = out else {
+                let _ = line_tx.send(None);
+                return Vec::new();
+            };
             let mut reader = BufReader::new(&mut out);
             let mut all = Vec::new();
             let _ = reader.read_until(b'\n', &mut all);
