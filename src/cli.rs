@@ -94,6 +94,10 @@ pub enum CommandArgs {
         /// capabilities, user.*); the destination's are left as they are.
         #[arg(long)]
         no_xattrs: bool,
+        /// `-` on a terminal: write the stream there anyway (refused otherwise, as zstd
+        /// does; no -f, which is rsync's --filter).
+        #[arg(long)]
+        force: bool,
     },
     /// Send files and directories to a waiting `haul recv`; `haul send -` sends standard
     /// input as one stream.
@@ -145,6 +149,10 @@ pub enum CommandArgs {
         /// destination is (DST is `host:`); its exit status is the transfer's.
         #[arg(long, visible_alias = "exec", value_name = "COMMAND")]
         to_command: Option<String>,
+        /// DST `-` on a terminal: write the stream there anyway (refused otherwise, as
+        /// zstd does; no -f, which is rsync's --filter).
+        #[arg(long)]
+        force: bool,
         #[command(flatten)]
         transfer: TransferArgs,
         #[command(flatten)]

@@ -292,3 +292,64 @@ fn a_directory_in_the_way_of_a_file_is_replaced_as_rsync_does() {
     );
     assert_eq!(leftovers(&dst), Vec::<String>::new());
 }
+
+/// Runs haul with its stdout a terminal (a pty, as `zstd -d` and `gzip -d` see one),
+/// killed if it overruns; the exit status, what reached the terminal, and stderr.
+fn on_a_terminal(args: &[&std::ffi::OsStr]) -> (std::process::ExitStatus, Vec<u8>, String) {
+    use std::os::fd::FromRawFd;
+    let (mut master, mut slave) = (-1, -1);
+    // SAFETY: openpty writes two descriptors into the two ints and reads nothing else
+    // (null name, termios and window size).
+    let r = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(r, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: both descriptors were just opened for us and are owned by nothing else.
+    let (master, slave) = unsafe {
+        (
+            std::fs::File::from_raw_fd(master),
+            std::fs::File::from_raw_fd(slave),
+        )
+    };
+    let mut cmd = Command::new(haul_bin());
+    cmd.args(args)
+        .stdout(slave)
+        .stdin(std::process::Stdio::null());
+    let proc = Running::spawn_with_stdout("(tty)", cmd);
+    // Once haul and the pty's last other holder are gone, reading ends (EIO or EOF).
+    let reader = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut &master, &mut all);
+        all
+    });
+    let out = proc.wait();
+    (out.status, reader.join().unwrap(), out.stderr)
+}
+
+#[test]
+fn a_stream_is_not_written_to_a_terminal_unless_forced() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("data.bin");
+    std::fs::write(&file, b"\x00\x01binary\xff").unwrap();
+    let f = file.as_os_str();
+    let dash = std::ffi::OsStr::new("-");
+    let (status, shown, err) = on_a_terminal(&["copy".as_ref(), f, dash]);
+    assert_eq!(status.code(), Some(2), "copy FILE - to a terminal: {err}");
+    assert!(err.contains("terminal") && err.contains("--force"), "{err}");
+    assert!(!shown.windows(6).any(|w| w == b"binary"), "{shown:?}");
+    // A receiver refuses before it prints a ticket (--timeout: before the fix it waited).
+    let (status, _, err) =
+        on_a_terminal(&["recv".as_ref(), dash, "--timeout".as_ref(), "1".as_ref()]);
+    assert_eq!(status.code(), Some(2), "recv - to a terminal: {err}");
+    assert!(!err.contains(support::process::TICKET_PREFIX), "{err}");
+    // --force insists.
+    let (status, shown, err) = on_a_terminal(&["copy".as_ref(), "--force".as_ref(), f, dash]);
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(shown.windows(6).any(|w| w == b"binary"), "{shown:?}");
+}

@@ -213,10 +213,13 @@ impl Config {
                 streams: _,
                 accept,
                 no_xattrs,
+                force,
             } => {
                 let listen = listen.as_deref().map(parse_listen).transpose()?;
                 let timeout = timeout.map(Duration::from_secs);
-                match pipe::recv_target(dir, stream, to_command)? {
+                let target = pipe::recv_target(dir, stream, to_command)?;
+                pipe::check_force(target.0.as_ref(), force)?;
+                match target {
                     (Some(to), _) => Command::RecvPipe {
                         to,
                         listen,
@@ -291,11 +294,17 @@ impl Config {
                 paths,
                 from_command,
                 to_command,
+                force,
                 transfer,
                 accept,
                 remote,
             } => match pipe::copy_pipe(&paths, from_command, to_command)? {
                 Some(mut plan) => {
+                    let to = match &plan {
+                        PipeCopy::Local { to, .. } | PipeCopy::Pull { to, .. } => Some(to),
+                        PipeCopy::Push { .. } => None,
+                    };
+                    pipe::check_force(to, force)?;
                     match &mut plan {
                         PipeCopy::Push { also, dest, .. } => {
                             *also = fanout::also(&remote.also)?;
@@ -330,6 +339,7 @@ impl Config {
                     return Err(Error::Usage("copy needs SRC... DST".into()))
                 }
                 None => {
+                    pipe::check_force(None, force)?;
                     let a = accept::accept_config(&accept, transfer.filter.no_xattrs)?;
                     copy_command(paths, &transfer, a, &remote)?
                 }

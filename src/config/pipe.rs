@@ -105,6 +105,26 @@ pub fn recv_target(
     }
 }
 
+/// `--force` and a stream bound for a terminal. Binary data there garbles the terminal
+/// and is lost, so it is refused unless forced, as zstd and gzip refuse; `--force`
+/// anywhere else is refused too: it would do nothing.
+pub fn check_force(to: Option<&PipeTo>, force: bool) -> Result<()> {
+    use std::io::IsTerminal;
+    match (to, force) {
+        (Some(PipeTo::Stdout), false) if std::io::stdout().is_terminal() => Err(Error::Usage(
+            "standard output is a terminal: the stream's data would be written there; \
+             redirect it (> FILE, | COMMAND), or add --force"
+                .into(),
+        )),
+        (Some(PipeTo::Stdout), _) | (_, false) => Ok(()),
+        (_, true) => Err(Error::Usage(
+            "--force applies to a stream written to standard output (`-`) on a terminal; \
+             rsync's --force (replace a directory in the way) is what haul's --delete does"
+                .into(),
+        )),
+    }
+}
+
 /// What `send` sends as a stream, or `None` for files.
 pub fn send_source(paths: &[PathBuf], from_command: Option<String>) -> Result<Option<PipeFrom>> {
     if let Some(c) = from_command {
