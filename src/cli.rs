@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 mod habits;
+pub mod unsupported;
 
 pub use habits::RsyncHabits;
 
@@ -477,7 +478,13 @@ where
     T: Into<OsString> + Clone,
 {
     let args = lone_h_is_help(args.into_iter().map(Into::into).collect());
-    let m = command().try_get_matches_from(args)?;
+    let cmd = command();
+    let m = cmd.clone().try_get_matches_from(args).map_err(|e| {
+        match unsupported::explain(&e, &cmd) {
+            Some(m) => clap::Error::raw(clap::error::ErrorKind::UnknownArgument, format!("{m}\n")),
+            None => e,
+        }
+    })?;
     let mut cli = Cli::from_arg_matches(&m)?;
     let (sub, filter) = match &mut cli.command {
         CommandArgs::Send { transfer, .. } => ("send", &mut transfer.filter),

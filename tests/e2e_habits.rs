@@ -353,3 +353,78 @@ fn a_stream_is_not_written_to_a_terminal_unless_forced() {
     assert_eq!(status.code(), Some(0), "{err}");
     assert!(shown.windows(6).any(|w| w == b"binary"), "{shown:?}");
 }
+
+#[test]
+fn rsync_options_haul_lacks_get_their_own_advice_not_a_lookalike() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    std::fs::write(&a, b"1").unwrap();
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    // clap used to suggest --size, --links, --remote-haul, --files-from.
+    for (args, want, lookalike) in [
+        (
+            &["copy", "--size-only", a, b][..],
+            "rsync's --size-only: not supported yet (issue 39)",
+            "--size'",
+        ),
+        (
+            &["copy", "--link-dest=/x", a, b],
+            "rsync's --link-dest: not supported yet",
+            "--links",
+        ),
+        (
+            &["copy", "--remove-source-files", a, b],
+            "exited 0",
+            "--remote-haul",
+        ),
+        (
+            &["copy", "--filter=- *.tmp", a, b],
+            "--exclude",
+            "--files-from",
+        ),
+        (
+            &["copy", "-avu", a, b],
+            "rsync's -u: not supported yet",
+            "tip",
+        ),
+        (
+            &["copy", "--rsync-path=/opt/haul", a, b],
+            "use --remote-haul",
+            "tip",
+        ),
+        (
+            &["probe", "--delete", a, b],
+            "--delete does not apply to `haul probe`",
+            "tip",
+        ),
+    ] {
+        let out = run(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(!err.contains(lookalike), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: one line: {err}");
+    }
+    assert!(!std::path::Path::new(b).exists());
+}
+
+#[test]
+fn options_that_do_not_apply_are_refused_and_a_zero_limit_is_no_limit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = tmp.path().join("a");
+    std::fs::write(&a, b"1").unwrap();
+    let b = tmp.path().join("b");
+    // Before: accepted and ignored.
+    for opt in [&["--size", "5"][..], &["--buffer", "8M"]] {
+        let out = support::copy(&[&a], &b, opt);
+        out.assert_code(2);
+        assert!(out.stderr.contains("applies to a stream"), "{}", out.stderr);
+    }
+    assert!(!b.exists());
+    // rsync: --bwlimit=0 is no limit (before: "invalid rate '0'").
+    for (i, opt) in ["--bwlimit=0", "--limit=0"].iter().enumerate() {
+        let dst = tmp.path().join(format!("b{i}"));
+        support::copy(&[&a], &dst, &[opt]).assert_code(0);
+        assert_eq!(std::fs::read(&dst).unwrap(), b"1");
+    }
+}

@@ -32,7 +32,7 @@ pub use location::{
 pub use pipe::{Pipe, PipeCopy, DEFAULT_PIPE_BUFFER, MAX_PIPE_BUFFER};
 pub use probe::{Probe, ProbeDest};
 pub use shard::{read_shard_file, PlanJob};
-pub use size::{parse_rate, parse_size};
+pub use size::{parse_limit, parse_rate, parse_size};
 pub use transfer::{default_streams, Transfer, DEFAULT_RETRIES, DEFAULT_STALL, LOCAL_STREAMS};
 
 use crate::receive::pipe::PipeTo;
@@ -283,7 +283,7 @@ impl Config {
                         }
                     }
                     None => Command::Send {
-                        paths,
+                        paths: file_options(&transfer).map(|()| paths)?,
                         ticket,
                         chain,
                         transfer: t,
@@ -340,6 +340,7 @@ impl Config {
                 }
                 None => {
                     pipe::check_force(None, force)?;
+                    file_options(&transfer)?;
                     let a = accept::accept_config(&accept, transfer.filter.no_xattrs)?;
                     copy_command(paths, &transfer, a, &remote)?
                 }
@@ -361,7 +362,7 @@ impl Config {
             CommandArgs::Limit { rate, pid } => Command::Limit {
                 rate: match rate.as_str() {
                     "off" => None,
-                    r => Some(parse_rate(r, 1)?),
+                    r => parse_limit(r, 1)?,
                 },
                 pid,
             },
@@ -514,6 +515,20 @@ fn ssh_options(r: &RemoteArgs) -> Result<SshOptions> {
         advertise: r.remote_advertise,
         cache: !r.no_cache,
     })
+}
+
+/// Refuses a stream's options for a transfer of files, which would ignore them.
+fn file_options(a: &TransferArgs) -> Result<()> {
+    let given = [
+        (a.size.is_some(), "--size"),
+        (a.buffer.is_some(), "--buffer"),
+    ];
+    match given.iter().find(|(g, _)| *g) {
+        Some((_, name)) => Err(Error::Usage(format!(
+            "{name} applies to a stream (`-`, --from-command, --to-command), not to files"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// A stream's options: its buffer (checked against the block size) and expected size.

@@ -34,9 +34,28 @@ pub fn parse_rate(s: &str, unit: u64) -> Result<u64> {
     }
 }
 
+/// A bandwidth cap (`--limit`, `--bwlimit`, `haul limit`): a rate, or `None` for no cap
+/// when it is zero ("0", "0K"), as rsync reads `--bwlimit=0`.
+pub fn parse_limit(s: &str, unit: u64) -> Result<Option<u64>> {
+    let digits = s.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    if !digits.is_empty() && digits.bytes().all(|b| b == b'0') && parse_size(s).is_some() {
+        return Ok(None);
+    }
+    parse_rate(s, unit).map(Some)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn zero_is_no_limit() {
+        assert_eq!(parse_limit("0", 1024).unwrap(), None);
+        assert_eq!(parse_limit("0M", 1).unwrap(), None);
+        assert_eq!(parse_limit("10", 1024).unwrap(), Some(10 << 10));
+        assert!(parse_limit("0Q", 1).is_err());
+        assert!(parse_limit("", 1).is_err());
+    }
 
     #[test]
     fn sizes() {

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::select;
-use super::size::{parse_rate, parse_size};
+use super::size::{parse_limit, parse_size};
 use crate::cli::TransferArgs;
 use crate::codec::Compression;
 use crate::error::{Error, Result};
@@ -118,9 +118,9 @@ pub(super) fn transfer_config(
         retries: a.retries.unwrap_or(DEFAULT_RETRIES),
         select: select::selection(&a.filter, a.delete)?,
         limit: match (&a.limit, &a.bwlimit) {
-            (Some(r), _) => Some(parse_rate(r, 1)?),
+            (Some(r), _) => parse_limit(r, 1)?,
             // rsync's --bwlimit: a bare number is KiB per second.
-            (None, Some(r)) => Some(parse_rate(r, 1024)?),
+            (None, Some(r)) => parse_limit(r, 1024)?,
             (None, None) => None,
         },
         stall: match a.timeout {
