@@ -355,6 +355,37 @@ fn a_stream_is_not_written_to_a_terminal_unless_forced() {
 }
 
 #[test]
+fn plan_check_of_a_far_destination_is_refused_and_says_where_to_run_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("f"), b"data").unwrap();
+    let plan = tmp.path().join("plan");
+    let made = Haul::new().run(&[
+        "plan".as_ref(),
+        src.as_os_str(),
+        "--shards".as_ref(),
+        "2".as_ref(),
+        "--out".as_ref(),
+        plan.as_os_str(),
+    ]);
+    made.assert_code(0);
+    // Before: db1:shd was read as a local path and every entry reported missing (25).
+    let check = Haul::new().run(&[
+        "plan".as_ref(),
+        "--check".as_ref(),
+        plan.as_os_str(),
+        "db1:shd".as_ref(),
+    ]);
+    check.assert_code(2);
+    assert!(
+        check.stderr.contains("db1") && check.stderr.contains("there"),
+        "{}",
+        check.stderr
+    );
+}
+
+#[test]
 fn rsync_options_haul_lacks_get_their_own_advice_not_a_lookalike() {
     let tmp = tempfile::tempdir().unwrap();
     let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));

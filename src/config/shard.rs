@@ -126,6 +126,18 @@ pub(super) fn plan_job(p: PlanArgs) -> Result<PlanJob> {
         }
         let [dir, dest] = <[PathBuf; 2]>::try_from(p.paths)
             .map_err(|_| Error::Usage("plan --check takes DIR DST".into()))?;
+        for p in [&dir, &dest] {
+            if let Ok(Location::Remote(r)) = parse_location(p.as_os_str()) {
+                return Err(Error::Usage(format!(
+                    "plan --check looks at this host only; {} is on {}: run `haul plan \
+                     --check DIR {}` there, with the plan's DIR copied over (or write \
+                     ./{0} for a local name with a colon)",
+                    p.display(),
+                    r.host,
+                    String::from_utf8_lossy(&r.path)
+                )));
+            }
+        }
         return Ok(PlanJob::Check { dir, dest });
     }
     if p.filter.files_from.is_some() {
@@ -218,6 +230,8 @@ mod tests {
             &["plan", "/a", "--shards", "0", "--out", "/s"][..],
             &["plan", "h:/a", "--shards", "2", "--out", "/s"],
             &["plan", "--check", "/s"],
+            &["plan", "--check", "/s", "db1:shd"],
+            &["plan", "--check", "db1:/s", "/d"],
             &["plan", "--check", "/s", "/d", "--exclude", "x"],
             &[
                 "plan",
