@@ -107,7 +107,7 @@ pub(super) fn copy_also(
 ) -> Result<(SendReport, Option<Vec<ReplicaState>>)> {
     let (sources, _) = copy_layout(paths, dest);
     walk::check_sources(&sources)?;
-    let further = Further::start(
+    let mut further = Further::start(
         also,
         &sources,
         &opts,
@@ -118,7 +118,7 @@ pub(super) fn copy_also(
     )?;
     // One file is stored under one name everywhere.
     let (_, rename) = dest_layout(is_single_file(&sources), dest);
-    if let Err(e) = further.same_name(&rename, also) {
+    if let Err(e) = further.same_name(&rename) {
         further.finish();
         return Err(e);
     }
@@ -130,7 +130,8 @@ pub(super) fn copy_also(
     };
     let sent = copy(paths, dest, t, accept, cfg, opts);
     further.finish();
-    let report = sent?;
+    let mut report = sent?;
+    further.account(&mut report);
     let states = fanout::states(&label, report.chain.as_ref(), &report.replicas);
     Ok((report, states))
 }

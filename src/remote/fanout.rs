@@ -11,6 +11,7 @@ use super::rsh::Rsh;
 use super::wire::Request;
 use crate::config::{RemotePath, SshOptions};
 use crate::error::{Error, Result};
+use crate::progress::escape;
 use crate::protocol::{Chain, Hop, Outcome, Replica, Summary};
 use crate::transport::Ticket;
 
@@ -19,9 +20,24 @@ pub fn label(at: &RemotePath) -> String {
     format!("{}:{}", at.host, String::from_utf8_lossy(&at.path))
 }
 
-/// Starts a receiving far end at each of `also`, told `receive(at)`; returns them, the
-/// chain for the first receiver and each one's answer to a single file (the name it
-/// would store it under, if not the source's).
+/// The further destinations of a fan-out (`--also`), as far as they could be started.
+pub(super) struct Started {
+    /// The far ends that listen, in chain order.
+    pub(super) fars: Vec<FarEnd>,
+    /// The chain of those that listen (None: none was asked for, or none listens).
+    pub(super) chain: Option<Chain>,
+    /// Each one that listens: its label and the name it would store a single file under.
+    pub(super) renames: Vec<(String, Rename)>,
+    /// Every destination asked for, in order, and why each that could not be started
+    /// failed: a failed replica, as one dropped mid-run is.
+    asked: Vec<(String, Option<Outcome>)>,
+    encrypt: bool,
+}
+
+/// Starts a receiving far end at each of `also`, told `receive(at)`. One that cannot be
+/// started (ssh fails, its `haul serve` refuses or does not get ready: a destination it
+/// may not write, a host it cannot reach) is a failed replica: reported, left out of the
+/// chain, and the others go on without it, as when a hop fails mid-run.
 pub(super) fn start(
     rsh: &Rsh,
     also: &[RemotePath],
@@ -29,35 +45,106 @@ pub(super) fn start(
     quiet: bool,
     encrypt: bool,
     receive: impl Fn(&RemotePath) -> Request,
-) -> Result<(Vec<FarEnd>, Option<Chain>, Vec<Rename>)> {
-    if also.is_empty() {
-        return Ok((Vec::new(), None, Vec::new()));
-    }
-    let mut fars = Vec::new();
+) -> Result<Started> {
+    let mut started = Started {
+        fars: Vec::new(),
+        chain: None,
+        renames: Vec::new(),
+        asked: Vec::new(),
+        encrypt,
+    };
     let mut hops = Vec::new();
-    let mut renames = Vec::new();
     for at in also {
-        let mut far = FarEnd::start(rsh, at, ssh, quiet)?;
-        far.send(&receive(at))?;
-        let ready = far.ready("setting up a further receiver")?;
-        let ticket = ready.ticket.ok_or_else(|| Error::Host {
-            host: far.host.clone(),
-            message: "unexpected answer from the far end (no ticket)".into(),
-            code: crate::error::exit::INTEGRITY,
-        })?;
-        renames.push(ready.rename);
-        hops.push(Hop {
-            label: label(at),
-            ticket,
-        });
-        fars.push(far);
+        let label = label(at);
+        match start_one(rsh, at, ssh, quiet, &receive(at)) {
+            Ok((far, ticket, rename)) => {
+                started.renames.push((label.clone(), rename));
+                hops.push(Hop {
+                    label: label.clone(),
+                    ticket,
+                });
+                started.fars.push(far);
+                started.asked.push((label, None));
+            }
+            Err(e @ (Error::Host { .. } | Error::Transport(_))) => {
+                crate::progress::warn(&format!(
+                    "replica {} failed ({e}); the chain goes on without it",
+                    escape(&label)
+                ));
+                let failed = Outcome::Failed {
+                    code: e.exit_code(),
+                    message: e.to_string(),
+                };
+                started.asked.push((label, Some(failed)));
+            }
+            Err(e) => return Err(e),
+        }
     }
-    let chain = Chain {
+    started.chain = (!hops.is_empty()).then_some(Chain {
         hops,
         encrypt,
         nonce: None,
-    };
-    Ok((fars, Some(chain), renames))
+    });
+    Ok(started)
+}
+
+/// Starts one further destination: its far end, its ticket and the name it would store
+/// a single file under.
+fn start_one(
+    rsh: &Rsh,
+    at: &RemotePath,
+    ssh: &SshOptions,
+    quiet: bool,
+    request: &Request,
+) -> Result<(FarEnd, String, Rename)> {
+    let mut far = FarEnd::start(rsh, at, ssh, quiet)?;
+    far.send(request)?;
+    let ready = far.ready("setting up a further receiver")?;
+    let ticket = ready.ticket.ok_or_else(|| Error::Host {
+        host: far.host.clone(),
+        message: "unexpected answer from the far end (no ticket)".into(),
+        code: crate::error::exit::INTEGRITY,
+    })?;
+    Ok((far, ticket, ready.rename))
+}
+
+impl Started {
+    /// What a report says of the fan-out, given the account of the sender (`replicas`):
+    /// the chain of every destination asked for, in order, and the account with each
+    /// that could not be started as failed. (Only labels matter there: a report's chain is never dialed.)
+    pub(super) fn account(&self, replicas: &mut Vec<Replica>) -> Option<Chain> {
+        if self.asked.is_empty() {
+            return None;
+        }
+        let mut hops = Vec::new();
+        for (label, failed) in &self.asked {
+            hops.push(Hop {
+                label: label.clone(),
+                ticket: String::new(),
+            });
+            if let Some(outcome) = failed {
+                replicas.retain(|r| &r.host != label);
+                replicas.push(Replica {
+                    host: label.clone(),
+                    outcome: outcome.clone(),
+                    proof: None,
+                });
+            }
+        }
+        Some(Chain {
+            hops,
+            encrypt: self.encrypt,
+            nonce: None,
+        })
+    }
+
+    /// Waits briefly for each far end's end (what became of each is in the sender's
+    /// report) and reaps it.
+    pub(super) fn finish(&mut self, wait: std::time::Duration) {
+        for f in &mut self.fars {
+            f.finish(Some(wait));
+        }
+    }
 }
 
 /// The first destination of a fan-out, as far as it could be started.
@@ -113,8 +200,7 @@ pub(super) fn ready_first(
 /// gets the name every further destination answered alike.
 pub(super) fn go_past_first(
     chain: Option<&Chain>,
-    also: &[RemotePath],
-    renames: &[Rename],
+    renames: &[(String, Rename)],
     encrypt: bool,
 ) -> Result<Request> {
     let Some((next, rest)) = chain.and_then(|c| c.hops.split_first()) else {
@@ -122,12 +208,8 @@ pub(super) fn go_past_first(
             "no destination left to start the chain at".into(),
         ));
     };
-    let rename = renames.first().cloned().flatten();
-    same_name(
-        &rename,
-        also.get(1..).unwrap_or_default(),
-        renames.get(1..).unwrap_or_default(),
-    )?;
+    let rename = renames.first().and_then(|(_, r)| r.clone());
+    same_name(&rename, renames.get(1..).unwrap_or_default())?;
     Ok(Request::Go {
         rename,
         ticket: Some(next.ticket.clone()),
@@ -199,18 +281,17 @@ pub(super) type Rename = Option<Vec<u8>>;
 
 /// A single file fans out under one name: `first` is what the first destination would
 /// store it as (`None`: the source's name, DST being a directory), `renames` the same for
-/// each of `also`.
-pub(super) fn same_name(first: &Rename, also: &[RemotePath], renames: &[Rename]) -> Result<()> {
+/// each further destination (by its label).
+pub(super) fn same_name(first: &Rename, renames: &[(String, Rename)]) -> Result<()> {
     let shown = |r: &Rename| match r {
         Some(name) => format!("names the file {}", String::from_utf8_lossy(name)),
         None => "is a directory".to_string(),
     };
-    match also.iter().zip(renames).find(|(_, r)| *r != first) {
+    match renames.iter().find(|(_, r)| r != first) {
         None => Ok(()),
-        Some((at, r)) => Err(Error::Usage(crate::progress::escape(&format!(
-            "--also {}: a file fans out under one name: this DST {}, the first {} (give every \
+        Some((at, r)) => Err(Error::Usage(escape(&format!(
+            "--also {at}: a file fans out under one name: this DST {}, the first {} (give every \
              destination the same file name, or existing directories)",
-            label(at),
             shown(r),
             shown(first)
         )))),
@@ -231,15 +312,17 @@ mod tests {
 
     #[test]
     fn one_name_everywhere() {
-        let also = [at("b", "/x/new.img"), at("c", "/y/new.img")];
+        let also = [label(&at("b", "/x/new.img")), label(&at("c", "/y/new.img"))];
+        let with =
+            |r: [Rename; 2]| -> Vec<(String, Rename)> { also.iter().cloned().zip(r).collect() };
         let new = Some(b"new.img".to_vec());
-        assert!(same_name(&new, &also, &[new.clone(), new.clone()]).is_ok());
-        assert!(same_name(&None, &also, &[None, None]).is_ok());
-        let e = same_name(&new, &also, &[new.clone(), None]).unwrap_err();
+        assert!(same_name(&new, &with([new.clone(), new.clone()])).is_ok());
+        assert!(same_name(&None, &with([None, None])).is_ok());
+        let e = same_name(&new, &with([new.clone(), None])).unwrap_err();
         assert!(e.to_string().contains("c:/y/new.img"), "{e}");
         assert!(e.to_string().contains("is a directory"), "{e}");
         let odd = Some(b"a\nb".to_vec());
-        let e = same_name(&new, &also, &[odd, new.clone()]).unwrap_err();
+        let e = same_name(&new, &with([odd, new.clone()])).unwrap_err();
         assert!(!e.to_string().contains('\n'), "{e}");
     }
 }

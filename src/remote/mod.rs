@@ -129,10 +129,10 @@ fn push(
 ) -> Result<SendReport> {
     let mut srcs: Vec<Source> = sources.iter().map(|p| Source::from_arg(p)).collect();
     walk::check_sources(&srcs)?;
-    let (mut further, chain, renames) =
-        fanout::start(rsh, also, f.ssh, f.quiet, f.encrypt, |at| {
-            receive_request(at, is_single_file(&srcs), (true, true), opts, f)
-        })?;
+    let mut further = fanout::start(rsh, also, f.ssh, f.quiet, f.encrypt, |at| {
+        receive_request(at, is_single_file(&srcs), (true, true), opts, f)
+    })?;
+    let chain = further.chain.clone();
     let fans = !also.is_empty();
     let request = receive_request(dest, is_single_file(&srcs), (false, fans), opts, f);
     let first = fanout::start_first(rsh, dest, f.ssh, f.quiet, &request, chain.is_some())?;
@@ -144,9 +144,12 @@ fn push(
             (Ok((far, route)), rename)
         }
         // Every further destination answered for a single file's name alike.
-        First::Lost(e) => (Err(e), renames.first().cloned().flatten()),
+        First::Lost(e) => (Err(e), further.renames.first().and_then(|(_, r)| r.clone())),
     };
-    fanout::same_name(&rename, also, &renames)?;
+    if let Err(e) = fanout::same_name(&rename, &further.renames) {
+        further.finish(FAILED_WAIT);
+        return Err(e);
+    }
     if let (Some(name), [only]) = (rename, srcs.as_mut_slice()) {
         only.dest_name = Some(name);
     }
@@ -163,10 +166,13 @@ fn push(
         .as_mut()
         .ok()
         .and_then(|(far, _)| far.finish(Some(done_wait(&sent))));
-    // What became of the further ones is in the sender's report (`Replicas`).
-    for f in &mut further {
-        f.finish(Some(FAILED_WAIT));
-    }
+    // What became of the further ones is in the sender's report (`Replicas`), and of
+    // those that could not be started, here.
+    further.finish(FAILED_WAIT);
+    let sent = sent.map(|mut report| {
+        report.chain = further.account(&mut report.replicas);
+        report
+    });
     match &far {
         Ok((far, _)) => sent.map_err(|e| prefer_far(e, far, done.as_ref())),
         Err(_) => sent,
@@ -177,15 +183,14 @@ fn push(
 /// --also host2:DST`), started as a push's `--also` are: each listens on every address
 /// (the local receiver dials the first, each the next).
 pub struct Further {
-    fars: Vec<FarEnd>,
-    /// The chain the local receiver gets.
+    started: fanout::Started,
+    /// The chain the local receiver gets (None: no far destination could be started).
     pub chain: Option<crate::protocol::Chain>,
-    renames: Vec<fanout::Rename>,
 }
 
 impl Further {
     /// Starts a receiving far end at each of `also` for a copy of `sources` (`encrypt`:
-    /// TLS between the hops).
+    /// TLS between the hops); one that cannot be started is a failed replica.
     #[allow(clippy::too_many_arguments)]
     pub fn start(
         also: &[RemotePath],
@@ -204,28 +209,31 @@ impl Further {
         };
         let rsh = Rsh::new(ssh.rsh.clone(), false);
         let single = is_single_file(sources);
-        let (fars, chain, renames) = fanout::start(&rsh, also, ssh, quiet, encrypt, |at| {
+        let started = fanout::start(&rsh, also, ssh, quiet, encrypt, |at| {
             receive_request(at, single, (true, true), opts, &f)
         })?;
         Ok(Further {
-            fars,
-            chain,
-            renames,
+            chain: started.chain.clone(),
+            started,
         })
     }
 
     /// A single file fans out under one name: `first`, the name the local destination
     /// stores it under (None: the source's, DST being a directory), is every one's.
-    pub fn same_name(&self, first: &Option<Vec<u8>>, also: &[RemotePath]) -> Result<()> {
-        fanout::same_name(first, also, &self.renames)
+    pub fn same_name(&self, first: &Option<Vec<u8>>) -> Result<()> {
+        fanout::same_name(first, &self.started.renames)
+    }
+
+    /// What the report of the local sender (`report`) says of the fan-out: every far
+    /// destination asked for in its chain, those that could not be started failed.
+    pub fn account(&self, report: &mut SendReport) {
+        report.chain = self.started.account(&mut report.replicas);
     }
 
     /// Waits briefly for each far end's end (what became of each is in the sender's
     /// report) and reaps it.
-    pub fn finish(mut self) {
-        for f in &mut self.fars {
-            f.finish(Some(FAILED_WAIT));
-        }
+    pub fn finish(&mut self) {
+        self.started.finish(FAILED_WAIT);
     }
 }
 
@@ -273,14 +281,16 @@ fn between(
         Err(e @ (Error::Host { .. } | Error::Transport(_))) if !also.is_empty() => Err(e),
         Err(e) => return Err(e),
     };
-    let (mut further, chain, renames) =
-        fanout::start(rsh, also, f.ssh, f.quiet, f.encrypt, |at| {
-            receive_request(at, single_file, (true, true), opts, f)
-        })?;
+    let mut further = fanout::start(rsh, also, f.ssh, f.quiet, f.encrypt, |at| {
+        receive_request(at, single_file, (true, true), opts, f)
+    })?;
+    let chain = further.chain.clone();
     let label = fanout::label(dest);
     let go = match &first {
+        // No destination could be started: the run fails as for one destination.
+        Err(lost) if chain.is_none() => Err(fanout::unreachable(lost)),
         Ok((_, ticket, rename)) => {
-            fanout::same_name(rename, also, &renames).map(|()| Request::Go {
+            fanout::same_name(rename, &further.renames).map(|()| Request::Go {
                 rename: rename.clone(),
                 ticket: Some(ticket.encode()),
                 encrypt: f.encrypt,
@@ -293,15 +303,13 @@ fn between(
                 "replica {} failed ({lost}); the chain goes on without it",
                 crate::progress::escape(&label)
             ));
-            fanout::go_past_first(chain.as_ref(), also, &renames, f.encrypt)
+            fanout::go_past_first(chain.as_ref(), &further.renames, f.encrypt)
         }
     };
     let sent = match go.and_then(|go| sender.send(&go)) {
         Ok(()) => sender.finish(None),
         Err(e) => {
-            for x in &mut further {
-                x.finish(Some(FAILED_WAIT));
-            }
+            further.finish(FAILED_WAIT);
             return Err(e);
         }
     };
@@ -314,9 +322,7 @@ fn between(
         }
         Err(lost) => Err(lost),
     };
-    for x in &mut further {
-        x.finish(Some(FAILED_WAIT));
-    }
+    further.finish(FAILED_WAIT);
     match (sent, received) {
         (Some(s), received) if sent_ok(&s) => {
             if !f.quiet {
@@ -344,6 +350,7 @@ fn between(
             if let (Err(lost), Some(chain)) = (&received, &chain) {
                 replicas = fanout::past_first(&label, lost, chain, replicas);
             }
+            let chain = further.account(&mut replicas);
             let partial = (s.code != exit::OK).then(|| sender.done_error(&s));
             Ok(Between {
                 fanned: Fanned {

@@ -52,8 +52,9 @@ pub fn run(
                 relay: !also.is_empty(),
             };
             // A fan-out (`--also`): the further receivers first, their tickets the chain.
-            let (mut further, chain, _) =
+            let mut further =
                 super::fanout::start(&rsh, also, ssh, quiet, encrypt, |at| receive(at, true))?;
+            let chain = further.chain.clone();
             let first = super::fanout::start_first(
                 &rsh,
                 dest,
@@ -86,11 +87,13 @@ pub fn run(
                 .as_mut()
                 .ok()
                 .and_then(|(far, _)| far.finish(Some(done_wait(&sent))));
-            // What became of the further ones is in the sender's report (`Replicas`).
-            for f in &mut further {
-                f.finish(Some(super::FAILED_WAIT));
-            }
-            let sent = sent.map(PipeOutcome::Sent);
+            // What became of the further ones is in the sender's report (`Replicas`), and
+            // of those that could not be started, here.
+            further.finish(super::FAILED_WAIT);
+            let sent = sent.map(|mut report| {
+                report.chain = further.account(&mut report.replicas);
+                PipeOutcome::Sent(report)
+            });
             match &far {
                 Ok((far, _)) => sent.map_err(|e| prefer_far(e, far, done.as_ref())),
                 Err(_) => sent,

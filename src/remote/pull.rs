@@ -47,18 +47,13 @@ pub(super) fn pull(
     };
     let ticket = Ticket::parse(&ticket)?;
     let (root, rename) = dest_layout(single_file, dest);
-    let (mut further, chain, renames) =
-        fanout::start(rsh, also, f.ssh, f.quiet, f.encrypt, |at| {
-            receive_request(at, single_file, (true, true), opts, f)
-        })?;
-    let finish_further = |further: &mut Vec<FarEnd>| {
-        for x in further {
-            x.finish(Some(FAILED_WAIT));
-        }
-    };
+    let mut further = fanout::start(rsh, also, f.ssh, f.quiet, f.encrypt, |at| {
+        receive_request(at, single_file, (true, true), opts, f)
+    })?;
+    let chain = further.chain.clone();
     // One file is stored under one name everywhere.
-    if let Err(e) = fanout::same_name(&rename, also, &renames) {
-        finish_further(&mut further);
+    if let Err(e) = fanout::same_name(&rename, &further.renames) {
+        further.finish(FAILED_WAIT);
         return Err(e);
     }
     let store = match opts.sync.dry_run {
@@ -68,7 +63,7 @@ pub(super) fn pull(
     let store = match store.and_then(|s| s.set_accept(f.accept.clone()).map(|()| s)) {
         Ok(s) => s,
         Err(e) => {
-            finish_further(&mut further);
+            further.finish(FAILED_WAIT);
             return Err(e);
         }
     };
@@ -105,13 +100,15 @@ pub(super) fn pull(
         _ => Some(done_wait(&received)),
     };
     let done = far.finish(wait);
-    finish_further(&mut further);
+    further.finish(FAILED_WAIT);
+    let mut replicas = done
+        .as_ref()
+        .map(|d| d.replicas.clone())
+        .unwrap_or_default();
+    let ran = chain.is_some();
     let fanned = Fanned {
-        replicas: done
-            .as_ref()
-            .map(|d| d.replicas.clone())
-            .unwrap_or_default(),
-        chain,
+        chain: further.account(&mut replicas),
+        replicas,
         label,
     };
     let sender_ok = |d: &Done| d.code == exit::OK || d.code == exit::PARTIAL;
@@ -124,7 +121,7 @@ pub(super) fn pull(
             code: exit::NETWORK,
         }),
         // The chain went on without the local receiver.
-        (Err(e), Some(d)) if fanned.chain.is_some() && sender_ok(&d) => Ok((Err(e), fanned)),
+        (Err(e), Some(d)) if ran && sender_ok(&d) => Ok((Err(e), fanned)),
         (Err(e), done) => Err(prefer_far(e, &far, done.as_ref())),
     }
 }
