@@ -24,8 +24,10 @@ use super::meta::Meta;
 
 mod at;
 mod entry;
+mod overlap;
 use at::At;
 pub use entry::file_again;
+use overlap::Peer;
 
 /// One thing to send, as the user named it.
 #[derive(Clone, Debug)]
@@ -97,12 +99,16 @@ pub struct Skipped {
 }
 
 /// Checks every source exists before anything is sent, and that no two of them would
-/// land under the same name (`a/x b/x`: one would silently replace the other).
+/// land under the same name (`a/x b/x`: one would silently replace the other); the same
+/// file or directory given twice under one name is walked once (see `overlap`).
 pub fn check_sources(sources: &[Source]) -> Result<()> {
     let mut seen: HashMap<&[u8], &Path> = HashMap::new();
     for s in sources {
         if let Some(name) = &s.dest_name {
             if let Some(first) = seen.insert(name, &s.path) {
+                if same_inode(first, &s.path) {
+                    continue;
+                }
                 return Err(Error::Usage(format!(
                     "{} and {} would both arrive as {}; copy them separately or rename one",
                     crate::progress::escape(&first.display().to_string()),
@@ -119,6 +125,15 @@ pub fn check_sources(sources: &[Source]) -> Result<()> {
         })?;
     }
     Ok(())
+}
+
+/// Whether `a` and `b` name one inode (the same source given twice).
+fn same_inode(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (fs::symlink_metadata(a), fs::symlink_metadata(b)) {
+        (Ok(x), Ok(y)) => (x.dev(), x.ino()) == (y.dev(), y.ino()),
+        _ => false,
+    }
 }
 
 /// Walks `sources` in order, taking what `select` selects, calling `emit` for each entry
@@ -176,8 +191,18 @@ pub fn walk_from(
         outside: 0,
         pending: Vec::new(),
         root: None,
+        peers: Vec::new(),
     };
+    let roots = overlap::Roots::of(
+        sources.iter().map(|s| (&s.dest_name, s.path.as_path())),
+        |i, is_dir| root_rel(&sources[i], is_dir),
+        select,
+    );
     for (i, s) in sources.iter().enumerate() {
+        if roots.repeats(i) {
+            continue;
+        }
+        w.peers = roots.peers(i);
         let meta = Meta::lstat(&s.path).map_err(|e| Error::Source {
             path: s.path.clone(),
             source: e,
@@ -291,6 +316,8 @@ struct Walker<'a> {
     /// What the entries being walked are opened beneath (the source's root, or what a
     /// followed symlink leads to).
     root: Option<Arc<Root>>,
+    /// The directory being listed in the other sources that have it too (empty: none has).
+    peers: Vec<Peer>,
 }
 
 /// A directory being walked. Its entry is sent just before its first descendant, or when
@@ -317,11 +344,28 @@ impl Walker<'_> {
         emit: &mut impl FnMut(Walked) -> bool,
         skip: &mut impl FnMut(Skipped),
     ) -> bool {
-        let Some(walked) = self.entry(at, rel.clone(), meta, skip) else {
-            return true;
+        // Another source's entry at this path may be the one sent (see `overlap`); what
+        // is not sent is not made an entry at all, so no hardlink leads to it.
+        let verdict = match self.peers.is_empty() {
+            true => None,
+            false => Some(overlap::decide(
+                &self.peers,
+                self.source,
+                &rel,
+                meta.is_dir(),
+                self.select,
+            )),
+        };
+        let send = verdict.as_ref().is_none_or(|v| v.send);
+        let walked = match send {
+            true => match self.entry(at, rel.clone(), meta, skip) {
+                Some(walked) => Some(walked),
+                None => return true,
+            },
+            false => None,
         };
         if !meta.is_dir() || (self.select.one_file_system && meta.dev() != self.root_dev) {
-            return self.emit_with_parents(walked, emit);
+            return walked.is_none_or(|w| self.emit_with_parents(w, emit));
         }
         let key = (meta.dev(), meta.ino());
         if self.ancestors.contains(&key) {
@@ -329,12 +373,14 @@ impl Walker<'_> {
                 path: at.path.to_path_buf(),
                 error: io::Error::other("a followed symlink leads back to a directory above it"),
             });
-            return self.emit_with_parents(walked, emit);
+            return walked.is_none_or(|w| self.emit_with_parents(w, emit));
         }
         self.pending.push(Pending {
-            walked: Some(walked),
+            walked,
             too_long: false,
         });
+        let peers = verdict.map(|v| v.peers).unwrap_or_default();
+        let outer_peers = std::mem::replace(&mut self.peers, peers);
         let mut long = false;
         let (dir, names) = match at.open_dir(meta) {
             Ok(dir) => {
@@ -403,6 +449,7 @@ impl Walker<'_> {
             }
         }
         self.ancestors.pop();
+        self.peers = outer_peers;
         if let Some(p) = self.pending.last_mut() {
             p.too_long |= long;
         }
