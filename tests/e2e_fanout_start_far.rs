@@ -5,7 +5,9 @@
 //! and every other destination completes, in every form that fans out: a push, a local
 //! first destination, a pull, remote to remote and a stream. Through the real binary and
 //! the test sshd (the far user is root: the directory it may not write is immutable,
-//! `chattr +i`). No timing is asserted; every wait is bounded against hangs.
+//! `chattr +i`). And the same for `haul send --to T1 --to T2 --to T3`, files and
+//! streams, whose first, middle or last receiver is gone, refuses to relay or may not
+//! write its destination. No timing is asserted; every wait is bounded against hangs.
 
 mod support;
 
@@ -264,4 +266,163 @@ fn a_further_stream_destination_that_cannot_start_is_dropped() {
     );
     assert_dropped(&out, &sshd, &gone, 5, &[&out_at(&d[2]), &out_at(&d[1])]);
     assert!(std::fs::read(d[2].join("out")).unwrap() == want);
+}
+
+/// How a receiver of a `send --to` chain fails at the start, and the code it fails with.
+#[derive(Clone, Copy, Debug)]
+enum Bad {
+    /// Nobody listens at its ticket's address any more.
+    Gone,
+    /// Started without `--relay`, though it is not the last.
+    NoRelay,
+    /// Its destination may not be written (files), its consumer fails at once (streams).
+    Locked,
+}
+
+impl Bad {
+    fn code(self) -> i32 {
+        match self {
+            Bad::Gone => 5,
+            Bad::NoRelay => 2,
+            Bad::Locked => 4,
+        }
+    }
+}
+
+/// A receiver into `dir` (`stream`: into `dir/out`), spoilt as `bad` says (a directory
+/// is locked once its ticket is printed).
+fn ticket_recv(
+    test: &str,
+    dir: &Path,
+    stream: bool,
+    bad: Option<Bad>,
+) -> Option<(Recv, Option<Locked>)> {
+    let mut cmd = Command::new(haul_bin());
+    cmd.args(["recv", "-q", "--listen", "127.0.0.1:0"]);
+    if !matches!(bad, Some(Bad::NoRelay)) {
+        cmd.arg("--relay");
+    }
+    std::fs::create_dir(dir).unwrap();
+    match (stream, bad) {
+        // Not a file in a locked directory: its temporary file is made before the
+        // ticket is printed, so only its end would fail.
+        (true, Some(Bad::Locked)) => cmd.args(["--to-command", "exit 3"]),
+        (true, _) => cmd.arg("--stream").arg(dir.join("out")),
+        (false, _) => cmd.arg(dir),
+    };
+    let mut proc = Running::spawn("recv", cmd);
+    let line = proc.first_line().expect("recv printed no ticket");
+    let ticket = String::from_utf8(line).unwrap().trim().to_string();
+    let recv = Recv { proc, ticket };
+    let locked = match bad {
+        Some(Bad::Locked) if !stream => {
+            // recv made its directory: lock it as it is.
+            let ok = Command::new("chattr")
+                .arg("+i")
+                .arg(dir)
+                .status()
+                .is_ok_and(|s| s.success());
+            if !ok {
+                println!("SKIPPED: {test}: chattr +i does not work here");
+                return None;
+            }
+            Some(Locked(dir.to_path_buf()))
+        }
+        _ => None,
+    };
+    Some((recv, locked))
+}
+
+/// `send` to three receivers, the one at `at` spoilt as `bad`: the sender exits with its
+/// code, `--json` lists it failed and the two others complete; files and streams.
+#[test]
+fn a_send_to_tickets_drops_a_receiver_that_fails_at_the_start_first_middle_or_last() {
+    let test = "a_send_to_tickets_drops_a_receiver_that_fails_at_the_start_first_middle_or_last";
+    let tmp = tempfile::tempdir().unwrap();
+    let src = build_tree(tmp.path(), "tree", &TreeOptions::small());
+    write_random_file(&src.join("big"), 2 * MIB + 5, 72);
+    let want = std::fs::read(src.join("big")).unwrap();
+    // The last receiver relays nothing: one without --relay there is not spoilt.
+    let cases = [
+        (0, Bad::NoRelay),
+        (0, Bad::Locked),
+        (1, Bad::Gone),
+        (1, Bad::NoRelay),
+        (1, Bad::Locked),
+        (2, Bad::Gone),
+        (2, Bad::Locked),
+    ];
+    for stream in [false, true] {
+        for (n, (at, bad)) in cases.iter().copied().enumerate() {
+            let what = format!("stream {stream}, receiver {} of 3 {bad:?}", at + 1);
+            let dirs: Vec<PathBuf> = (0..3)
+                .map(|i| tmp.path().join(format!("t{stream}-{n}-{i}")))
+                .collect();
+            let mut recvs = Vec::new();
+            let mut locks = Vec::new();
+            for (i, d) in dirs.iter().enumerate() {
+                let spoilt = (i == at).then_some(bad);
+                let Some((r, lock)) = ticket_recv(test, d, stream, spoilt) else {
+                    return;
+                };
+                locks.extend(lock);
+                recvs.push(r);
+            }
+            let tickets: Vec<String> = recvs.iter().map(|r| r.ticket.clone()).collect();
+            let mut ends: Vec<Option<Recv>> = recvs.into_iter().map(Some).collect();
+            if let Bad::Gone = bad {
+                ends[at].take().map(Recv::kill);
+            }
+            let mut cmd = Command::new(haul_bin());
+            cmd.arg("send")
+                .args(["--json", "-q", "--block-size", BLOCK_SIZE_ARG]);
+            match stream {
+                true => cmd.args([
+                    "--from-command",
+                    &format!("cat '{}'", src.join("big").display()),
+                ]),
+                false => cmd.arg(&src),
+            };
+            for t in &tickets {
+                cmd.args(["--to", t]);
+            }
+            let sent = Running::spawn("send", cmd).wait();
+            // The spoilt one may wait for a sender that has gone on without it.
+            let outs: Vec<Option<Outcome>> = ends
+                .into_iter()
+                .enumerate()
+                .map(|(i, r)| r.map(|r| if i == at { r.kill() } else { r.wait() }))
+                .collect();
+            drop(locks);
+            let all = outs
+                .iter()
+                .flatten()
+                .fold(format!("{what}\n{}", sent.describe()), |a, o| {
+                    a + "\n" + &o.describe()
+                });
+            assert_eq!(sent.code(), Some(bad.code()), "{all}");
+            let json = text(&sent.stdout);
+            let states: Vec<bool> = json
+                .split("{\"host\":")
+                .skip(1)
+                .map(|r| r.contains("\"ok\":true"))
+                .collect();
+            let expect: Vec<bool> = (0..3).map(|i| i != at).collect();
+            assert_eq!(states, expect, "{all}");
+            assert!(
+                json.contains(&format!("\"exit_code\":{}", bad.code())),
+                "{all}"
+            );
+            for (i, d) in dirs.iter().enumerate().filter(|(i, _)| *i != at) {
+                assert_eq!(outs[i].as_ref().and_then(Outcome::code), Some(0), "{all}");
+                match stream {
+                    true => assert!(
+                        std::fs::read(d.join("out")).unwrap() == want,
+                        "{d:?} {what}"
+                    ),
+                    false => assert_complete(&src, &[d]),
+                }
+            }
+        }
+    }
 }
