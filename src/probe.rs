@@ -9,19 +9,27 @@
 //! what the destination already holds (a re-copy that skips unchanged files is faster
 //! than predicted).
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use rustix::fs::OFlags;
 
 use crate::codec::{Compression, Encoder};
 use crate::pagecache;
+use crate::plan::beneath::{Root, Within};
+use crate::plan::meta::Meta;
+use open::open_regular;
 
 pub mod count;
 pub mod dest;
 mod disks;
 pub mod model;
+mod open;
 mod small;
 
 pub use count::FarMeasure;
@@ -129,15 +137,26 @@ pub fn sample_sources(paths: &[PathBuf], threads: usize) -> io::Result<Sources> 
     };
     for p in paths {
         let meta = fs::symlink_metadata(p)?;
-        w.visit(p, &meta);
+        let at = match (meta.is_dir(), meta.is_file()) {
+            (true, _) => Within {
+                root: Arc::new(Root::held(p, &Meta::lstat(p)?)?),
+                rel: PathBuf::new(),
+            },
+            // A file is opened beneath the directory holding it.
+            (_, true) => Within::new(&Arc::new(Root::of(p, &Meta::lstat(p)?)?), p)?,
+            // A symlink or a special file given as a source: nothing to sample.
+            _ => continue,
+        };
+        w.visit(&at, &meta);
     }
     w.src.walk_secs = w.started.elapsed().as_secs_f64();
-    let mut picks: Vec<(PathBuf, u64)> = Vec::new();
-    for (path, size) in w.picks.iter().flatten() {
+    let mut picks: Vec<(Within, u64)> = Vec::new();
+    for (file, size) in w.picks.iter().flatten() {
         let blocks = size.div_ceil(SAMPLE_BLOCK).max(1);
         let at = w.rng.below(blocks) * SAMPLE_BLOCK;
-        if !picks.iter().any(|(p, o)| p == path && *o == at) {
-            picks.push((path.clone(), at));
+        let same = |p: &Within| Arc::ptr_eq(&p.root, &file.root) && p.rel == file.rel;
+        if !picks.iter().any(|(p, o)| same(p) && *o == at) {
+            picks.push((file.clone(), at));
         }
     }
     let mut src = w.src;
@@ -151,14 +170,17 @@ struct Walk {
     rng: Rng,
     /// One weighted reservoir of one file per sample: each file replaces a slot with the
     /// probability of its share of the bytes so far, so samples fall evenly over bytes.
-    picks: Vec<Option<(PathBuf, u64)>>,
+    picks: Vec<Option<(Within, u64)>>,
     /// A uniform sample of the small files (by count), with their sizes.
-    small: Vec<(PathBuf, u64)>,
+    small: Vec<(Within, u64)>,
     src: Sources,
 }
 
 impl Walk {
-    fn visit(&mut self, path: &Path, meta: &fs::Metadata) {
+    /// Counts what `at` (which `meta`, an lstat, describes) holds. Directories are listed
+    /// through a descriptor opened beneath the source root, following no symlink, so a
+    /// directory swapped for a symlink during the walk leads nowhere outside the source.
+    fn visit(&mut self, at: &Within, meta: &fs::Metadata) {
         if self.started.elapsed() > WALK_LIMIT {
             self.src.complete = false;
             return;
@@ -171,7 +193,7 @@ impl Walk {
                 self.src.small_files += 1;
                 self.src.small_bytes += data;
                 // Reservoir sampling over the count: each small file so far equally likely.
-                let entry = (path.to_path_buf(), meta.len());
+                let entry = (at.clone(), meta.len());
                 if self.small.len() < small::SAMPLES {
                     self.small.push(entry);
                 } else {
@@ -187,15 +209,26 @@ impl Walk {
                 }
                 for slot in 0..self.picks.len() {
                     if self.rng.unit() * (self.src.bytes as f64) < data as f64 {
-                        self.picks[slot] = Some((path.to_path_buf(), meta.len()));
+                        self.picks[slot] = Some((at.clone(), meta.len()));
                     }
                 }
             }
         } else if meta.is_dir() {
-            let Ok(rd) = fs::read_dir(path) else { return };
+            let Ok(dir) = at.open(OFlags::RDONLY | OFlags::DIRECTORY) else {
+                return;
+            };
+            // The listing reads the directory this descriptor holds, whatever its name
+            // leads to by now; each entry is lstat'ed in it.
+            let Ok(rd) = fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd())) else {
+                return;
+            };
             for e in rd.flatten() {
                 if let Ok(m) = e.metadata() {
-                    self.visit(&e.path(), &m);
+                    let next = Within {
+                        root: Arc::clone(&at.root),
+                        rel: at.rel.join(e.file_name()),
+                    };
+                    self.visit(&next, &m);
                 }
             }
         }
@@ -204,9 +237,9 @@ impl Walk {
 
 /// Reads the picked blocks, `threads` at a time, bypassing the page cache where the file
 /// system allows (`O_DIRECT`), else dropping what the reads brought in.
-fn read_samples(src: &mut Sources, picks: &[(PathBuf, u64)], threads: usize) {
+fn read_samples(src: &mut Sources, picks: &[(Within, u64)], threads: usize) {
     let started = Instant::now();
-    let chunks: Vec<&[(PathBuf, u64)]> =
+    let chunks: Vec<&[(Within, u64)]> =
         picks.chunks(picks.len().div_ceil(threads).max(1)).collect();
     let results: Vec<Vec<(Vec<u8>, bool, f64)>> = std::thread::scope(|s| {
         let hs: Vec<_> = chunks
@@ -236,16 +269,12 @@ fn read_samples(src: &mut Sources, picks: &[(PathBuf, u64)], threads: usize) {
 
 /// One sample block: its bytes, whether read with `O_DIRECT`, and the share of its pages
 /// cached before.
-fn read_one(path: &Path, offset: u64) -> Option<(Vec<u8>, bool, f64)> {
-    let plain = crate::plan::walk::open_source(path).ok()?;
+fn read_one(at: &Within, offset: u64) -> Option<(Vec<u8>, bool, f64)> {
+    let plain = open_regular(at, false)?;
     let size = plain.metadata().ok()?.len();
     let len = SAMPLE_BLOCK.min(size.saturating_sub(offset)) as usize;
     let cached = pagecache::cached_share(&plain, offset, len as u64);
-    let direct = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_DIRECT)
-        .open(path);
-    if let Ok(f) = direct {
+    if let Some(f) = open_regular(at, true) {
         // O_DIRECT wants an aligned buffer and length: read whole 4 KiB pages.
         let mut buf = vec![0u8; SAMPLE_BLOCK as usize + 4096];
         let skip = buf.as_ptr().align_offset(4096);
@@ -355,6 +384,51 @@ impl Rng {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 37, finding 8: `haul probe` as root read samples by path, with `O_NOFOLLOW`
+    /// on the last name only: a directory of the source swapped for a symlink after the
+    /// walk made it read the file of that name outside the source, and a device node
+    /// moved in was opened. Now a sample is opened beneath its source root and only when
+    /// it is a regular file.
+    #[test]
+    fn a_sample_is_read_only_beneath_its_source_and_only_from_a_regular_file() {
+        let t = tempfile::tempdir().unwrap();
+        let (src, outside) = (t.path().join("src"), t.path().join("outside"));
+        fs::create_dir_all(src.join("sub")).unwrap();
+        fs::create_dir_all(&outside).unwrap();
+        fs::write(src.join("sub/f"), vec![1u8; 8192]).unwrap();
+        fs::write(outside.join("f"), vec![9u8; 8192]).unwrap();
+        let root = Arc::new(Root::held(&src, &Meta::lstat(&src).unwrap()).unwrap());
+        let at = Within {
+            root,
+            rel: "sub/f".into(),
+        };
+        let (bytes, _, _) = read_one(&at, 0).expect("the file in the source");
+        assert!(bytes.len() == 8192 && bytes.iter().all(|&b| b == 1));
+        // The directory on the way becomes a symlink to outside the source.
+        fs::rename(src.join("sub"), src.join("old")).unwrap();
+        std::os::unix::fs::symlink(&outside, src.join("sub")).unwrap();
+        assert!(
+            read_one(&at, 0).is_none(),
+            "read through a swapped directory"
+        );
+        // The name itself becomes a FIFO, then a symlink to a file outside.
+        fs::remove_file(src.join("sub")).unwrap();
+        fs::create_dir(src.join("sub")).unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(src.join("sub/f"))
+            .status()
+            .unwrap();
+        assert!(made.success());
+        assert!(read_one(&at, 0).is_none(), "a FIFO opened");
+        fs::remove_file(src.join("sub/f")).unwrap();
+        std::os::unix::fs::symlink(outside.join("f"), src.join("sub/f")).unwrap();
+        assert!(read_one(&at, 0).is_none(), "a symlink followed");
+        // The walk counts old/f and samples nothing from outside.
+        let s = sample_sources(std::slice::from_ref(&src), 1).unwrap();
+        assert_eq!(s.files, 1, "{s:?}");
+        assert!(s.blocks.iter().flatten().all(|&b| b == 1), "read outside");
+    }
 
     #[test]
     fn sources_are_sampled_and_the_write_test_leaves_nothing() {

@@ -7,10 +7,10 @@
 //! predicted trees of small files at twice the time they took.
 
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
 use std::time::Instant;
 
 use crate::pagecache;
+use crate::plan::beneath::Within;
 
 /// Files up to this size are read whole and packed (a quarter of the default block,
 /// `plan::queue`).
@@ -20,7 +20,7 @@ pub const SAMPLES: usize = 256;
 
 /// Wall seconds per file reading `files` whole on `threads` threads; `None` if none could
 /// be read.
-pub fn read_cost(files: &[(PathBuf, u64)], threads: usize) -> Option<f64> {
+pub fn read_cost(files: &[(Within, u64)], threads: usize) -> Option<f64> {
     if files.is_empty() {
         return None;
     }
@@ -37,8 +37,8 @@ pub fn read_cost(files: &[(PathBuf, u64)], threads: usize) -> Option<f64> {
 }
 
 /// One file read whole, as the sender reads a packed file; whether it could be.
-fn read_whole(path: &std::path::Path, size: u64) -> bool {
-    let Ok(f) = crate::plan::walk::open_source(path) else {
+fn read_whole(at: &Within, size: u64) -> bool {
+    let Some(f) = super::open::open_regular(at, false) else {
         return false;
     };
     if f.metadata().is_err() {
@@ -55,20 +55,27 @@ fn read_whole(path: &std::path::Path, size: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::beneath::Root;
 
     #[test]
     fn small_files_are_read_whole_and_timed_per_file() {
         let dir = tempfile::tempdir().unwrap();
+        let meta = crate::plan::meta::Meta::lstat(dir.path()).unwrap();
+        let root = std::sync::Arc::new(Root::held(dir.path(), &meta).unwrap());
+        let at = |name: &str| Within {
+            root: std::sync::Arc::clone(&root),
+            rel: name.into(),
+        };
         let mut files = Vec::new();
         for i in 0..10u64 {
-            let p = dir.path().join(format!("f{i}"));
-            std::fs::write(&p, vec![i as u8; 1000 + i as usize]).unwrap();
-            files.push((p, 1000 + i));
+            let name = format!("f{i}");
+            std::fs::write(dir.path().join(&name), vec![i as u8; 1000 + i as usize]).unwrap();
+            files.push((at(&name), 1000 + i));
         }
         let per = read_cost(&files, 3).unwrap();
         assert!(per > 0.0);
         // A file gone since the walk is not counted; none readable: no measure.
-        let gone = [(dir.path().join("gone"), 5)];
+        let gone = [(at("gone"), 5)];
         assert!(read_cost(&gone, 2).is_none());
         assert!(read_cost(&[], 2).is_none());
     }
