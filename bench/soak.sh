@@ -11,7 +11,7 @@
 #
 # usage: sudo bash bench/soak.sh [RUNS] [SIZE_MIB] [HAUL]     (defaults: 20, 200, target/release/haul)
 # env: SOAK_MODES="pipe file chain-pipe chain-file", SOAK_RTT=10ms, SOAK_RATE=400mbit,
-#      SOAK_TIMEOUT=10 (recv --timeout), SOAK_SEND_ARGS="--timeout 10", SOAK_BOUND=300,
+#      SOAK_TIMEOUT=10 (recv --timeout), SOAK_SEND_ARGS="--timeout 10" (files only), SOAK_BOUND=300,
 #      SOAK_SEED=$RANDOM
 # Prints one line a run and a summary per mode; exit 1 when any run FAILed.
 set -uo pipefail
@@ -42,10 +42,10 @@ want=$(sha256sum <"$W/src" | cut -d' ' -f1)
 recv() {
   local out=$1 ticket=$2 log=$3
   if [ "$out" = - ]; then
-    ip netns exec $B "$HAUL" recv - -q --timeout "$TO" --listen $IPB:0 --ticket-file "$ticket" \
+    ip netns exec $B "$HAUL" recv - -q $RELAY --timeout "$TO" --listen $IPB:0 --ticket-file "$ticket" \
       >"$log.out" 2>"$log.err" &
   else
-    ip netns exec $B "$HAUL" recv "$out" -q --timeout "$TO" --listen $IPB:0 --ticket-file "$ticket" \
+    ip netns exec $B "$HAUL" recv "$out" -q $RELAY --timeout "$TO" --listen $IPB:0 --ticket-file "$ticket" \
       >/dev/null 2>"$log.err" &
   fi
   pids+=($!)
@@ -79,7 +79,8 @@ for mode in "${MODES[@]}"; do ok[$mode]=0; fail[$mode]=0; clean[$mode]=0; split[
 for run in $(seq 1 "$RUNS"); do
   mode=${MODES[$(((run - 1) % ${#MODES[@]}))]}
   d="$W/run$run"; mkdir -p "$d"
-  hops=1; [[ $mode == chain-* ]] && hops=2
+  # A chain's receivers pass it on only when told to (recv --relay).
+  hops=1 RELAY=; [[ $mode == chain-* ]] && hops=2 RELAY=--relay
   pids=() tickets=()
   for h in $(seq 1 $hops); do
     if [[ $mode == *pipe ]]; then tgt=-; else tgt="$d/dst$h"; fi
@@ -89,7 +90,8 @@ for run in $(seq 1 "$RUNS"); do
     for _ in $(seq 100); do [ -s "$d/ticket$h" ] && break; sleep 0.1; done
   done
   if [[ $mode == *pipe ]]; then
-    ip netns exec $A "$HAUL" send - -q $SEND_ARGS "${tickets[@]}" <"$W/src" 2>"$d/send.err" &
+    # A stream's sender has its own bound (30 s of a silent receiver) and refuses --timeout.
+    ip netns exec $A "$HAUL" send - -q "${tickets[@]}" <"$W/src" 2>"$d/send.err" &
   else
     ip netns exec $A "$HAUL" send "$W/src" -q $SEND_ARGS "${tickets[@]}" 2>"$d/send.err" &
   fi
