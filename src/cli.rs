@@ -439,6 +439,13 @@ pub fn command() -> clap::Command {
 pub fn parse() -> Cli {
     parse_from(std::env::args_os()).unwrap_or_else(|e| {
         if e.use_stderr() {
+            // A bad command line of a `--json` run still ends with its one object.
+            if std::env::args_os().any(|a| a == "--json") {
+                let text = e.render().to_string();
+                let first = text.lines().next().unwrap_or("bad command line");
+                let first = first.strip_prefix("error: ").unwrap_or(first);
+                crate::stdio::println(&crate::progress::failure_json(first, e.exit_code()));
+            }
             e.exit()
         }
         // Help and version go to stdout; a reader that stopped early is no error.

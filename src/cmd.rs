@@ -5,6 +5,7 @@
 
 mod docs;
 mod fanout;
+mod json_out;
 mod local;
 mod pipe;
 mod probe;
@@ -33,17 +34,20 @@ use ticket::{resolve_ticket, write_ticket_file};
 /// `Err(Error::Partial)`.
 pub fn run(cfg: &Config) -> Result<()> {
     lift_descriptor_limit();
+    // `serve` speaks on its wire.
+    let json = cfg.json && !matches!(cfg.command, Command::Serve { .. });
+    let on_stderr = pipe::stream_on_stdout(&cfg.command);
+    if json {
+        crate::signals::last_word(move |sig, code| {
+            json_out::print(
+                &crate::progress::failure_json(&format!("stopped by {sig}"), code),
+                on_stderr,
+            )
+        });
+    }
     let r = run_command(cfg);
-    if let Err(e) = &r {
-        // Partial runs printed their report already; `serve` speaks on its wire.
-        let reported = matches!(
-            e,
-            Error::Partial { .. } | Error::Changed { .. } | Error::Reported { .. }
-        );
-        if cfg.json && !reported {
-            let j = crate::progress::failure_json(&e.to_string(), e.exit_code());
-            pipe::print_json(&j, pipe::stream_on_stdout(&cfg.command));
-        }
+    if json {
+        json_out::finish(&r, on_stderr);
     }
     r
 }
@@ -171,7 +175,7 @@ fn run_command(cfg: &Config) -> Result<()> {
                                     replicas: states.clone(),
                                     ..Default::default()
                                 };
-                                crate::stdio::println(&j.to_json());
+                                json_out::hold(j.to_json(), false);
                             }
                             fanout::failed(states.as_deref().unwrap_or_default(), false)
                         }
@@ -185,7 +189,7 @@ fn run_command(cfg: &Config) -> Result<()> {
                     if cfg.json {
                         let mut j = fanout::far_report(&between.done, between.started);
                         j.replicas = states.clone();
-                        crate::stdio::println(&j.to_json());
+                        json_out::hold(j.to_json(), false);
                     }
                     fanout::failed(states.as_deref().unwrap_or_default(), false)?;
                     match between.partial {
@@ -423,7 +427,7 @@ fn finish_recv(
     if cfg.json {
         let mut j = report.report();
         j.replicas = replicas.clone();
-        crate::stdio::println(&j.to_json());
+        json_out::hold(j.to_json(), false);
     }
     fanout::failed(replicas.as_deref().unwrap_or_default(), false)?;
     if report.sender_failed > 0 {
@@ -467,7 +471,7 @@ fn finish_send(
     if cfg.json {
         let mut j = report.report();
         j.replicas = replicas.clone();
-        crate::stdio::println(&j.to_json());
+        json_out::hold(j.to_json(), false);
     }
     print_end(
         "sent",

@@ -11,7 +11,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 mod json;
 
-pub use json::{failure_json, json_string, ReplicaState, Report};
+pub use json::{failure_json, json_string, with_outcome, ReplicaState, Report};
 
 /// Counters shared by the workers of one side of a transfer.
 #[derive(Default, Debug)]

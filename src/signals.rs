@@ -32,6 +32,12 @@ type Cleanup = Box<dyn Fn() + Send>;
 static CLEANUPS: Mutex<Vec<(u64, Cleanup)>> = Mutex::new(Vec::new());
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
+type LastWord = Box<dyn Fn(&str, i32) + Send>;
+
+/// What to print after "stopped by", given the signal's name and the exit status a shell
+/// shows for it (`--json`'s object).
+static LAST_WORD: Mutex<Option<LastWord>> = Mutex::new(None);
+
 /// Takes SIGINT, SIGTERM and SIGHUP over for this process (those not ignored). Call it
 /// first in `main`, before any thread starts: a thread started earlier would still die
 /// of them at once.
@@ -92,6 +98,10 @@ fn stop_on(set: SigSet) {
     }
     let _ = writeln!(err, "haul: stopped by {}", sig.as_str());
     let _ = err.flush();
+    drop(err);
+    if let Some(f) = LAST_WORD.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        f(sig.as_str(), 128 + sig as i32);
+    }
     die_of(sig)
 }
 
@@ -116,6 +126,12 @@ pub fn on_stop(f: impl Fn() + Send + 'static) -> OnStop {
     let id = NEXT.fetch_add(1, Ordering::Relaxed);
     lock().push((id, Box::new(f)));
     OnStop { id }
+}
+
+/// Has `f` say the run's last word if a signal stops it, after the "stopped by" line: `f`
+/// gets the signal's name and the exit status a shell shows (130 for SIGINT).
+pub fn last_word(f: impl Fn(&str, i32) + Send + 'static) {
+    *LAST_WORD.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(f));
 }
 
 /// Runs every registered clean-up now: for an exit that skips destructors

@@ -56,15 +56,6 @@ pub(super) fn stream_on_stdout(c: &crate::config::Command) -> bool {
     }
 }
 
-/// Prints a `--json` object: on stdout, or on stderr when stdout carries the stream.
-pub(super) fn print_json(j: &str, data_on_stdout: bool) {
-    if data_on_stdout {
-        eprintln!("{j}");
-    } else {
-        crate::stdio::println(j);
-    }
-}
-
 fn hex(d: &[u8; 32]) -> String {
     d.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -129,7 +120,7 @@ pub(crate) fn finish_recv_pipe(r: &PipeRecvReport, data_on_stdout: bool, cfg: &C
             ..Report::default()
         }
         .to_json();
-        print_json(&j, data_on_stdout);
+        super::json_out::hold(j, data_on_stdout);
     }
 }
 
@@ -157,7 +148,7 @@ pub(crate) fn finish_send_pipe(
             ..Report::default()
         }
         .to_json();
-        print_json(&j, data_on_stdout);
+        super::json_out::hold(j, data_on_stdout);
     }
 }
 

@@ -183,7 +183,7 @@ fn report(
         seconds: started.elapsed().as_secs_f64(),
     };
     if cfg.json {
-        crate::stdio::println(&json(&o));
+        super::json_out::hold(json(&o), false);
     } else if !cfg.quiet {
         crate::stdio::print(&text(&o));
     }

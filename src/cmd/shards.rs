@@ -138,12 +138,13 @@ fn make(
     let peak = peak_memory();
     let secs = started.elapsed().as_secs_f64();
     if cfg.json {
-        crate::stdio::println(&format!(
+        let j = format!(
             "{{\"plan\":{},\"shards\":{shards},\"entries\":{entries},\"files\":{files},\
              \"bytes\":{bytes},\"seconds\":{secs:.3},\"plan_memory_bytes\":{memory},\
              \"peak_rss_bytes\":{peak}}}",
             json_string(&id)
-        ));
+        );
+        super::json_out::hold(j, false);
     }
     if !cfg.quiet {
         eprintln!(
@@ -307,10 +308,11 @@ fn check(dir: &Path, dest: &Path, cfg: &Config) -> Result<()> {
         });
     }
     if cfg.json {
-        crate::stdio::println(&format!(
+        let j = format!(
             "{{\"plan\":{},\"shards\":{count},\"entries\":{entries},\"bytes\":{bytes},\"missing\":0}}",
             json_string(&head.plan)
-        ));
+        );
+        super::json_out::hold(j, false);
     }
     if !cfg.quiet {
         eprintln!(

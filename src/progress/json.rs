@@ -109,6 +109,17 @@ pub fn failure_json(message: &str, code: i32) -> String {
     )
 }
 
+/// A run's JSON object `json` (one object, `{…}`) completed with how the run ended: its
+/// exit code and, when it did not exit 0, why.
+pub fn with_outcome(json: &str, code: i32, error: Option<&str>) -> String {
+    let mut out = json.strip_suffix('}').unwrap_or(json).to_string();
+    if let Some(e) = error {
+        out.push_str(&format!(",\"error\":{}", json_string(e)));
+    }
+    out.push_str(&format!(",\"exit_code\":{code}}}"));
+    out
+}
+
 /// `s` as a JSON string literal (quotes, backslashes and control characters escaped).
 pub fn json_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
@@ -190,6 +201,18 @@ mod tests {
                 r#"{"host":"b\u000a","ok":false,"error":"gone","exit_code":5}]}"#
             )),
             "{j}"
+        );
+    }
+
+    #[test]
+    fn the_outcome_ends_the_object() {
+        assert_eq!(
+            with_outcome("{\"files\":1}", 0, None),
+            r#"{"files":1,"exit_code":0}"#
+        );
+        assert_eq!(
+            with_outcome("{\"files\":1}", 23, Some("a \"b\"")),
+            r#"{"files":1,"error":"a \"b\"","exit_code":23}"#
         );
     }
 
