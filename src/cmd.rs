@@ -356,8 +356,15 @@ fn print_end(verb: &str, s: &Summary, c: &Counters, started: Instant, cfg: &Conf
         "sent" => load(&c.done_bytes),
         _ => s.bytes,
     };
-    let line = summary_line(verb, s.files, bytes, load(&c.wire_bytes), started);
-    eprintln!("{line}{}", summary_tail(s.unchanged_bytes, s.deleted));
+    // A copy on this host has no wire (its socket pairs carry frames all the same).
+    let here = matches!(cfg.command, Command::Copy { also: None, .. });
+    let wire = (!here).then(|| load(&c.wire_bytes));
+    let line = summary_line(verb, s.files, bytes, wire, started);
+    let resumed = (load(&c.resumed_files), load(&c.resumed_bytes));
+    eprintln!(
+        "{line}{}",
+        summary_tail(s.unchanged_bytes, resumed, s.deleted)
+    );
 }
 
 fn run_recv(

@@ -28,6 +28,11 @@ pub struct Counters {
     pub done_bytes: AtomicU64,
     /// Files completed.
     pub done_files: AtomicU64,
+    /// Files an earlier run had begun, continued from its journal (receiver), and the
+    /// bytes it had already written of them.
+    pub resumed_files: AtomicU64,
+    /// See `resumed_files`.
+    pub resumed_bytes: AtomicU64,
     /// Bytes of frames put on (or taken off) the wire, before TLS.
     pub wire_bytes: AtomicU64,
     /// Source bytes read (sender): more than sent when a delta found matching pieces.
@@ -309,24 +314,52 @@ fn ratio_note(bytes: u64, wire: u64) -> String {
     }
 }
 
-/// The one-line summary printed at the end: files, bytes, time, rate, wire bytes.
-pub fn summary_line(verb: &str, files: u64, bytes: u64, wire: u64, started: Instant) -> String {
+/// The one-line summary printed at the end: files, bytes, time, rate, wire bytes (`None`:
+/// a copy on this host, where nothing goes on a wire).
+pub fn summary_line(
+    verb: &str,
+    files: u64,
+    bytes: u64,
+    wire: Option<u64>,
+    started: Instant,
+) -> String {
     let secs = started.elapsed().as_secs_f64().max(1e-3);
-    let ratio = ratio_note(bytes, wire);
     format!(
-        "haul: {verb} {files} files, {} in {secs:.1} s ({}/s), {} on the wire{ratio}",
+        "haul: {verb} {}, {} in {secs:.1} s ({}/s){}",
+        count(files, "file", "files"),
         human(bytes),
         human((bytes as f64 / secs) as u64),
-        human(wire),
+        wire_note(bytes, wire)
     )
 }
 
-/// What the summary line adds after the bytes: bytes the destination already had, and
-/// entries `--delete` removed (empty when both are 0).
-pub fn summary_tail(skipped: u64, deleted: u64) -> String {
+/// "1 file", "2 files": `n` and the noun that goes with it.
+pub fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// ", 1.00 MiB on the wire" and the compression ratio, or nothing on this host.
+fn wire_note(bytes: u64, wire: Option<u64>) -> String {
+    match wire {
+        Some(w) => format!(", {} on the wire{}", human(w), ratio_note(bytes, w)),
+        None => String::new(),
+    }
+}
+
+/// What the summary line adds after the bytes: bytes the destination already had, files
+/// an earlier run had begun (`resumed`: how many, and their bytes kept) and entries
+/// `--delete` removed (empty when all are 0).
+pub fn summary_tail(skipped: u64, resumed: (u64, u64), deleted: u64) -> String {
     let mut s = String::new();
     if skipped > 0 {
         s.push_str(&format!(", {} skipped: already there", human(skipped)));
+    }
+    if resumed.0 > 0 {
+        s.push_str(&format!(
+            ", resumed {} of an earlier run ({} of it kept)",
+            count(resumed.0, "file", "files"),
+            human(resumed.1)
+        ));
     }
     if deleted > 0 {
         s.push_str(&format!(", deleted {deleted}"));
@@ -337,8 +370,9 @@ pub fn summary_tail(skipped: u64, deleted: u64) -> String {
 /// The summary of a dry run: what a real run would do.
 pub fn dry_run_line(files: u64, unchanged: u64, deleted: u64) -> String {
     format!(
-        "haul: dry run: would send {files} files ({unchanged} up to date) and delete {deleted}; \
-         nothing was changed"
+        "haul: dry run: would send {} ({unchanged} up to date) and delete {deleted}; \
+         nothing was changed",
+        count(files, "file", "files")
     )
 }
 
@@ -419,15 +453,14 @@ fn thousands(n: u64) -> String {
     out
 }
 
-/// The one-line summary of a stream: bytes, time, rate, wire bytes.
-pub fn stream_line(verb: &str, bytes: u64, wire: u64, started: Instant) -> String {
+/// The one-line summary of a stream: bytes, time, rate, wire bytes (`None`: on this host).
+pub fn stream_line(verb: &str, bytes: u64, wire: Option<u64>, started: Instant) -> String {
     let secs = started.elapsed().as_secs_f64().max(1e-3);
-    let ratio = ratio_note(bytes, wire);
     format!(
-        "haul: {verb} a stream of {} in {secs:.1} s ({}/s), {} on the wire{ratio}",
+        "haul: {verb} a stream of {} in {secs:.1} s ({}/s){}",
         human(bytes),
         human((bytes as f64 / secs) as u64),
-        human(wire),
+        wire_note(bytes, wire)
     )
 }
 
@@ -504,6 +537,32 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("Literal data: 1,000 bytes"), "{t}");
+    }
+
+    #[test]
+    fn summaries_count_in_the_singular_and_leave_out_the_wire_on_this_host() {
+        // Before: "haul: sent 1 files, …, 13.40 MiB on the wire" for a copy on this host.
+        let now = Instant::now();
+        let local = summary_line("sent", 1, 2048, None, now);
+        assert!(
+            local.starts_with("haul: sent 1 file, 2.00 KiB in "),
+            "{local}"
+        );
+        assert!(!local.contains("wire"), "{local}");
+        let far = summary_line("sent", 2, 4096, Some(1024), now);
+        assert!(far.starts_with("haul: sent 2 files, "), "{far}");
+        assert!(
+            far.ends_with(", 1.00 KiB on the wire, compression ratio 4.00"),
+            "{far}"
+        );
+        assert!(!stream_line("sent", 5, None, now).contains("wire"));
+        assert!(dry_run_line(1, 0, 0).contains("would send 1 file ("));
+        // Before: a resumed re-run said only "16.00 MiB skipped: already there".
+        assert_eq!(
+            summary_tail(16 << 20, (1, 16 << 20), 0),
+            ", 16.00 MiB skipped: already there, resumed 1 file of an earlier run \
+             (16.00 MiB of it kept)"
+        );
     }
 
     #[test]

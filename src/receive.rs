@@ -512,7 +512,10 @@ impl Session<'_> {
             }
         }
         Err(lost(io::Error::other(
-            "the sender vanished mid-transfer (killed, or the network dropped) and did not reconnect",
+            "the sender vanished mid-transfer (killed, or the network dropped) and did not \
+             reconnect: re-run both ends (haul recv, then haul send with its new ticket; a \
+             copy: the same command); \
+             what arrived is kept and not sent again",
         )))
     }
 

@@ -106,7 +106,10 @@ pub(crate) fn finish_recv_pipe(r: &PipeRecvReport, data_on_stdout: bool, cfg: &C
     use std::sync::atomic::Ordering::Relaxed;
     let wire = r.counters.wire_bytes.load(Relaxed);
     if !cfg.quiet {
-        eprintln!("{}", stream_line("received", r.bytes, wire, r.started));
+        eprintln!(
+            "{}",
+            stream_line("received", r.bytes, Some(wire), r.started)
+        );
     }
     if cfg.json {
         let j = Report {
@@ -134,7 +137,15 @@ pub(crate) fn finish_send_pipe(
     use std::sync::atomic::Ordering::Relaxed;
     let wire = r.counters.wire_bytes.load(Relaxed);
     if !cfg.quiet {
-        eprintln!("{}", stream_line("sent", r.bytes, wire, r.started));
+        let here = matches!(
+            cfg.command,
+            crate::config::Command::CopyPipe {
+                plan: PipeCopy::Local { .. },
+                ..
+            }
+        );
+        let shown = (!here).then_some(wire);
+        eprintln!("{}", stream_line("sent", r.bytes, shown, r.started));
     }
     if cfg.json {
         let j = Report {

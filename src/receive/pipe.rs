@@ -529,7 +529,10 @@ impl Session<'_> {
             }
         }
         Err(lost(io::Error::other(
-            "the sender vanished mid-stream (killed, or the network dropped) and did not reconnect",
+            "the sender vanished mid-stream (killed, or the network dropped) and did not \
+             reconnect: re-run both ends (haul recv, then haul send with its new ticket; a \
+             copy: the same command); a \
+             stream starts again from its first byte",
         )))
     }
 }

@@ -339,10 +339,10 @@ fn between(
                             &format!("copied {} -> {}:", sender.host, to),
                             s.files,
                             s.bytes,
-                            st.bytes_wire,
+                            Some(st.bytes_wire),
                             started,
                         ),
-                        summary_tail(st.bytes_skipped, s.deleted)
+                        summary_tail(st.bytes_skipped, (0, 0), s.deleted)
                     ),
                 }
             }

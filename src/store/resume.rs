@@ -33,6 +33,7 @@ use super::state::{FileState, JournalState, Received, Store};
 use super::xattr;
 use crate::codec::piece_hash;
 use crate::error::{Error, Result};
+use crate::progress::Counters;
 use crate::protocol::{Entry, ProtocolError, SafeRelPath, Want, WantKind, Xattrs};
 
 /// Smallest delta piece: database pages are 8 KiB (PostgreSQL) or 16 KiB (InnoDB).
@@ -153,6 +154,8 @@ impl Store {
                 self.unchanged_bytes
                     .fetch_add(have_bytes, Ordering::Relaxed);
                 self.matched.fetch_add(have_bytes, Ordering::Relaxed);
+                Counters::add(&self.stats.resumed_files, 1);
+                Counters::add(&self.stats.resumed_bytes, have_bytes);
                 want = WantKind::Ranges(journal::missing(size, &have));
                 received = have.into_iter().collect();
                 journal = Some(j);

@@ -153,8 +153,22 @@ pub enum TransportError {
     #[error("handshake failed: {0}")]
     Handshake(String),
     /// The stream failed after the TCP connection was made.
-    #[error("connection to peer lost: {0}")]
+    #[error("{LOST}{}", lost_reason(.0))]
     Io(io::Error),
+}
+
+/// How [`TransportError::Io`] starts.
+const LOST: &str = "connection to peer lost: ";
+
+/// The reason of a lost connection, said once: an error that already is a lost connection
+/// (passed on by a relay or a worker as text) is not prefixed again.
+fn lost_reason(e: &io::Error) -> String {
+    let s = e.to_string();
+    let mut r = s.as_str();
+    while let Some(rest) = r.strip_prefix(LOST) {
+        r = rest;
+    }
+    r.to_string()
 }
 
 impl TransportError {

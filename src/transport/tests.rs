@@ -332,3 +332,18 @@ fn hello_bytes(last: u8) -> Vec<u8> {
     v.push(last);
     v
 }
+
+#[test]
+fn a_lost_connection_is_said_once() {
+    // Before: a relay passing a lost connection on as text printed "connection to peer
+    // lost: connection to peer lost: Broken pipe".
+    let inner = TransportError::Io(io::Error::from(io::ErrorKind::BrokenPipe));
+    let outer = TransportError::Io(io::Error::other(inner.to_string()));
+    assert_eq!(
+        outer.to_string(),
+        format!(
+            "connection to peer lost: {}",
+            io::Error::from(io::ErrorKind::BrokenPipe)
+        )
+    );
+}

@@ -498,10 +498,11 @@ fn temp_beside(dest: &Path) -> Result<(File, PathBuf)> {
         hint,
     };
     if dest.is_dir() {
-        return Err(fail(
-            io::Error::other("is a directory"),
-            "; a stream is written to a file (use haul recv DIR for files)",
-        ));
+        let e = format!(
+            "is a directory; a stream is written into one file: name it (e.g. {})",
+            crate::progress::shown_path(&dest.join("stream"))
+        );
+        return Err(fail(io::Error::other(e), ""));
     }
     let name = dest
         .file_name()
