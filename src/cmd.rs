@@ -332,11 +332,12 @@ fn print_end(verb: &str, s: &Summary, c: &Counters, started: Instant, cfg: &Conf
     if cfg.stats {
         let stats = Stats {
             entries: load(&c.entries),
-            regular: load(&c.total_files),
+            // rsync's meanings: every name of a regular file, and its length.
+            regular: load(&c.total_files) + load(&c.links),
             dirs: load(&c.dirs),
             transferred: s.files,
             deleted: s.deleted,
-            total_size: load(&c.total_bytes),
+            total_size: load(&c.file_size),
             literal: s.bytes,
             matched: s.matched,
             skipped: s.unchanged_bytes,

@@ -24,6 +24,13 @@ pub struct Counters {
     pub entries: AtomicU64,
     /// Directories announced so far (for `--stats`).
     pub dirs: AtomicU64,
+    /// Second names of files announced so far (hardlinks; for `--stats`, which counts
+    /// them as regular files, as rsync does).
+    pub links: AtomicU64,
+    /// Lengths of every regular file name announced so far, holes and hardlinks included,
+    /// and of symlinks (`--stats`' total file size, rsync's meaning; `total_bytes` counts
+    /// data bytes).
+    pub file_size: AtomicU64,
     /// Raw bytes sent (sender) or written (receiver).
     pub done_bytes: AtomicU64,
     /// Files completed.
@@ -389,7 +396,7 @@ pub struct Stats {
     pub transferred: u64,
     /// Entries deleted; `--json`'s `deleted`.
     pub deleted: u64,
-    /// Data bytes of all regular files (holes not counted).
+    /// Lengths of all regular files, holes and every hardlink included (as rsync).
     pub total_size: u64,
     /// Bytes sent as data and written; `--json`'s `bytes_written`.
     pub literal: u64,

@@ -65,6 +65,9 @@ pub struct Walked {
     pub entry: Entry,
     /// For regular files: where to read, and the byte ranges that hold data.
     pub data: Option<FileData>,
+    /// The length of the file a regular file or hardlink entry names (0 for others):
+    /// `--stats`' total file size counts every name, as rsync's does.
+    pub len: u64,
 }
 
 /// Where a regular file's data is, on this host.

@@ -15,11 +15,18 @@ pub(super) fn count_entries(counters: &Counters, entries: &[Entry]) {
     for e in entries {
         Counters::add(&counters.entries, 1);
         match e.kind {
-            EntryKind::File { data_bytes, .. } => {
+            EntryKind::File { size, data_bytes } => {
                 Counters::add(&counters.total_files, 1);
                 Counters::add(&counters.total_bytes, data_bytes);
+                Counters::add(&counters.file_size, size);
             }
             EntryKind::Dir => Counters::add(&counters.dirs, 1),
+            // Its length is added when the store makes it (`Store::make_hardlink`).
+            EntryKind::Hardlink { .. } => Counters::add(&counters.links, 1),
+            // rsync's total size counts a symlink's length too.
+            EntryKind::Symlink { ref target } => {
+                Counters::add(&counters.file_size, target.len() as u64)
+            }
             _ => {}
         }
     }

@@ -276,7 +276,7 @@ pub struct Stats {
     pub regular: u64,
     /// Of which directories.
     pub dirs: u64,
-    /// Data bytes of all regular files.
+    /// Lengths of all regular files, holes and hardlinks included (`--stats`, as rsync).
     pub total_size: u64,
     /// Bytes of files sent that the destination already had (delta pieces, resumed ranges).
     pub matched: u64,
@@ -302,9 +302,9 @@ impl Stats {
             changed_files: r.changed_files,
             reconnects: r.reconnects,
             entries: load(&c.entries),
-            regular: load(&c.total_files),
+            regular: load(&c.total_files) + load(&c.links),
             dirs: load(&c.dirs),
-            total_size: load(&c.total_bytes),
+            total_size: load(&c.file_size),
             matched: s.matched,
             dry_run: s.dry_run,
         }

@@ -300,9 +300,16 @@ fn run_manifest(
             Ok(WalkMsg::Entry(w)) => {
                 let w = *w;
                 Counters::add(&counters.entries, 1);
-                if matches!(w.entry.kind, EntryKind::Dir) {
-                    Counters::add(&counters.dirs, 1);
+                match w.entry.kind {
+                    EntryKind::Dir => Counters::add(&counters.dirs, 1),
+                    EntryKind::Hardlink { .. } => Counters::add(&counters.links, 1),
+                    // rsync's total size counts a symlink's length too.
+                    EntryKind::Symlink { ref target } => {
+                        Counters::add(&counters.file_size, target.len() as u64)
+                    }
+                    _ => {}
                 }
+                Counters::add(&counters.file_size, w.len);
                 if let Some(d) = w.data {
                     Counters::add(&counters.total_files, 1);
                     Counters::add(

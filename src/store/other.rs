@@ -135,6 +135,12 @@ impl Store {
             rustix::fs::AtFlags::empty(),
         )
         .map_err(|x| err(x.into()))?;
+        // `--stats` counts the length of every name (the manifest does not carry it).
+        if let Ok(st) =
+            rustix::fs::statat(&pfd, tmp.as_slice(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+        {
+            crate::progress::Counters::add(&self.stats.file_size, st.st_size as u64);
+        }
         fsops::rename_in(&pfd, &tmp, name).map_err(err)?;
         // rename(2) of a name onto another name of the same inode (a re-run, where the
         // link is already there) does nothing and leaves the temporary name behind.

@@ -60,6 +60,7 @@ pub fn file_again(
         .flatten();
     Ok(Some(Walked {
         entry,
+        len: size,
         data: Some(FileData {
             path: path.to_path_buf(),
             at: at.clone(),
@@ -141,6 +142,7 @@ impl Walker<'_> {
                                 meta,
                             ),
                             data: None,
+                            len: meta.len(),
                         });
                     }
                     self.inodes.insert(key, rel.clone());
@@ -195,7 +197,11 @@ impl Walker<'_> {
         if !self.select.no_xattrs {
             entry.xattrs = source_xattrs(path, meta, |flags| self.within(path)?.open(flags));
         }
-        Some(Walked { entry, data })
+        let len = match entry.kind {
+            EntryKind::File { size, .. } => size,
+            _ => 0,
+        };
+        Some(Walked { entry, data, len })
     }
 }
 
