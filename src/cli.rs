@@ -68,9 +68,6 @@ pub enum CommandArgs {
             conflicts_with = "dir"
         )]
         to_command: Option<String>,
-        /// Streams: memory for blocks waiting their turn (default 64M, at most 256M).
-        #[arg(long, value_name = "SIZE")]
-        buffer: Option<String>,
         /// Address to listen on, ADDR or ADDR:PORT (default: all addresses, any port).
         #[arg(long, value_name = "ADDR[:PORT]")]
         listen: Option<String>,
@@ -95,6 +92,9 @@ pub enum CommandArgs {
         /// capabilities, user.*); the destination's are left as they are.
         #[arg(long)]
         no_xattrs: bool,
+        /// Streams: memory for blocks waiting their turn (default 64M, at most 256M).
+        #[arg(long, value_name = "SIZE")]
+        buffer: Option<String>,
         /// `-` on a terminal: write the stream there anyway (refused otherwise, as zstd
         /// does; no -f, which is rsync's --filter).
         #[arg(long)]
@@ -280,6 +280,27 @@ pub struct RemoteArgs {
 /// Options shared by `send` and `copy`.
 #[derive(Debug, Args)]
 pub struct TransferArgs {
+    /// Compare block hashes of existing destination files even when size and mtime
+    /// match (otherwise such files are skipped as unchanged).
+    #[arg(short = 'c', long)]
+    pub checksum: bool,
+    /// Delete destination entries that do not exist at the source (inside the
+    /// directories sent; never outside the destination).
+    #[arg(long)]
+    pub delete: bool,
+    /// Show what would change (with -v or -i, each change) but send, create, write and
+    /// delete nothing.
+    #[arg(short = 'n', long)]
+    pub dry_run: bool,
+    /// Update changed destination files in place instead of building a new copy and
+    /// renaming it (saves space and I/O; an interrupted run leaves a mixed file).
+    #[arg(long)]
+    pub inplace: bool,
+    /// Streams: the expected size in bytes, for percent and ETA (like pv -s).
+    #[arg(long, value_name = "BYTES")]
+    pub size: Option<String>,
+    #[command(flatten)]
+    pub filter: FilterArgs,
     /// Number of parallel data streams (default: twice the cores, 2 to 8; 8 for a copy of
     /// files on this host).
     #[arg(long, value_name = "N")]
@@ -291,21 +312,6 @@ pub struct TransferArgs {
     /// Block size, e.g. 4M (64K to 64M; default 4M).
     #[arg(long, value_name = "SIZE")]
     pub block_size: Option<String>,
-    /// Compare block hashes of existing destination files even when size and mtime
-    /// match (otherwise such files are skipped as unchanged).
-    #[arg(short = 'c', long)]
-    pub checksum: bool,
-    /// Update changed destination files in place instead of building a new copy and
-    /// renaming it (saves space and I/O; an interrupted run leaves a mixed file).
-    #[arg(long)]
-    pub inplace: bool,
-    /// Delete destination entries that do not exist at the source (inside the
-    /// directories sent; never outside the destination).
-    #[arg(long)]
-    pub delete: bool,
-    /// Streams: the expected size in bytes, for percent and ETA (like pv -s).
-    #[arg(long, value_name = "BYTES")]
-    pub size: Option<String>,
     /// Streams: memory for blocks read but not yet written at the far end (default 64M,
     /// at most 256M); the receiver's own --buffer may lower it.
     #[arg(long, value_name = "SIZE")]
@@ -317,10 +323,6 @@ pub struct TransferArgs {
     /// rsync's spelling of --limit: a bare number is KiB per second.
     #[arg(long, value_name = "RATE", hide = true, conflicts_with = "limit")]
     pub bwlimit: Option<String>,
-    /// Show what would change (with -v or -i, each change) but send, create, write and
-    /// delete nothing.
-    #[arg(short = 'n', long)]
-    pub dry_run: bool,
     /// Re-dial a dropped connection up to N times (at once, then after 0.25 s doubling to 4 s)
     /// before failing (default 5).
     #[arg(long, value_name = "N")]
@@ -330,8 +332,6 @@ pub struct TransferArgs {
     /// never), as rsync's --timeout.
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<u64>,
-    #[command(flatten)]
-    pub filter: FilterArgs,
 }
 
 /// `haul plan`.
@@ -419,9 +419,51 @@ const QUIET: [(&str, &str); 3] = [
     ("copy", "Print nothing but errors"),
 ];
 
+/// The help headings, most used first within each command: an option's heading by its id
+/// (recv's `--timeout` is about where the sender is). The order of the headings in
+/// `--help` is that of their first option in the structs above.
+fn heading(sub: &str, id: &str) -> Option<&'static str> {
+    Some(match id {
+        "timeout" if sub == "recv" => "Where",
+        "from_command" | "to_command" | "force" | "checksum" | "delete" | "dry_run" | "inplace"
+        | "size" | "stream" | "shards" | "out" | "check" => "What",
+        "to" | "ticket_file" | "listen" | "relay" => "Where",
+        "exclude" | "include" | "exclude_from" | "include_from" | "files_from" | "from0"
+        | "one_file_system" | "copy_links" | "copy_unsafe_links" | "shard" => "Filters",
+        "no_xattrs" | "no_owner" | "no_group" | "no_devices" | "no_specials" | "keep_dirlinks"
+        | "chown" => "Metadata",
+        "streams" | "compress" | "block_size" | "buffer" | "limit" | "keep_cache" => "Performance",
+        "rsh" | "remote_haul" | "via_ssh" | "no_encrypt" | "no_cache" | "also" | "retries"
+        | "timeout" => "Remote",
+        "quiet" | "json" | "verbose" | "itemize_changes" | "stats" => "Output",
+        _ => return None,
+    })
+}
+
+/// Commands none of whose work the global options (-q, --json, -v, --stats…) change:
+/// their `--help` leaves them out.
+const NO_GLOBALS: [&str; 3] = ["limit", "completions", "man"];
+
 /// The command-line definition, as `--help`, the completions and the man page show it.
 pub fn command() -> clap::Command {
-    let mut cmd = Cli::command();
+    let mut cmd =
+        Cli::command()
+            .max_term_width(100)
+            .mut_args(|a| match heading("", a.get_id().as_str()) {
+                // Rarely wanted: after each command's own performance options.
+                Some(h) if a.get_id() == "keep_cache" => a.help_heading(h).display_order(900),
+                Some(h) => a.help_heading(h),
+                None => a,
+            });
+    let names: Vec<String> = cmd.get_subcommands().map(|s| s.get_name().into()).collect();
+    for name in names {
+        cmd = cmd.mut_subcommand(&name, |s| {
+            s.mut_args(|a| match heading(&name, a.get_id().as_str()) {
+                Some(h) => a.help_heading(h),
+                None => a,
+            })
+        });
+    }
     // A command that has its own `quiet` does not receive the global one; its value still
     // reaches `Cli::quiet`, and `haul -q copy` still works.
     for (sub, help) in QUIET {
@@ -430,6 +472,17 @@ pub fn command() -> clap::Command {
         if let Some(q) = q {
             cmd = cmd.mut_subcommand(sub, |s| s.arg(q));
         }
+    }
+    // The global options reach each command when the definition is built: hide them
+    // then where they do not apply.
+    cmd.build();
+    for sub in NO_GLOBALS {
+        cmd = cmd.mut_subcommand(sub, |s| {
+            s.mut_args(|a| match a.is_global_set() && a.get_id() != "help" {
+                true => a.hide(true),
+                false => a,
+            })
+        });
     }
     cmd
 }

@@ -37,6 +37,22 @@ pub mod exit {
     /// `plan --check`: entries of the plan are missing or differ at the destination,
     /// or the shard lists overlap.
     pub const INCOMPLETE: i32 = 25;
+
+    /// Each code and what it means, for the manual page (README.md's table says the same).
+    pub const MEANINGS: [(i32, &str); 12] = [
+        (OK, "everything arrived and is durable"),
+        (OTHER, "an unexpected error (a bug or an unusual system error)"),
+        (USAGE, "bad command line or malformed ticket"),
+        (SOURCE, "a source path is missing or unreadable (nothing was sent), or a stream's --from-command failed"),
+        (DESTINATION, "the destination cannot be written (permissions, read-only file system, disk full), or a stream's consumer failed or stopped reading"),
+        (NETWORK, "network: cannot connect, the peer vanished or went silent mid-transfer, or a --timeout ran out"),
+        (AUTH, "authentication: wrong or stale ticket (secret or certificate mismatch)"),
+        (VERSION, "the peer runs an incompatible protocol version"),
+        (INTEGRITY, "data failed verification (a block, or a stream's whole BLAKE3), or the peer broke the protocol"),
+        (PARTIAL, "partial: some source files could not be read and were not sent; the rest arrived"),
+        (CHANGED, "some source files kept changing while being read and were not sent; the rest arrived"),
+        (INCOMPLETE, "plan --check: entries of the plan are missing or differ at the destination, or listed twice"),
+    ];
 }
 
 /// Everything that can make a transfer fail.

@@ -40,13 +40,31 @@ fn have(tool: &str, test: &str) -> bool {
     ok
 }
 
-/// The long options a command's `--help` lists, e.g. `--dry-run`.
+/// The long options a command's `--help` lists, e.g. `--dry-run`: on the lines that
+/// name an option (not the wrapped lines of a description).
 fn long_options(help: &str) -> Vec<String> {
     help.lines()
+        .filter(|l| l.trim_start().starts_with('-') && l.len() - l.trim_start().len() <= 6)
         .filter_map(|l| l.split_whitespace().find(|w| w.starts_with("--")))
         .map(|w| w.trim_end_matches([',', '.']).to_string())
         .filter(|w| w != "--help" && w != "--version")
         .collect()
+}
+
+/// What `--help` says of option `opt` (`--retries`): its line and the wrapped lines of
+/// its description after it, joined.
+fn option_text(help: &str, opt: &str) -> String {
+    let is_option =
+        |l: &&str| l.trim_start().starts_with('-') && l.len() - l.trim_start().len() <= 6;
+    let mut lines = help
+        .lines()
+        .skip_while(|l| !(is_option(l) && l.contains(opt)));
+    let first = lines.next().unwrap_or_else(|| panic!("no {opt} in {help}"));
+    let rest = lines.take_while(|l| !is_option(l) && l.starts_with("       "));
+    std::iter::once(first)
+        .chain(rest)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 const COMMANDS: [&str; 6] = ["recv", "send", "copy", "limit", "completions", "man"];
@@ -58,13 +76,15 @@ fn copy_help_has_a_plain_usage_line_and_no_stray_text() {
         help.contains("Usage: haul copy [OPTIONS] SRC... DST\n"),
         "{help}"
     );
-    assert!(!help.contains("<SRC... DST>"), "{help}");
-    assert!(help.contains("[env: HAUL_RSH]"), "{help}");
+    // Wrapped to the terminal: compare the words.
+    let words = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(!words.contains("<SRC... DST>"), "{help}");
+    assert!(words.contains("[env: HAUL_RSH]"), "{help}");
     assert!(
-        !help.contains("HAUL_RSH="),
+        !words.contains("HAUL_RSH="),
         "an unset variable shows no value: {help}"
     );
-    let quiet = help.lines().find(|l| l.contains("--quiet")).unwrap();
+    let quiet = option_text(&help, "--quiet");
     assert!(!quiet.contains("recv"), "copy's -q is about copy: {quiet}");
     // Every option with a default says it.
     for opt in [
@@ -74,8 +94,8 @@ fn copy_help_has_a_plain_usage_line_and_no_stray_text() {
         "--retries",
         "--buffer",
     ] {
-        let line = help.lines().find(|l| l.contains(opt)).unwrap();
-        assert!(line.contains("default"), "{opt} states its default: {line}");
+        let text = option_text(&help, opt);
+        assert!(text.contains("default"), "{opt} states its default: {text}");
     }
 }
 
@@ -83,18 +103,15 @@ fn copy_help_has_a_plain_usage_line_and_no_stray_text() {
 fn quiet_says_per_command_what_it_keeps() {
     let line = |cmd: &str| {
         let help = stdout_of(&[cmd, "--help"]);
-        help.lines()
-            .find(|l| l.contains("--quiet"))
-            .unwrap()
-            .to_string()
+        option_text(&help, "--quiet")
     };
     assert!(line("recv").contains("ticket"), "{}", line("recv"));
     assert!(!line("send").contains("recv"), "{}", line("send"));
     assert!(!line("send").contains("ticket"), "{}", line("send"));
-    let recv = stdout_of(&["recv", "--help"]);
+    let timeout = option_text(&stdout_of(&["recv", "--help"]), "--timeout");
     assert!(
-        recv.contains("default 30"),
-        "--timeout states its default: {recv}"
+        timeout.contains("default 30"),
+        "--timeout states its default: {timeout}"
     );
 }
 
@@ -258,5 +275,98 @@ fn h_alone_is_help_and_in_a_cluster_it_is_human_readable() {
             b"data",
             "copy {flags:?}"
         );
+    }
+}
+
+#[test]
+fn copy_help_is_grouped_under_headings_and_wrapped_to_the_terminal() {
+    let out = Command::new(haul_bin())
+        .args(["copy", "--help"])
+        .env("COLUMNS", "80")
+        .env_remove("HAUL_RSH")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let help = String::from_utf8(out.stdout).unwrap();
+    let mut at = 0;
+    // Most used first: what is copied, then what is chosen, kept, how fast, how far.
+    for heading in [
+        "What:",
+        "Filters:",
+        "Metadata:",
+        "Performance:",
+        "Remote:",
+        "Output:",
+    ] {
+        let found = help[at..].find(&format!("\n{heading}\n"));
+        let Some(i) = found else {
+            panic!("no {heading} after byte {at}: {help}")
+        };
+        at += i + 1;
+    }
+    for line in help.lines() {
+        assert!(line.chars().count() <= 80, "wider than COLUMNS=80: {line}");
+    }
+    let limit = stdout_of(&["limit", "--help"]);
+    for global in ["--json", "--verbose", "--stats", "--keep-cache", "--quiet"] {
+        assert!(
+            !limit.contains(global),
+            "limit does not take {global}: {limit}"
+        );
+    }
+}
+
+#[test]
+fn man_page_has_exit_status_environment_examples_and_named_arguments() {
+    let page = stdout_of(&["man"]);
+    for section in [".SH \"EXIT STATUS\"", ".SH ENVIRONMENT", ".SH EXAMPLES"] {
+        assert!(page.contains(section), "the page lacks {section}");
+    }
+    // The synopsis named no option's argument: `[--stream] [--to-command] [--buffer]`.
+    assert!(
+        !page.contains("[\\-\\-buffer]"),
+        "a synopsis without argument names"
+    );
+    for var in ["HAUL_TICKET", "HAUL_RSH", "XDG_RUNTIME_DIR"] {
+        assert!(page.contains(var), "ENVIRONMENT lacks {var}");
+    }
+    // Every exit code of README's table.
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let codes: Vec<&str> = readme
+        .lines()
+        .skip_while(|l| !l.starts_with("## Exit codes"))
+        .filter_map(|l| l.strip_prefix("| "))
+        .filter_map(|l| l.split(' ').next())
+        .filter(|c| c.parse::<u8>().is_ok())
+        .collect();
+    assert!(codes.len() >= 12, "{codes:?}");
+    for c in codes {
+        assert!(page.contains(&format!(".B {c}\n")), "EXIT STATUS lacks {c}");
+    }
+    if !have(
+        "groff",
+        "man_page_has_exit_status_environment_examples_and_named_arguments",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("haul.1");
+    std::fs::write(&file, &page).unwrap();
+    let out = Command::new("groff")
+        .args(["-man", "-Tutf8", "-ww", "-P", "-cbou"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        "EXIT STATUS",
+        "ENVIRONMENT",
+        "EXAMPLES",
+        "haul recv [OPTIONS]",
+        "haul copy [OPTIONS] SRC... DST",
+    ] {
+        assert!(text.contains(want), "rendered page lacks {want}: {text}");
     }
 }
