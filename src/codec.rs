@@ -456,5 +456,15 @@ fn decompress(
     }
 }
 
+/// Units sent per level of [`tune::LADDER`], by the level's name, cheapest first: a
+/// report's `codec_units` (`progress` prints them and knows no codec).
+pub fn named_levels(mix: impl IntoIterator<Item = u64>) -> Vec<(String, u64)> {
+    tune::LADDER
+        .iter()
+        .map(|c| c.to_string())
+        .zip(mix)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests;

@@ -7,7 +7,10 @@ use std::io;
 use std::path::PathBuf;
 
 use crate::protocol::ProtocolError;
-use crate::transport::TransportError;
+
+mod transport;
+
+pub use transport::TransportError;
 
 /// Exit codes, documented in README.md. Keep them stable: scripts depend on them.
 pub mod exit {

@@ -118,7 +118,7 @@ pub(crate) fn finish_recv_pipe(r: &PipeRecvReport, data_on_stdout: bool, cfg: &C
             reconnects: r.reconnects,
             seconds: r.started.elapsed().as_secs_f64(),
             stream_blake3: Some(hex(&r.digest)),
-            codec_units: r.counters.codec_mix(),
+            codec_units: r.counters.codec_mix().map(crate::codec::named_levels),
             replicas: None,
             ..Report::default()
         }

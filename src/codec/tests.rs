@@ -336,3 +336,17 @@ fn a_decompressed_unit_lies_page_aligned() {
         );
     }
 }
+
+#[test]
+fn a_report_names_the_levels_as_json_shows_them() {
+    let named = named_levels([1, 2, 3, 4, 5]);
+    let want = [
+        ("none", 1),
+        ("lz4", 2),
+        ("zstd:1", 3),
+        ("zstd:3", 4),
+        ("zstd:6", 5),
+    ];
+    let want: Vec<(String, u64)> = want.iter().map(|(s, n)| (s.to_string(), *n)).collect();
+    assert_eq!(named, want);
+}

@@ -29,8 +29,9 @@ pub struct Report {
     pub seconds: f64,
     /// A stream's BLAKE3 (hex), checked by both sides; `None` for files.
     pub stream_blake3: Option<String>,
-    /// Units sent at each level of the adaptive codec (sender with `auto` only).
-    pub codec_units: Option<[u64; 5]>,
+    /// Units sent at each level of the adaptive codec, by the level's name, cheapest
+    /// first (sender with `auto` only).
+    pub codec_units: Option<Vec<(String, u64)>>,
     /// A chain fan-out (sender): every receiver, in chain order.
     pub replicas: Option<Vec<ReplicaState>>,
 }
@@ -72,7 +73,7 @@ impl Report {
         if let Some(mix) = &self.codec_units {
             json.pop();
             json.push_str(",\"codec_units\":{");
-            for (i, (c, n)) in crate::codec::tune::LADDER.iter().zip(mix).enumerate() {
+            for (i, (c, n)) in mix.iter().enumerate() {
                 let comma = if i > 0 { "," } else { "" };
                 json.push_str(&format!("{comma}\"{c}\":{n}"));
             }
@@ -167,14 +168,12 @@ mod tests {
     #[test]
     fn json_names_the_codec_levels() {
         let r = Report {
-            codec_units: Some([1, 2, 3, 4, 5]),
+            codec_units: Some(vec![("none".into(), 1), ("zstd:3".into(), 4)]),
             ..Report::default()
         };
         let j = r.to_json();
         assert!(
-            j.ends_with(
-                "\"codec_units\":{\"none\":1,\"lz4\":2,\"zstd:1\":3,\"zstd:3\":4,\"zstd:6\":5}}"
-            ),
+            j.ends_with("\"codec_units\":{\"none\":1,\"zstd:3\":4}}"),
             "{j}"
         );
     }

@@ -99,7 +99,7 @@ impl SendReport {
             reconnects: load(&c.reconnects),
             seconds: self.started.elapsed().as_secs_f64(),
             stream_blake3: None,
-            codec_units: c.codec_mix(),
+            codec_units: c.codec_mix().map(crate::codec::named_levels),
             replicas: None,
         }
     }

@@ -1,7 +1,7 @@
 //! End-to-end tests of the transport over real loopback sockets: a listener with its accept
 //! loop against `connect`, plus hostile peers written by hand.
 
-use std::io::{Read, Write};
+use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::thread;
 use std::time::{Duration, Instant};
