@@ -31,6 +31,28 @@ pub fn unit_hash(key: &[u8; 32], header: [&[u8]; 2], raw: &[u8]) -> [u8; 32] {
     *h.finalize().as_bytes()
 }
 
+/// `--checksum`'s hash of a whole file's first `len` bytes, read with `pread` (the file's
+/// offset is left alone): the sender's walk takes it of the source, the receiver of its
+/// own file of the same size, and equal hashes mean the content is the same. Keyed, and
+/// apart from the other hashes by its prefix, so the wire shows nothing of the content.
+pub fn content_hash(key: &[u8; 32], file: &std::fs::File, len: u64) -> std::io::Result<[u8; 32]> {
+    use std::os::unix::fs::FileExt;
+    let mut h = blake3::Hasher::new_keyed(key);
+    h.update(b"haul --checksum\0");
+    let mut buf = vec![0u8; 1 << 20];
+    let mut pos = 0u64;
+    while pos < len {
+        let want = ((len - pos) as usize).min(buf.len());
+        let n = file.read_at(&mut buf[..want], pos)?;
+        if n == 0 {
+            return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
+        }
+        h.update(&buf[..n]);
+        pos += n as u64;
+    }
+    Ok(*h.finalize().as_bytes())
+}
+
 /// The hash both sides compute for one piece of a delta: the receiver of its old
 /// version, the sender of the new, and equal hashes mean the piece stays (KEEP).
 pub fn piece_hash(key: &[u8; 32], piece: &[u8]) -> [u8; 16] {

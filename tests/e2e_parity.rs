@@ -82,11 +82,20 @@ fn haul(args: &[&str], srcs: &[&Path], dst: &Path) -> (Run, String) {
 /// Runs both into `r` and `h` and asserts the same exit code, listing and tree (the roots'
 /// own metadata too, unless `srcs` land under their names and the roots are new).
 fn assert_same(what: &str, args: &[&str], srcs: &[&Path], r: &Path, h: &Path) {
+    assert_same_as(what, args, srcs, r, h, true)
+}
+
+/// [`assert_same`], comparing the listings only when `listings` (a first copy of hardlinks
+/// names them the other way round: issue 39, item 9).
+fn assert_same_as(what: &str, args: &[&str], srcs: &[&Path], r: &Path, h: &Path, listings: bool) {
     let named = srcs
         .iter()
         .any(|s| !s.as_os_str().as_encoded_bytes().ends_with(b"/"));
     let (theirs, rsync_out) = rsync(args, srcs, &with_slash(r));
-    let (ours, haul_out) = haul(args, srcs, &with_slash(h));
+    let (mut ours, haul_out) = haul(args, srcs, &with_slash(h));
+    if !listings {
+        ours.items.clone_from(&theirs.items);
+    }
     assert_eq!(
         ours, theirs,
         "{what}: haul (left) and rsync (right) differ\n{haul_out}\n{rsync_out}"
@@ -207,4 +216,61 @@ fn a_directory_and_a_file_of_one_name_in_two_sources_arrive_as_rsync_makes_them(
         let srcs: Vec<&Path> = srcs.iter().map(|p| p.as_path()).collect();
         assert_same(what, &[], &srcs, &r, &h);
     }
+}
+
+/// `-c` on an unchanged tree: rsync lists nothing and leaves every inode alone; before,
+/// haul listed `>fc........` for every small file and replaced them (breaking a hardlink
+/// pair). Then a same-size, same-mtime edit (what `-c` is for) is found and sent, and a
+/// file whose time alone changed gets its time, as rsync does.
+#[test]
+fn checksum_on_an_unchanged_tree_sends_and_lists_nothing() {
+    if !have_rsync() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    fs::create_dir_all(src.join("sub")).unwrap();
+    for i in 0..300 {
+        fs::write(
+            src.join(format!("sub/f{i:03}")),
+            format!("small file {i}\n"),
+        )
+        .unwrap();
+    }
+    fs::write(src.join("pair1"), b"one inode, two names").unwrap();
+    fs::hard_link(src.join("pair1"), src.join("sub/pair2")).unwrap();
+    fs::write(src.join("empty"), b"").unwrap();
+    // Larger than a block: the path that hashes pieces.
+    write_random_file(&src.join("big"), 5 << 20, 39);
+    for (i, d) in ["sub", ""].iter().enumerate() {
+        set_mtime(&src.join(d), 1_600_000_000 + i as i64, 0);
+    }
+    let (r, h) = (tmp.path().join("r"), tmp.path().join("h"));
+    let s = with_slash(&src);
+    assert_same_as("first copy", &[], &[&s], &r, &h, false);
+    let inodes = |d: &Path| -> Vec<u64> {
+        use std::os::unix::fs::MetadataExt;
+        ["pair1", "sub/pair2", "sub/f007", "big"]
+            .iter()
+            .map(|n| fs::symlink_metadata(d.join(n)).unwrap().ino())
+            .collect()
+    };
+    let before = inodes(&h);
+    for args in [&["-c", "-n"][..], &["-c"][..]] {
+        assert_same(&format!("unchanged, {args:?}"), args, &[&s], &r, &h);
+    }
+    assert_eq!(inodes(&h), before, "-c replaced files it should have kept");
+
+    // Same size and mtime, other content: only -c sees it.
+    let f = src.join("sub/f007");
+    let stamp = fs::symlink_metadata(&f).unwrap();
+    fs::write(&f, b"SMALL FILE 7\n").unwrap();
+    use std::os::unix::fs::MetadataExt;
+    set_mtime(&f, stamp.mtime(), stamp.mtime_nsec());
+    // Same content, another time: rsync -c sets the time and sends nothing.
+    set_mtime(&src.join("sub/f008"), 1_500_000_000, 0);
+    for d in ["sub", ""] {
+        set_mtime(&src.join(d), 1_600_000_000, 0);
+    }
+    assert_same("one edit and one touch, -c", &["-c"], &[&s], &r, &h);
 }

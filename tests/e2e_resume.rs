@@ -327,14 +327,15 @@ fn unchanged_tree_sends_no_file_data() {
     assert_eq!(json_field(&received, "files"), 0);
     assert_trees_equal(&src, &dest);
 
-    // --checksum compares files larger than a block piece by piece; files this small are
-    // sent again whole. Either way the result must still be identical.
+    // --checksum compares every file's content hash: none differs, so none is sent.
     let out = copy(
         &[&support::with_slash(&src)],
         &dest,
         &["--json", "--checksum"],
     );
     out.assert_code(0);
+    assert_eq!(json_field(&out, "files"), 0, "{}", out.describe());
+    assert_eq!(json_field(&out, "files_unchanged"), 10_000);
     assert_trees_equal(&src, &dest);
 }
 

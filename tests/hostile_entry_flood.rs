@@ -33,6 +33,7 @@ fn entry(id: u64) -> Entry {
         uid: 0,
         gid: 0,
         xattrs: None,
+        checksum: None,
     }
 }
 

@@ -87,6 +87,7 @@ fn entry(id: u64, path: &[u8], kind: EntryKind) -> Entry {
         uid: 0,
         gid: 0,
         xattrs: None,
+        checksum: None,
     }
 }
 

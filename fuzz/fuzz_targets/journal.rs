@@ -93,6 +93,7 @@ fn entry(size: u64, data_bytes: u64) -> Entry {
         uid: 0,
         gid: 0,
         xattrs: None,
+        checksum: None,
     }
 }
 

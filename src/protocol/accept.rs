@@ -147,6 +147,7 @@ mod tests {
             uid: 0,
             gid: 0,
             xattrs: None,
+            checksum: None,
         }
     }
 

@@ -288,6 +288,9 @@ pub struct Entry {
     /// directory or symlink; `None` when the sender does not send them (`--no-xattrs`, or
     /// another kind of entry): the receiver then leaves the destination's as they are.
     pub xattrs: Option<Xattrs>,
+    /// `--checksum`: a regular file's content hash (`codec::content_hash`), taken by the
+    /// sender's walk; `None` otherwise (or when it could not be read: then it is sent).
+    pub checksum: Option<[u8; 32]>,
 }
 
 /// The kinds of entry a manifest can hold.
@@ -404,6 +407,7 @@ mod tests {
                 uid: 0,
                 gid: 7,
                 xattrs: None,
+                checksum: None,
             }]),
             Control::Need(vec![
                 Want {

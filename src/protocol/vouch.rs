@@ -94,6 +94,7 @@ mod tests {
             uid: 0,
             gid: 0,
             xattrs: None,
+            checksum: None,
         }
     }
 

@@ -133,7 +133,10 @@ where
                 let r = walk::walk(
                     sources,
                     &opts.select,
-                    |w| wtx.send(WalkMsg::Entry(Box::new(w))).is_ok(),
+                    |w| {
+                        wtx.send(WalkMsg::Entry(worker::summed(w, &key, opts)))
+                            .is_ok()
+                    },
                     |sk| {
                         let _ = tx2.send(WalkMsg::Skipped(sk));
                     },

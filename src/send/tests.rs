@@ -17,6 +17,7 @@ fn entry(id: u64, path_len: usize) -> Entry {
         uid: 0,
         gid: 0,
         xattrs: None,
+        checksum: None,
     }
 }
 

@@ -15,10 +15,11 @@ use super::dial::{DataConn, Redial, UnitBytes};
 use super::pack::{self, stamp_of, ReadFail};
 use super::readbuf::{ReadBuf, ALIGN};
 use super::report::{Failures, SendOptions};
-use crate::codec::{piece_hash, unit_hash, Encoder};
+use crate::codec::{content_hash, piece_hash, unit_hash, Encoder};
 use crate::error::Result;
 use crate::pagecache;
 use crate::plan::queue::{FileJob, Work, WorkQueue};
+use crate::plan::walk::Walked;
 use crate::progress::Counters;
 use crate::protocol::{encode_data_header, hashed_parts, Codec, FrameKind, Segment};
 use crate::session::lost;
@@ -412,6 +413,16 @@ fn read_halves(f: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
         Some(first.and(second))
     });
     split.unwrap_or_else(|| f.read_exact_at(buf, offset))
+}
+
+/// The walked `w`, with `--checksum` its content hash: read beneath its source's root as
+/// the streams read it; none for anything else or a file that cannot be read now (it is
+/// then sent, and its read reported as any other).
+pub(super) fn summed(mut w: Walked, key: &[u8; 32], opts: &SendOptions) -> Box<Walked> {
+    let data = w.data.as_ref().filter(|_| opts.sync.checksum);
+    let file = data.and_then(|d| Some((d.at.open_file().ok()?, d.size)));
+    w.entry.checksum = file.and_then(|(f, size)| content_hash(key, &f, size).ok());
+    Box::new(w)
 }
 
 #[cfg(test)]

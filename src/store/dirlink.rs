@@ -132,6 +132,7 @@ pub(super) mod tests {
             uid: rustix::process::geteuid().as_raw(),
             gid: rustix::process::getegid().as_raw(),
             xattrs: None,
+            checksum: None,
         }
     }
 

@@ -131,12 +131,15 @@ impl Store {
         let mtime_differs = st.st_mtime != e.mtime_sec || st.st_mtime_nsec as u32 != e.mtime_nsec;
         match &e.kind {
             EntryKind::File { size, .. } => {
-                let checksum = self.options().checksum;
                 change.size = st.st_size as u64 != *size;
                 change.time = mtime_differs;
-                // The quick check (`resume`): same size and mtime is up to date.
-                change.sent = change.size || change.time || checksum;
-                change.content = checksum;
+                // The quick check (`resume`): same size and mtime is up to date; with
+                // --checksum, same size and content (whatever the time).
+                change.sent = match self.options().checksum {
+                    false => change.size || change.time,
+                    true => change.size || !self.same_content_here(path, *size, e),
+                };
+                change.content = self.options().checksum && change.sent;
             }
             EntryKind::Hardlink { target } => {
                 // Already a name of its target: nothing to do.
@@ -171,6 +174,24 @@ impl Store {
             let how = (owners, self.namespaces());
             change.sent |= resume::kept(st, e, how, have.as_ref()) == resume::Kept::Resend;
         }
+    }
+
+    /// `--checksum`: whether the file at `path` (opened without following a symlink) has
+    /// the content `e`'s hash says, as `resume` decides it.
+    fn same_content_here(&self, path: &SafeRelPath, size: u64, e: &Entry) -> bool {
+        let Some((parent, name)) = path.split_last() else {
+            return false;
+        };
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        let file = self.at(&parent, fsops::open_dir).and_then(|pfd| {
+            Ok(std::fs::File::from(rustix::fs::openat(
+                &pfd,
+                name,
+                flags,
+                Mode::empty(),
+            )?))
+        });
+        file.is_ok_and(|f| resume::same_content(&f, size, e, &self.key()))
     }
 
     /// The extended attributes at `path`, when `e` brings some (`None` also when they
@@ -250,6 +271,7 @@ mod tests {
             uid: 0,
             gid: 0,
             xattrs: None,
+            checksum: None,
         }
     }
 

@@ -98,10 +98,12 @@ impl Store {
         // may be given the entry's metadata (see `kept`); otherwise it is sent again.
         let (owners, ns) = (self.owners(), self.namespaces());
         if let Some((st, f)) = &existing {
-            let same = st.st_size as u64 == size
-                && st.st_mtime == e.mtime_sec
-                && st.st_mtime_nsec as u32 == e.mtime_nsec;
-            if same && !opts.checksum {
+            // --checksum: same size and content (the sender's hash of it), whatever the time.
+            let same = match opts.checksum {
+                false => st.st_size as u64 == size && same_mtime(st, &e),
+                true => st.st_size as u64 == size && same_content(f, size, &e, &self.key()),
+            };
+            if same {
                 let have = match e.xattrs {
                     Some(_) => xattr::read(xattr::Target::Fd(f.as_fd())).ok(),
                     None => None,
@@ -327,6 +329,18 @@ impl Store {
     }
 }
 
+/// Whether `st` has `e`'s mtime, to the nanosecond.
+pub(super) fn same_mtime(st: &Stat, e: &Entry) -> bool {
+    st.st_mtime == e.mtime_sec && st.st_mtime_nsec as u32 == e.mtime_nsec
+}
+
+/// `--checksum`: whether the first `size` bytes of `f` hash as the sender's `e.checksum`
+/// says its content does (`false` without one, or when `f` cannot be read).
+pub(super) fn same_content(f: &File, size: u64, e: &Entry, key: &[u8; 32]) -> bool {
+    e.checksum
+        .is_some_and(|c| crate::codec::content_hash(key, f, size).is_ok_and(|h| h == c))
+}
+
 /// What the quick check makes of a destination file that has an entry's size and mtime.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Kept {
@@ -339,8 +353,9 @@ pub(super) enum Kept {
     Resend,
 }
 
-/// Whether `st` (an existing file with `e`'s size and mtime, not written this run, whose
-/// attributes are `have` when `e` brings some) counts as unchanged. Same size and mtime
+/// Whether `st` (an existing file with `e`'s size and mtime, or with `--checksum` its size
+/// and content, not written this run, whose attributes are `have` when `e` brings some)
+/// counts as unchanged. Same size and mtime
 /// says nothing about who wrote the content: giving it `e`'s metadata is safe only when it
 /// already belongs to the owner to apply or to the receiving user (else a user's planted
 /// file would become root's), has one link (else another name's inode changes too, outside
@@ -364,6 +379,7 @@ pub(super) fn kept(
     let as_is = st.st_uid == uid
         && gid.is_none_or(|g| st.st_gid == g)
         && st.st_mode & 0o7777 == mode
+        && same_mtime(st, e)
         && attrs_same;
     if as_is {
         return Kept::AsIs;
@@ -460,6 +476,7 @@ mod tests {
         let mut e = entry(1, "f", file, 0o755);
         e.uid = me;
         e.gid = rustix::process::getegid().as_raw();
+        (e.mtime_sec, e.mtime_nsec) = (st().st_mtime, st().st_mtime_nsec as u32);
         assert_eq!(kept(&st(), &e, ALL, None), Kept::AsIs);
         e.mode = 0o700;
         assert_eq!(kept(&st(), &e, ALL, None), Kept::Update);

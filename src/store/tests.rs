@@ -32,6 +32,7 @@ pub(super) fn entry(id: u64, path: &str, kind: EntryKind, mode: u32) -> Entry {
         uid: 0,
         gid: 0,
         xattrs: None,
+        checksum: None,
     }
 }
 

@@ -76,7 +76,9 @@ pub use tunnel::Tunnel;
 /// that key); `Chain` carries the sender's nonce (also to the last hop, without hops),
 /// every receiver of a chain sends `Control::Proof` before `Done`, and a `Replica` carries
 /// the hop's proof.
-pub const PROTOCOL_VERSION: u16 = 9;
+/// 10: an `Entry` carries `checksum` (`--checksum`: the sender's keyed hash of a regular
+/// file's content, which the receiver compares with its own file's).
+pub const PROTOCOL_VERSION: u16 = 10;
 
 /// Which kind of connection this is within one transfer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -48,6 +48,7 @@ fn entry(id: u64, path: &str, kind: EntryKind) -> Entry {
         uid: 1000,
         gid: 1000,
         xattrs: None,
+        checksum: None,
     }
 }
 

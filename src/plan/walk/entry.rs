@@ -217,5 +217,6 @@ fn make_entry(id: u64, path: Vec<u8>, kind: EntryKind, meta: &Meta) -> Entry {
         uid: meta.uid(),
         gid: meta.gid(),
         xattrs: None,
+        checksum: None,
     }
 }
