@@ -34,6 +34,7 @@ use ticket::{resolve_ticket, write_ticket_file};
 /// `Err(Error::Partial)`.
 pub fn run(cfg: &Config) -> Result<()> {
     lift_descriptor_limit();
+    crate::progress::set_asked(cfg.progress && !cfg.quiet);
     // `serve` speaks on its wire.
     let json = cfg.json && !matches!(cfg.command, Command::Serve { .. });
     let on_stderr = pipe::stream_on_stdout(&cfg.command);

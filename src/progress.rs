@@ -1,80 +1,21 @@
 //! Progress display and the final summary line, fed by atomic counters that the workers
 //! bump. No transfer logic lives here.
 
-use std::io::IsTerminal;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-
+mod bar;
+mod counters;
 mod json;
+
+pub use bar::{set_asked, Printer, Progress};
+pub use counters::{human, Counters};
 
 pub use json::{failure_json, json_string, with_outcome, ReplicaState, Report};
 
-/// Counters shared by the workers of one side of a transfer.
-#[derive(Default, Debug)]
-pub struct Counters {
-    /// Raw bytes announced by the manifest so far.
-    pub total_bytes: AtomicU64,
-    /// Regular files announced so far.
-    pub total_files: AtomicU64,
-    /// Entries of every kind announced so far (for `--stats`).
-    pub entries: AtomicU64,
-    /// Directories announced so far (for `--stats`).
-    pub dirs: AtomicU64,
-    /// Second names of files announced so far (hardlinks; for `--stats`, which counts
-    /// them as regular files, as rsync does).
-    pub links: AtomicU64,
-    /// Lengths of every regular file name announced so far, holes and hardlinks included,
-    /// and of symlinks (`--stats`' total file size, rsync's meaning; `total_bytes` counts
-    /// data bytes).
-    pub file_size: AtomicU64,
-    /// Raw bytes sent (sender) or written (receiver).
-    pub done_bytes: AtomicU64,
-    /// Files completed.
-    pub done_files: AtomicU64,
-    /// Files an earlier run had begun, continued from its journal (receiver), and the
-    /// bytes it had already written of them.
-    pub resumed_files: AtomicU64,
-    /// See `resumed_files`.
-    pub resumed_bytes: AtomicU64,
-    /// Bytes of frames put on (or taken off) the wire, before TLS.
-    pub wire_bytes: AtomicU64,
-    /// Source bytes read (sender): more than sent when a delta found matching pieces.
-    pub read_bytes: AtomicU64,
-    /// Data frames written (sender) or received (receiver).
-    pub units: AtomicU64,
-    /// Connections re-established after they dropped.
-    pub reconnects: AtomicU64,
-    /// The sender's bandwidth cap in bytes per second (0: none).
-    pub limit: AtomicU64,
-    /// Units sent at each level of `codec::tune::LADDER` (sender, `--compress auto`).
-    pub codec_units: [AtomicU64; 5],
-}
-
-impl Counters {
-    /// `codec_units` read out, or `None` when no unit was sent by the adaptive codec.
-    pub fn codec_mix(&self) -> Option<[u64; 5]> {
-        let mix = self
-            .codec_units
-            .each_ref()
-            .map(|c| c.load(Ordering::Relaxed));
-        mix.iter().any(|&n| n > 0).then_some(mix)
-    }
-}
-
-impl Counters {
-    /// Adds to a counter.
-    pub fn add(c: &AtomicU64, n: u64) {
-        c.fetch_add(n, Ordering::Relaxed);
-    }
-}
-
 /// Prints a warning line on stderr, its control characters escaped ([`escape`]).
 pub fn warn(msg: &str) {
-    eprintln!("haul: warning: {}", escape(msg));
+    let line = format!("haul: warning: {}", escape(msg));
+    bar::above_bar(|| eprintln!("{line}"));
 }
 
 /// The line printed when a run fails: the error's text with its control characters escaped
@@ -125,191 +66,6 @@ pub fn shown_path(path: &std::path::Path) -> String {
     let head: String = s.chars().take(SHOWN_PATH / 3).collect();
     let tail: String = s.chars().skip(n - (SHOWN_PATH - SHOWN_PATH / 3)).collect();
     format!("{head}…{tail}")
-}
-
-/// A progress bar on stderr while a transfer runs (only when stderr is a terminal).
-pub struct Progress {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-    bar: Option<ProgressBar>,
-    /// Clears the bar if a signal stops the process while it is drawn.
-    _on_stop: Option<crate::signals::OnStop>,
-}
-
-impl Progress {
-    /// Starts drawing when `enabled` and stderr is a terminal.
-    pub fn start(counters: Arc<Counters>, enabled: bool) -> Progress {
-        let stop = Arc::new(AtomicBool::new(false));
-        if !enabled || !std::io::stderr().is_terminal() {
-            return Progress {
-                stop,
-                thread: None,
-                bar: None,
-                _on_stop: None,
-            };
-        }
-        let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr_with_hz(5));
-        let style = ProgressStyle::with_template(
-            "{bar:25.cyan/blue} {percent}% {bytes}/{total_bytes} {binary_bytes_per_sec} \
-             {elapsed} eta {eta} {msg}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar());
-        bar.set_style(style.progress_chars("=> "));
-        let stop2 = Arc::clone(&stop);
-        let shown = bar.clone();
-        let on_stop = clear_on_stop(&bar);
-        let thread = std::thread::Builder::new()
-            .name("haul-progress".into())
-            .spawn(move || {
-                while !stop2.load(Ordering::Relaxed) {
-                    let done = counters.done_bytes.load(Ordering::Relaxed);
-                    let wire = counters.wire_bytes.load(Ordering::Relaxed);
-                    bar.set_length(counters.total_bytes.load(Ordering::Relaxed));
-                    bar.set_position(done);
-                    let ratio = if wire > 0 && done > wire + wire / 50 {
-                        format!(" ratio {:.2}", done as f64 / wire as f64)
-                    } else {
-                        String::new()
-                    };
-                    bar.set_message(format!(
-                        "files {}/{}{ratio}{}",
-                        counters.done_files.load(Ordering::Relaxed),
-                        counters.total_files.load(Ordering::Relaxed),
-                        cap_note(&counters)
-                    ));
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-                bar.finish_and_clear();
-            })
-            .ok();
-        Progress {
-            stop,
-            thread,
-            bar: Some(shown),
-            _on_stop: Some(on_stop),
-        }
-    }
-
-    /// A handle that prints lines without tearing this bar.
-    pub fn printer(&self) -> Printer {
-        Printer {
-            bar: self.bar.clone(),
-        }
-    }
-
-    /// Starts drawing a stream's progress when `enabled` and stderr is a terminal: bytes,
-    /// rate and compression ratio; with a known total (`total_bytes` non-zero) also
-    /// percent and ETA.
-    pub fn start_stream(counters: Arc<Counters>, enabled: bool) -> Progress {
-        let stop = Arc::new(AtomicBool::new(false));
-        if !enabled || !std::io::stderr().is_terminal() {
-            return Progress {
-                stop,
-                thread: None,
-                bar: None,
-                _on_stop: None,
-            };
-        }
-        let total = counters.total_bytes.load(Ordering::Relaxed);
-        let template = if total > 0 {
-            "{bar:30.cyan/blue} {bytes}/{total_bytes} {percent}% {binary_bytes_per_sec} eta {eta} {msg}"
-        } else {
-            "{spinner} {bytes} {binary_bytes_per_sec} {elapsed} {msg}"
-        };
-        let bar = ProgressBar::with_draw_target(
-            (total > 0).then_some(total),
-            ProgressDrawTarget::stderr_with_hz(5),
-        );
-        let style =
-            ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar());
-        bar.set_style(style.progress_chars("=> "));
-        let stop2 = Arc::clone(&stop);
-        let on_stop = clear_on_stop(&bar);
-        let thread = std::thread::Builder::new()
-            .name("haul-progress".into())
-            .spawn(move || {
-                while !stop2.load(Ordering::Relaxed) {
-                    let done = counters.done_bytes.load(Ordering::Relaxed);
-                    let wire = counters.wire_bytes.load(Ordering::Relaxed);
-                    bar.set_position(done);
-                    if wire > 0 {
-                        bar.set_message(format!(
-                            "ratio {:.2}{}",
-                            done as f64 / wire as f64,
-                            cap_note(&counters)
-                        ));
-                    }
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-                bar.finish_and_clear();
-            })
-            .ok();
-        Progress {
-            stop,
-            thread,
-            bar: None,
-            _on_stop: Some(on_stop),
-        }
-    }
-
-    /// Stops and clears the bar.
-    pub fn finish(mut self) {
-        self.stop_now();
-    }
-
-    fn stop_now(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for Progress {
-    fn drop(&mut self) {
-        self.stop_now();
-    }
-}
-
-/// Clears `bar` (every line it drew) if a signal stops the process; once cleared it
-/// draws nothing more.
-fn clear_on_stop(bar: &ProgressBar) -> crate::signals::OnStop {
-    let bar = bar.clone();
-    crate::signals::on_stop(move || bar.finish_and_clear())
-}
-
-/// " limit 10.00 MiB/s" while a bandwidth cap is set, else nothing.
-fn cap_note(c: &Counters) -> String {
-    match c.limit.load(Ordering::Relaxed) {
-        0 => String::new(),
-        r => format!(" limit {}/s", human(r)),
-    }
-}
-
-/// Prints the lines of `-v` and `-i` while a progress bar may be drawn.
-#[derive(Clone, Default)]
-pub struct Printer {
-    bar: Option<ProgressBar>,
-}
-
-impl Printer {
-    /// Prints one line on stdout, or stderr when `stderr`, without tearing the bar.
-    pub fn say(&self, line: &str, stderr: bool) {
-        let print = || {
-            if stderr {
-                eprintln!("{line}");
-            } else {
-                use std::io::Write;
-                let mut out = std::io::stdout().lock();
-                let _ = writeln!(out, "{line}");
-                let _ = out.flush();
-            }
-        };
-        match &self.bar {
-            Some(b) => b.suspend(print),
-            None => print(),
-        }
-    }
 }
 
 /// ", compression ratio 1.36" when compression saved something worth saying (2%).
@@ -469,22 +225,6 @@ pub fn stream_line(verb: &str, bytes: u64, wire: Option<u64>, started: Instant) 
         human((bytes as f64 / secs) as u64),
         wire_note(bytes, wire)
     )
-}
-
-/// Bytes in binary units, e.g. "1.50 GiB".
-pub fn human(n: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.2} {}", UNITS[u])
-    }
 }
 
 #[cfg(test)]

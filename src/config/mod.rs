@@ -194,6 +194,8 @@ pub struct Config {
     pub stats: bool,
     /// `--keep-cache`: leave what is read and written in the page cache.
     pub keep_cache: bool,
+    /// `-P`, `--progress`: show progress even where stderr is not a terminal (lines).
+    pub progress: bool,
 }
 
 impl Config {
@@ -380,6 +382,7 @@ impl Config {
             },
             stats: cli.stats,
             keep_cache: cli.keep_cache,
+            progress: cli.rsync.p_upper > 0 || cli.rsync.progress > 0,
         })
     }
 }

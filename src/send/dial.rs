@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::progress::Counters;
 use crate::protocol::{set_hash, FrameKind, Sealer};
 use crate::session::{lost, sealer};
-use crate::transport::{self, Conn, Role, Ticket, TransportError};
+use crate::transport::{self, Conn, Gate, Role, Ticket, TransportError};
 
 /// Dials `ticket`: the first connection finds an address that works; the rest reuse it.
 pub fn ticket_dialer(ticket: &Ticket, encrypt: bool) -> impl Fn(Role) -> Result<Conn> + Sync + '_ {
@@ -126,7 +126,7 @@ impl Redial<'_> {
             };
             match self
                 .target
-                .write(|| put_unit(c, self.pace, hdr, body, &mut head))
+                .write(|| put_unit(c, self.pace.gate().as_ref(), hdr, body, &mut head))
             {
                 Ok(()) => {
                     self.target.count(c.generation);
@@ -203,10 +203,10 @@ impl Redial<'_> {
 }
 
 /// Writes one frame of `kind` whose payload is `parts` (`len` bytes in all) on `conn`,
-/// tagged for it, paid for at `pace` piece by piece as it goes; `head` is scratch space.
+/// tagged for it, each piece paid for at `gate` (a cap's) as it goes; `head` is scratch space.
 pub(super) fn put(
     conn: &mut DataConn,
-    pace: &Pacer,
+    gate: Option<&Gate<'_>>,
     kind: FrameKind,
     parts: &[&[u8]],
     len: usize,
@@ -226,15 +226,14 @@ pub(super) fn put(
     let all: Vec<&[u8]> = std::iter::once(&head[..])
         .chain(rest.iter().copied())
         .collect();
-    let gate = pace.gate();
-    c.write_all_gated(&all, gate.as_ref()).map_err(lost)
+    c.write_all_gated(&all, gate).map_err(lost)
 }
 
 /// Writes one data frame: its header and the unit's header, copied, then `body`, given up
-/// to the connection (see [`UnitBytes`]), paid for at `pace` piece by piece as it goes.
+/// to the connection (see [`UnitBytes`]), paid for at `gate` piece by piece as it goes.
 pub(super) fn put_unit(
     conn: &mut DataConn,
-    pace: &Pacer,
+    gate: Option<&Gate<'_>>,
     hdr: &[u8],
     body: &mut [u8],
     head: &mut Vec<u8>,
@@ -245,9 +244,7 @@ pub(super) fn put_unit(
     head.clear();
     head.extend_from_slice(&s.header(FrameKind::Data, hdr.len() + body.len()));
     head.extend_from_slice(hdr);
-    let gate = pace.gate();
-    c.write_all_in_place(head, body, gate.as_ref())
-        .map_err(lost)
+    c.write_all_in_place(head, body, gate).map_err(lost)
 }
 
 /// The error after re-dialing failed `retries` times: the connection was lost (exit 5),

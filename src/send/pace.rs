@@ -119,8 +119,14 @@ impl Pacer {
     /// low cap trickles out at the cap instead of leaving in one burst after one payment
     /// (see `transport::Gate`). `None`: no cap.
     pub fn gate(&self) -> Option<Gate<'_>> {
+        self.gate_paying(self)
+    }
+
+    /// [`Pacer::gate`] whose pieces are paid through `pay` (which must call
+    /// [`Pacer::take`]): for a caller that also counts them as they go.
+    pub fn gate_paying<'a>(&self, pay: &'a dyn Pay) -> Option<Gate<'a>> {
         self.rate()
-            .map(|r| Gate::new((r / 20).clamp(16 << 10, 4 << 20) as usize, self))
+            .map(|r| Gate::new((r / 20).clamp(16 << 10, 4 << 20) as usize, pay))
     }
 
     /// Pays for `n` bytes about to go on the wire: returns at once under no cap,

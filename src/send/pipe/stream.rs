@@ -99,7 +99,8 @@ impl<'a> Stream<'a> {
             self.send(b)?;
         }
         if let Some(c) = self.conn.as_mut() {
-            let _ = put(c, self.link.pace, FrameKind::End, &[], 0, &mut self.head);
+            let gate = self.link.pace.gate();
+            let _ = put(c, gate.as_ref(), FrameKind::End, &[], 0, &mut self.head);
             let _ = c.conn.shutdown_write();
         }
         Ok(())
@@ -164,9 +165,9 @@ impl<'a> Stream<'a> {
                 }
             }
             let r = if why.is_some() {
-                self.replay().and_then(|()| self.write(&b))
+                self.replay().and_then(|()| self.write(&b, true))
             } else {
-                self.write(&b)
+                self.write(&b, true)
             };
             match r {
                 Ok(()) => {
@@ -203,13 +204,14 @@ impl<'a> Stream<'a> {
     fn replay(&mut self) -> Result<()> {
         let have = self.flow.have.load(Ordering::Acquire);
         for o in self.outstanding.replay(have) {
-            self.write(&o)?;
+            self.write(&o, false)?;
         }
         Ok(())
     }
 
-    /// Compresses, hashes and writes one block as a data unit of file 0.
-    fn write(&mut self, b: &Block) -> Result<()> {
+    /// Compresses, hashes and writes one block as a data unit of file 0; a `fresh` one (not
+    /// sent before) counts in `sent_bytes` piece by piece as it goes.
+    fn write(&mut self, b: &Block, fresh: bool) -> Result<()> {
         let Some(conn) = self.conn.as_mut() else {
             return Err(crate::session::lost(std::io::Error::other(
                 "data stream not connected",
@@ -235,36 +237,48 @@ impl<'a> Stream<'a> {
         let len = self.hdr.len() + body_len;
         let before = crate::send::sample::before_write(&self.enc, &conn.conn);
         let started = std::time::Instant::now();
-        if codec == Codec::Raw && conn.conn.is_encrypted() {
-            // The block stays in the replay window: copied into the codec's buffer (a
-            // block's size once the codec ran; grown to one without a codec) and sealed
-            // there, so it goes in one gathering write rather than as 64 KiB copies.
-            if self.cbuf.len() < raw.len() {
-                self.cbuf.resize(raw.len(), 0);
+        let pace = self.link.pace;
+        let progress = Share::new(&self.counters.sent_bytes, fresh, raw.len(), len);
+        let pay = |n: usize| {
+            pace.take(n);
+            progress.went(n);
+        };
+        let gate = pace.gate_paying(&pay);
+        let gate = gate.as_ref();
+        let wrote = {
+            if codec == Codec::Raw && conn.conn.is_encrypted() {
+                // The block stays in the replay window: copied into the codec's buffer (a
+                // block's size once the codec ran; grown to one without a codec) and sealed
+                // there, so it goes in one gathering write rather than as 64 KiB copies.
+                if self.cbuf.len() < raw.len() {
+                    self.cbuf.resize(raw.len(), 0);
+                }
+                let copy = &mut self.cbuf[..raw.len()];
+                copy.copy_from_slice(raw);
+                put_unit(conn, gate, &self.hdr, copy, &mut self.head)
+            } else if codec == Codec::Raw {
+                // Unencrypted: written straight from the block.
+                put(
+                    conn,
+                    gate,
+                    FrameKind::Data,
+                    &[&self.hdr, raw],
+                    len,
+                    &mut self.head,
+                )
+            } else {
+                // A replay compresses the block again: this output can be sealed in place.
+                put_unit(
+                    conn,
+                    gate,
+                    &self.hdr,
+                    &mut self.cbuf[..packed],
+                    &mut self.head,
+                )
             }
-            let copy = &mut self.cbuf[..raw.len()];
-            copy.copy_from_slice(raw);
-            put_unit(conn, self.link.pace, &self.hdr, copy, &mut self.head)?;
-        } else if codec == Codec::Raw {
-            // Unencrypted: written straight from the block.
-            put(
-                conn,
-                self.link.pace,
-                FrameKind::Data,
-                &[&self.hdr, raw],
-                len,
-                &mut self.head,
-            )?;
-        } else {
-            // A replay compresses the block again: this output can be sealed in place.
-            put_unit(
-                conn,
-                self.link.pace,
-                &self.hdr,
-                &mut self.cbuf[..packed],
-                &mut self.head,
-            )?;
-        }
+        };
+        progress.end(wrote.is_ok());
+        wrote?;
         let sample = crate::send::sample::link_sample(&self.enc, &conn.conn, before);
         self.enc.wrote(started.elapsed(), sample);
         if let Some(l) = self.enc.last_level() {
@@ -274,5 +288,53 @@ impl<'a> Stream<'a> {
         self.link.target.count(conn.generation);
         Counters::add(&self.counters.wire_bytes, len as u64);
         Ok(())
+    }
+}
+
+/// A fresh block's share of `sent_bytes` while its frame goes out: each piece of the frame
+/// counts its part of the block's raw bytes (compressed or not); a write that fails takes
+/// back what it counted (the block is sent again).
+struct Share<'a> {
+    sent: &'a std::sync::atomic::AtomicU64,
+    fresh: bool,
+    raw: u64,
+    wire: u64,
+    counted: std::cell::Cell<u64>,
+}
+
+impl<'a> Share<'a> {
+    fn new(sent: &'a std::sync::atomic::AtomicU64, fresh: bool, raw: usize, wire: usize) -> Self {
+        Share {
+            sent,
+            fresh,
+            raw: raw as u64,
+            wire: (wire as u64).max(1),
+            counted: std::cell::Cell::new(0),
+        }
+    }
+
+    /// `n` more bytes of the frame may go.
+    fn went(&self, n: usize) {
+        if !self.fresh {
+            return;
+        }
+        let have = self.counted.get();
+        let part = (n as u64 * self.raw / self.wire).min(self.raw - have);
+        self.counted.set(have + part);
+        Counters::add(self.sent, part);
+    }
+
+    /// The frame is written (`ok`: all of it counts) or failed (none of it does).
+    fn end(&self, ok: bool) {
+        if !self.fresh {
+            return;
+        }
+        let have = self.counted.get();
+        match ok {
+            true => Counters::add(self.sent, self.raw - have),
+            false => {
+                self.sent.fetch_sub(have, Ordering::Relaxed);
+            }
+        }
     }
 }
