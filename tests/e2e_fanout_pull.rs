@@ -12,37 +12,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use support::fanout_ssh::{copy_cmd, dirs, far};
 use support::sshd::Sshd;
 use support::*;
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
-}
-
-/// `haul copy` through `sshd`: `args`, then `--also` for each of `also`.
-fn copy_cmd(sshd: &Sshd, args: &[&str], also: &[String]) -> Command {
-    let mut cmd = Command::new(haul_bin());
-    cmd.args(["copy", "-e", &sshd.rsh(), "--remote-haul", haul_bin()])
-        .args(["--json", "-q", "--block-size", BLOCK_SIZE_ARG])
-        .args(args);
-    for a in also {
-        cmd.args(["--also", a]);
-    }
-    cmd
-}
-
-fn far(d: &Path) -> String {
-    format!("127.0.0.1:{}/", d.display())
-}
-
-fn dirs(parent: &Path, name: &str, n: usize) -> Vec<PathBuf> {
-    (1..=n)
-        .map(|i| {
-            let d = parent.join(format!("{name}{i}"));
-            std::fs::create_dir(&d).unwrap();
-            d
-        })
-        .collect()
 }
 
 #[test]

@@ -14,6 +14,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use support::fanout_ssh::{copy_cmd, dirs, far};
 use support::sshd::Sshd;
 use support::*;
 
@@ -59,33 +60,12 @@ impl Drop for Locked {
 
 /// `haul copy` through `sshd`: `args`, then `--also` for each of `also`.
 fn copy(sshd: &Sshd, args: &[&str], also: &[String]) -> Outcome {
-    let mut cmd = Command::new(haul_bin());
-    cmd.args(["copy", "-e", &sshd.rsh(), "--remote-haul", haul_bin()])
-        .args(["--json", "-q", "--block-size", BLOCK_SIZE_ARG])
-        .args(args);
-    for a in also {
-        cmd.args(["--also", a]);
-    }
-    Running::spawn("copy", cmd).wait()
-}
-
-fn far(d: &Path) -> String {
-    format!("127.0.0.1:{}/", d.display())
+    Running::spawn("copy", copy_cmd(sshd, args, also)).wait()
 }
 
 /// A destination on a host ssh cannot reach (nothing listens on the sshd's port there).
 fn unreachable(d: &Path) -> String {
     format!("127.0.0.2:{}/", d.display())
-}
-
-fn dirs(parent: &Path, name: &str, n: usize) -> Vec<PathBuf> {
-    (1..=n)
-        .map(|i| {
-            let d = parent.join(format!("{name}{i}"));
-            std::fs::create_dir(&d).unwrap();
-            d
-        })
-        .collect()
 }
 
 /// What `--json` says of the replica `host` (`"ok":true`, or `"ok":false,…exit_code`).

@@ -10,6 +10,7 @@
 //! - [`seccomp`]: `haul` with one system call failing, as an older kernel's would.
 //! - [`netbed`]: the shared netlab test bed under a test's own names.
 //! - [`fanout_pipe`]: a stream chain's receivers and sender, its JSON's digest.
+//! - [`fanout_ssh`]: a copy's fan-out command through the test sshd, far destinations.
 //!
 //! The helpers panic with a full explanation instead of returning errors: a test either
 //! proves what arrived or fails saying what did not. Each test binary uses a subset, hence
@@ -18,6 +19,7 @@
 
 pub mod compare;
 pub mod fanout_pipe;
+pub mod fanout_ssh;
 pub mod netbed;
 pub mod pipe_harness;
 pub mod piped;
