@@ -2,6 +2,7 @@
 //!
 //! - [`tree`]: builds the hostile-but-legal source tree (and random files).
 //! - [`compare`]: asserts that a destination tree equals its source, stat for stat.
+//! - [`db`]: throwaway PostgreSQL and MariaDB servers, their accounts and programs.
 //! - [`process`]: runs `haul recv`, `send` and `copy` with timeouts, reading the ticket.
 //! - [`piped`]: children whose stdin/stdout are wired to each other, stderr read by line.
 //! - [`pipe_harness`]: pipe-mode runs with a ticket file, JSON fields, namespaces to cut
@@ -18,6 +19,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod compare;
+pub mod db;
 pub mod fanout_pipe;
 pub mod fanout_ssh;
 pub mod netbed;

@@ -140,6 +140,14 @@ impl Proc {
         }
     }
 
+    /// Everything it wrote to stderr so far.
+    pub fn stderr_so_far(&self) -> String {
+        self.stderr_log
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default()
+    }
+
     /// Waits for the exit (stderr closing, then the reap); kills it and panics after
     /// [`PROCESS_TIMEOUT`].
     pub fn finish(mut self) -> Finished {
