@@ -320,6 +320,10 @@ pub struct TransferArgs {
     /// (K, M, G: KiB, MiB, GiB); change it while running with `haul limit`.
     #[arg(long, value_name = "RATE")]
     pub limit: Option<String>,
+    /// TCP congestion control of the data connections, e.g. bbr or cubic (default: bbr
+    /// where the kernel offers it, else the host's default).
+    #[arg(long, value_name = "NAME")]
+    pub cc: Option<String>,
     /// rsync's spelling of --limit: a bare number is KiB per second.
     #[arg(long, value_name = "RATE", hide = true, conflicts_with = "limit")]
     pub bwlimit: Option<String>,
@@ -432,7 +436,9 @@ fn heading(sub: &str, id: &str) -> Option<&'static str> {
         | "one_file_system" | "copy_links" | "copy_unsafe_links" | "shard" => "Filters",
         "no_xattrs" | "no_owner" | "no_group" | "no_devices" | "no_specials" | "keep_dirlinks"
         | "chown" => "Metadata",
-        "streams" | "compress" | "block_size" | "buffer" | "limit" | "keep_cache" => "Performance",
+        "streams" | "compress" | "block_size" | "buffer" | "limit" | "cc" | "keep_cache" => {
+            "Performance"
+        }
         "rsh" | "remote_haul" | "via_ssh" | "no_encrypt" | "no_cache" | "also" | "retries"
         | "timeout" => "Remote",
         "quiet" | "json" | "verbose" | "itemize_changes" | "stats" => "Output",

@@ -117,6 +117,7 @@ pub(super) fn far_report(
         stream_blake3: None,
         codec_units: None,
         replicas: None,
+        congestion: None,
     }
 }
 

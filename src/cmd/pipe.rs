@@ -34,6 +34,7 @@ pub(crate) fn pipe_options(t: &Transfer, p: &Pipe, cfg: &Config) -> PipeOptions 
         keep_cache: cfg.keep_cache,
         chain: None,
         label: String::new(),
+        congestion: t.congestion.clone(),
     }
 }
 
@@ -147,6 +148,7 @@ pub(crate) fn finish_send_pipe(
         let shown = (!here).then_some(wire);
         eprintln!("{}", stream_line("sent", r.bytes, shown, r.started));
     }
+    super::say_congestion(r.congestion.as_ref(), cfg);
     if cfg.json {
         let j = Report {
             bytes_read: r.bytes,
@@ -156,6 +158,7 @@ pub(crate) fn finish_send_pipe(
             seconds: r.started.elapsed().as_secs_f64(),
             stream_blake3: Some(hex(&r.digest)),
             replicas,
+            congestion: r.congestion.clone(),
             ..Report::default()
         }
         .to_json();

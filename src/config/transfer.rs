@@ -59,6 +59,8 @@ pub struct Transfer {
     pub limit: Option<u64>,
     /// `--timeout`: end the run when nothing moved this long (None: never).
     pub stall: Option<Duration>,
+    /// `--cc`: the data connections' congestion control (None: BBR where offered).
+    pub congestion: Option<String>,
 }
 
 /// A file copy on this host under `--limit`, with no `--block-size` given, moves units
@@ -127,6 +129,13 @@ pub(super) fn transfer_config(
             Some(0) => None,
             Some(s) => Some(Duration::from_secs(s)),
             None => Some(DEFAULT_STALL),
+        },
+        congestion: match &a.cc {
+            Some(n) => {
+                crate::transport::congestion::check_name(n).map_err(Error::Usage)?;
+                Some(n.clone())
+            }
+            None => None,
         },
     })
 }

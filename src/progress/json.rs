@@ -34,6 +34,8 @@ pub struct Report {
     pub codec_units: Option<Vec<(String, u64)>>,
     /// A chain fan-out (sender): every receiver, in chain order.
     pub replicas: Option<Vec<ReplicaState>>,
+    /// The congestion control of the sender's data connections, and why (TCP only).
+    pub congestion: Option<(String, String)>,
 }
 
 /// One receiver of a chain fan-out, as `--json` names it.
@@ -70,6 +72,14 @@ impl Report {
             Some(h) => format!("{},\"stream_blake3\":\"{h}\"}}", &json[..json.len() - 1]),
             None => json,
         };
+        if let Some((cc, why)) = &self.congestion {
+            json.pop();
+            json.push_str(&format!(
+                ",\"congestion\":{},\"congestion_why\":{}}}",
+                json_string(cc),
+                json_string(why)
+            ));
+        }
         if let Some(mix) = &self.codec_units {
             json.pop();
             json.push_str(",\"codec_units\":{");
@@ -161,6 +171,19 @@ mod tests {
         let j = r.to_json();
         assert!(
             j.ends_with(&format!("\"stream_blake3\":\"{}\"}}", "ab".repeat(32))),
+            "{j}"
+        );
+    }
+
+    #[test]
+    fn json_names_the_congestion_control() {
+        let r = Report {
+            congestion: Some(("bbr".into(), "haul's choice".into())),
+            ..Report::default()
+        };
+        let j = r.to_json();
+        assert!(
+            j.ends_with(r#","congestion":"bbr","congestion_why":"haul's choice"}"#),
             "{j}"
         );
     }

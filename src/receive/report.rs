@@ -61,6 +61,7 @@ impl ReceiveReport {
             stream_blake3: None,
             codec_units: None,
             replicas: None,
+            congestion: None,
         }
     }
 }

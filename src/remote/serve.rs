@@ -103,6 +103,9 @@ pub fn run(uploaded: bool) -> i32 {
                     chain: None,
                     label: String::new(),
                     stall: Some(crate::config::DEFAULT_STALL),
+                    // A pull's far end sends on the connections it accepted: BBR where
+                    // offered (`transport::congestion`).
+                    congestion: None,
                 });
             match opts {
                 Ok(o) => serve_send(&out, input, &finished, &paths, o, listen, advertise),

@@ -82,6 +82,7 @@ where
     let (chain, vouching) = vouch::prepare(&opts.chain)?;
     let target = Target::new(&dial, key, report::has_chain(&chain), encrypts(&chain));
     target.bound_writes(WRITE_STALL);
+    target.use_congestion(opts.congestion.as_deref())?;
     let succ = report::successors(&opts.label, &chain);
     let mut link = Link::open(&target, start, opts.retries, &counters, succ)?;
     link.set_stall(opts.stall);
@@ -216,6 +217,7 @@ where
         started,
         chain: opts.chain.clone(),
         replicas,
+        congestion: target.congestion(),
     })
 }
 

@@ -73,6 +73,8 @@ pub struct PipeOptions {
     pub chain: Option<Chain>,
     /// How messages and the report name the first receiver (in a chain fan-out).
     pub label: String,
+    /// `--cc`: the congestion control of the data connections (None: BBR where offered).
+    pub congestion: Option<String>,
 }
 
 /// What the sender reports once the receiver confirmed the stream.
@@ -91,6 +93,8 @@ pub struct PipeReport {
     /// A chain fan-out: what became of each receiver (the first included when it failed
     /// or answered), as the sender and the receivers reported it.
     pub replicas: Vec<Replica>,
+    /// The congestion control of the data connections and why (None: not TCP).
+    pub congestion: Option<(String, String)>,
 }
 
 /// How often the driver looks at the reader and the streams between control messages.
@@ -133,6 +137,7 @@ where
     };
     let encrypt = chain.as_ref().is_none_or(|c| c.encrypt);
     let target = Target::new(&dial, key, has_chain(&chain), encrypt);
+    target.use_congestion(opts.congestion.as_deref())?;
     let succ = successors(&opts.label, &chain);
     let mut link = Link::open(&target, start, opts.retries, &counters, succ)?;
     let flow = Arc::new(Flow::new());
@@ -238,6 +243,7 @@ where
                 started,
                 chain: opts.chain.clone(),
                 replicas,
+                congestion: target.congestion(),
             })
         }
         Err(e) => {

@@ -43,6 +43,8 @@ pub struct SendOptions {
     pub label: String,
     /// `--timeout`: the run ends when nothing moved this long (None: never).
     pub stall: Option<std::time::Duration>,
+    /// `--cc`: the congestion control of the data connections (None: BBR where offered).
+    pub congestion: Option<String>,
 }
 
 /// Whether `chain` names receivers after the first (so the sender can go on without it).
@@ -79,6 +81,8 @@ pub struct SendReport {
     /// A chain fan-out: what became of each receiver (the first included when it failed
     /// or answered), as the sender and the receivers reported it.
     pub replicas: Vec<crate::protocol::Replica>,
+    /// The congestion control of the data connections and why (None: not TCP).
+    pub congestion: Option<(String, String)>,
 }
 
 impl SendReport {
@@ -101,6 +105,7 @@ impl SendReport {
             stream_blake3: None,
             codec_units: c.codec_mix().map(crate::codec::named_levels),
             replicas: None,
+            congestion: self.congestion.clone(),
         }
     }
 

@@ -52,6 +52,11 @@ pub(super) struct Target<'a> {
     write_stall: OnceLock<Duration>,
     /// Data units being written now (see [`Target::writing`]).
     writing: AtomicUsize,
+    /// `--cc`: the congestion control every connection is switched to.
+    congestion: OnceLock<String>,
+    /// The congestion control the first TCP connection ended up with, and why (the
+    /// report's).
+    congestion_seen: OnceLock<(String, String)>,
 }
 
 impl<'a> Target<'a> {
@@ -79,6 +84,8 @@ impl<'a> Target<'a> {
             moved: Condvar::new(),
             write_stall: OnceLock::new(),
             writing: AtomicUsize::new(0),
+            congestion: OnceLock::new(),
+            congestion_seen: OnceLock::new(),
         }
     }
 
@@ -87,6 +94,24 @@ impl<'a> Target<'a> {
     /// forever on a receiver that stopped reading.
     pub(super) fn bound_writes(&self, stall: Duration) {
         let _ = self.write_stall.set(stall);
+    }
+
+    /// Switches every connection dialed from now on to congestion control `name` (`--cc`),
+    /// once the kernel said it may (a usage error otherwise); without it they keep what the
+    /// transport chose (BBR where offered).
+    pub(super) fn use_congestion(&self, name: Option<&str>) -> Result<()> {
+        if let Some(n) = name {
+            transport::congestion::check_usable(n)
+                .map_err(|e| crate::error::Error::Usage(e.to_string()))?;
+            let _ = self.congestion.set(n.to_owned());
+        }
+        Ok(())
+    }
+
+    /// The congestion control of the connections (the first TCP one's) and why, if any
+    /// was TCP.
+    pub(super) fn congestion(&self) -> Option<(String, String)> {
+        self.congestion_seen.get().cloned()
     }
 
     /// Runs `write` (of one data unit) counted in [`Target::writing`].
@@ -120,6 +145,14 @@ impl<'a> Target<'a> {
         if let Some(stall) = self.write_stall.get() {
             conn.set_write_timeout(Some(*stall))
                 .map_err(crate::session::lost)?;
+        }
+        if let Some(name) = self.congestion.get() {
+            conn.set_congestion(name)
+                .map_err(|e| crate::error::Error::Usage(e.to_string()))?;
+        }
+        if let (None, Some(cc)) = (self.congestion_seen.get(), conn.congestion()) {
+            let why = transport::congestion::why(&cc, self.congestion.get().is_some());
+            let _ = self.congestion_seen.set((cc, why));
         }
         Ok(Dialed {
             conn,

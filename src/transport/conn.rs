@@ -202,16 +202,34 @@ impl Conn {
         }
     }
 
+    /// The TCP socket underneath; `None` for a local pair or a tunnel.
+    fn tcp(&self) -> Option<&TcpStream> {
+        match &self.io {
+            Io::Plain(s) => Some(s),
+            Io::Tls(s) => Some(s.tcp()),
+            Io::TlsServer(s) => Some(s.tcp()),
+            Io::Unix(_) | Io::Tunnel(_) => None,
+        }
+    }
+
+    /// The congestion control algorithm of the TCP connection (`None`: not TCP).
+    pub fn congestion(&self) -> Option<String> {
+        self.tcp().and_then(super::congestion::get)
+    }
+
+    /// Switches the TCP connection to congestion control `name` (`--cc`); a local pair or
+    /// a tunnel has none to set and is left alone.
+    pub fn set_congestion(&self, name: &str) -> io::Result<()> {
+        match self.tcp() {
+            Some(s) => super::congestion::set(s, name),
+            None => Ok(()),
+        }
+    }
+
     /// TCP's latest delivery-rate sample of this connection (see [`super::sys::delivery`]);
     /// `None` for a local pair, a tunnel, or a kernel that does not say.
     pub fn delivery(&self) -> Option<super::sys::Delivery> {
-        let tcp = match &self.io {
-            Io::Plain(s) => s,
-            Io::Tls(s) => s.tcp(),
-            Io::TlsServer(s) => s.tcp(),
-            Io::Unix(_) | Io::Tunnel(_) => return None,
-        };
-        super::sys::delivery(tcp)
+        super::sys::delivery(self.tcp()?)
     }
 
     /// The peer for messages: "198.18.0.1:40000", "[2001:db8::1]:40000" or "local".

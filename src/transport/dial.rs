@@ -30,7 +30,8 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Dials the ticket's addresses in order (3 s connect timeout each; the first that connects
 /// and authenticates wins), runs TLS 1.3 with the certificate pinned by the ticket's
-/// fingerprint when `encrypt`, then proves the secret. TCP_NODELAY is on.
+/// fingerprint when `encrypt`, then proves the secret. TCP_NODELAY is on, and BBR where
+/// the kernel offers it (`congestion`).
 ///
 /// When no address works, the error is the first handshake failure if any address answered
 /// (that is the informative one), otherwise `Connect` listing every address.
@@ -103,6 +104,7 @@ fn establish(
 ) -> Result<Conn, TransportError> {
     let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
     sock.set_nodelay(true).map_err(TransportError::Io)?;
+    super::congestion::prefer(&sock);
     let key = ticket.secret.conn_key();
     let nonce_c = random32().map_err(TransportError::Io)?;
     if !encrypt {

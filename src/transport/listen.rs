@@ -465,6 +465,7 @@ fn accept_one(
     let setup = |e: io::Error| format!("socket setup: {e}");
     sock.set_nonblocking(false).map_err(setup)?;
     sock.set_nodelay(true).map_err(setup)?;
+    super::congestion::prefer(&sock);
     let first_deadline = deadline.min(now + FIRST_BYTE_TIMEOUT);
     arm_deadline(&sock, Some(first_deadline), true).map_err(setup)?;
     let mut first = [0u8; 1];

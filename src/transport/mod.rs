@@ -13,14 +13,14 @@
 //! transfer: handshakes are capped per source address, a newcomer evicts the oldest silent
 //! one, and refusals are logged a few lines per 10 s, then counted. Data streams run at
 //! GB/s: a TLS read takes up to 256 KiB of ciphertext per system call, which rustls
-//! decrypts in place (`tls_stream`); TCP_NODELAY on, socket buffers left to kernel
-//! autotuning.
+//! decrypts in place (`tls_stream`); TCP_NODELAY on, BBR where the kernel offers it
+//! (`congestion`), socket buffers left to kernel autotuning.
 //!
 //! **Non-goals.** Framing, retries and resume live above this module; so does the policy of
 //! whether plain connections are acceptable ([`Accepted::encrypted`] says which it was). No
 //! certificate authorities, names or expiry: the ticket is the only root of trust.
 //!
-//! Layout: `handshake` (sans-IO state machines), `auth` (drives them over a stream),
+//! Layout: `congestion` (the algorithm per connection), `handshake` (sans-IO state machines), `auth` (drives them over a stream),
 //! `admit` (which handshakes may run at once; the refusal log), `deadline`
 //! (deadline-bounded handshake I/O and what its errors mean), `ticket`, `tls` (configs,
 //! pinning), `tls_stream` (the TLS data path on rustls's unbuffered API) and `tls_wire`
@@ -32,6 +32,7 @@ use std::fmt;
 
 mod admit;
 mod auth;
+pub mod congestion;
 mod conn;
 mod deadline;
 mod dial;

@@ -12,6 +12,7 @@
 //! - [`netbed`]: the shared netlab test bed under a test's own names.
 //! - [`fanout_pipe`]: a stream chain's receivers and sender, its JSON's digest.
 //! - [`fanout_ssh`]: a copy's fan-out command through the test sshd, far destinations.
+//! - [`wanbed`]: the shared wanlab emulator (RTT, loss, rate, outages) under a test's name.
 //!
 //! The helpers panic with a full explanation instead of returning errors: a test either
 //! proves what arrived or fails saying what did not. Each test binary uses a subset, hence
@@ -29,6 +30,7 @@ pub mod process;
 pub mod seccomp;
 pub mod sshd;
 pub mod tree;
+pub mod wanbed;
 
 use std::fs;
 use std::net::TcpListener;

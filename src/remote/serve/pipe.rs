@@ -100,6 +100,7 @@ pub(super) fn serve_send_stream(out_lines: &Out, req: SendStream) -> Result<u64>
         size: None,
         chain: None,
         label: String::new(),
+        congestion: None,
     };
     Ok(send_pipe(&from, &opts, key, dial)?.bytes)
 }
