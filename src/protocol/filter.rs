@@ -10,10 +10,15 @@
 //! `/` elsewhere (trailing one aside) or `**` is matched against the whole path, which
 //! for an unanchored pattern without `**` means its last components at any depth
 //! (`foo/bar` matches `x/foo/bar`), and a pattern with neither against the last
-//! component. A trailing `/` matches directories only; `dir/***` matches `dir` and all
-//! below. `*` does not cross `/`, `**` does, `?` is one character but `/`, `[...]` a
-//! class (`!` or `^` negates, `a-z` ranges), `\` escapes in a wildcard pattern. `+ ` and
-//! `- ` before a pattern make it an include or an exclude, as rsync reads them.
+//! component. A pattern starting with `**` is matched against `/` + the path, so `**/x`
+//! also matches a top-level `x`. A trailing `/` matches directories only; a pattern ending
+//! in `***` matches a directory as `name/`, so `dir/***` matches `dir` and all below.
+//! `*` does not cross `/`, `**` does, `?` is one character but `/`, `[...]` a class (`!`
+//! or `^` negates, `a-z` ranges, `[:alpha:]` and the other POSIX names, ASCII only), `\`
+//! escapes in a wildcard pattern; an unclosed `[`, an unknown `[:name:]` or a trailing
+//! `\` makes rsync's wildmatch abort, so such a rule matches nothing. `+ ` and `- ` before
+//! a pattern make it an include or an exclude, as rsync reads them. The property test
+//! `tests/e2e_parity_wildmatch.rs` holds all this against rsync itself.
 //!
 //! Not here: merge files, `:` dir-merge, modifiers (`s`, `r`, `p`, `x`...), `!` (clear),
 //! `--filter`, `-F`, `--cvs-exclude`. Matching is a table walk, O(pattern × path): a
@@ -114,15 +119,18 @@ impl Filter {
 struct Compiled {
     rule: FilterRule,
     tokens: Vec<Token>,
+    /// Malformed for rsync's wildmatch (an unclosed `[`, an unknown `[:name:]`, a
+    /// trailing `\`): it aborts every match, so the rule matches nothing.
+    never: bool,
     anchored: bool,
     dir_only: bool,
     /// Slashes in the pattern (the trailing one aside).
     slashes: usize,
-    /// Contains `**`.
+    /// Contains `**` (and so is a wildcard pattern).
     wild2: bool,
-    /// Starts with `**`.
+    /// Starts with `**`: matched against `/` + the path, so `**/x` finds a top-level `x`.
     wild2_prefix: bool,
-    /// Ends with `/***`: also matches the directory itself.
+    /// Ends with `***`: a directory is matched as `name/`, so `dir/***` matches `dir`.
     wild3_suffix: bool,
 }
 
@@ -135,8 +143,79 @@ enum Token {
     Star,
     /// `**` (or more stars)
     StarStar,
-    /// `[...]`: ranges (inclusive) and whether negated.
-    Class(Vec<(u8, u8)>, bool),
+    /// `[...]`: its members and whether negated.
+    Class(Vec<Member>, bool),
+}
+
+/// One member of a `[...]` class.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Member {
+    /// A byte range, inclusive (a single byte: both ends alike).
+    Range(u8, u8),
+    /// `[:name:]`, ASCII only as in rsync's wildmatch.
+    Posix(Posix),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Posix {
+    Alnum,
+    Alpha,
+    Blank,
+    Cntrl,
+    Digit,
+    Graph,
+    Lower,
+    Print,
+    Punct,
+    Space,
+    Upper,
+    Xdigit,
+}
+
+impl Posix {
+    fn named(name: &[u8]) -> Option<Posix> {
+        Some(match name {
+            b"alnum" => Posix::Alnum,
+            b"alpha" => Posix::Alpha,
+            b"blank" => Posix::Blank,
+            b"cntrl" => Posix::Cntrl,
+            b"digit" => Posix::Digit,
+            b"graph" => Posix::Graph,
+            b"lower" => Posix::Lower,
+            b"print" => Posix::Print,
+            b"punct" => Posix::Punct,
+            b"space" => Posix::Space,
+            b"upper" => Posix::Upper,
+            b"xdigit" => Posix::Xdigit,
+            _ => return None,
+        })
+    }
+
+    fn has(self, c: u8) -> bool {
+        match self {
+            Posix::Alnum => c.is_ascii_alphanumeric(),
+            Posix::Alpha => c.is_ascii_alphabetic(),
+            Posix::Blank => c == b' ' || c == b'\t',
+            Posix::Cntrl => c.is_ascii_control(),
+            Posix::Digit => c.is_ascii_digit(),
+            Posix::Graph => c.is_ascii_graphic(),
+            Posix::Lower => c.is_ascii_lowercase(),
+            Posix::Print => c.is_ascii_graphic() || c == b' ',
+            Posix::Punct => c.is_ascii_punctuation(),
+            Posix::Space => matches!(c, b' ' | b'\t'..=b'\r'),
+            Posix::Upper => c.is_ascii_uppercase(),
+            Posix::Xdigit => c.is_ascii_hexdigit(),
+        }
+    }
+}
+
+impl Member {
+    fn has(self, c: u8) -> bool {
+        match self {
+            Member::Range(lo, hi) => lo <= c && c <= hi,
+            Member::Posix(p) => p.has(c),
+        }
+    }
 }
 
 impl Compiled {
@@ -148,22 +227,26 @@ impl Compiled {
             dir_only = true;
         }
         let slashes = p.iter().filter(|&&b| b == b'/').count();
-        let wild2 = p.windows(2).any(|w| w == b"**");
-        let wild2_prefix = p.starts_with(b"**");
-        let wild3_suffix = p.ends_with(b"/***") || p == b"***";
+        let wild = p.iter().any(|b| matches!(b, b'*' | b'?' | b'['));
+        let star2 = p.windows(2).position(|w| w == b"**");
+        let wild2 = wild && star2.is_some();
+        let wild2_prefix = star2 == Some(0);
+        let wild3_suffix = wild2 && p.ends_with(b"***");
         let anchored = p.starts_with(b"/");
         if anchored {
             p = &p[1..];
         }
-        let wild = p.iter().any(|b| matches!(b, b'*' | b'?' | b'['));
-        let tokens = if wild {
-            tokenize(p)
-        } else {
-            p.iter().map(|&b| Token::Byte(b)).collect()
+        let (tokens, never) = match wild {
+            true => match tokenize(p) {
+                Some(t) => (t, false),
+                None => (Vec::new(), true),
+            },
+            false => (p.iter().map(|&b| Token::Byte(b)).collect(), false),
         };
         Compiled {
             rule,
             tokens,
+            never,
             anchored,
             dir_only,
             slashes,
@@ -173,9 +256,10 @@ impl Compiled {
         }
     }
 
-    /// rsync's `rule_matches`.
+    /// rsync's `rule_matches` (exclude.c) over `wildmatch_array` (wildmatch.c): the
+    /// strings rsync matches one after the other are joined here into one text.
     fn matches(&self, path: &[u8], is_dir: bool) -> bool {
-        if self.dir_only && !is_dir {
+        if self.never || (self.dir_only && !is_dir) {
             return false;
         }
         let mut name = path;
@@ -184,7 +268,11 @@ impl Compiled {
                 name = &path[i + 1..];
             }
         }
-        let mut text = name.to_vec();
+        let mut text = Vec::with_capacity(name.len() + 2);
+        if self.wild2_prefix {
+            text.push(b'/');
+        }
+        text.extend_from_slice(name);
         if is_dir && self.wild3_suffix {
             text.push(b'/');
         }
@@ -211,13 +299,14 @@ impl Compiled {
     }
 }
 
-fn tokenize(p: &[u8]) -> Vec<Token> {
+/// A wildcard pattern's tokens, or `None` where rsync's wildmatch aborts.
+fn tokenize(p: &[u8]) -> Option<Vec<Token>> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < p.len() {
         match p[i] {
-            b'\\' if i + 1 < p.len() => {
-                out.push(Token::Byte(p[i + 1]));
+            b'\\' => {
+                out.push(Token::Byte(*p.get(i + 1)?));
                 i += 2;
             }
             b'?' => {
@@ -229,54 +318,73 @@ fn tokenize(p: &[u8]) -> Vec<Token> {
                 out.push(if n > 1 { Token::StarStar } else { Token::Star });
                 i += n;
             }
-            b'[' => match class(&p[i + 1..]) {
-                Some((tok, used)) => {
-                    out.push(tok);
-                    i += 1 + used;
-                }
-                None => {
-                    out.push(Token::Byte(b'['));
-                    i += 1;
-                }
-            },
+            b'[' => {
+                let (tok, used) = class(&p[i + 1..])?;
+                out.push(tok);
+                i += 1 + used;
+            }
             b => {
                 out.push(Token::Byte(b));
                 i += 1;
             }
         }
     }
-    out
+    Some(out)
 }
 
-/// Parses a class after its `[`: the token and how many bytes it used (through `]`), or
-/// `None` when it is not closed (then `[` is literal).
+/// Parses a class after its `[` as rsync's `dowild` reads one: the token and how many
+/// bytes it used (through `]`), or `None` where it is not closed or names an unknown
+/// `[:class:]`. A `]` first is a member; `-` between two members is a range (not after
+/// a range or a `[:class:]`, not before `]`); `\` escapes.
 fn class(p: &[u8]) -> Option<(Token, usize)> {
     let mut i = 0;
     let negated = matches!(p.first(), Some(b'!' | b'^'));
     if negated {
         i += 1;
     }
-    let mut ranges = Vec::new();
-    let mut first = true;
-    while i < p.len() {
-        let mut c = p[i];
-        if c == b']' && !first {
-            return Some((Token::Class(ranges, negated), i + 1));
+    let mut members = Vec::new();
+    // The member before, for a range; 0: none (rsync's `prev_ch`).
+    let mut prev = 0u8;
+    loop {
+        let c = *p.get(i)?;
+        if c == 0 {
+            return None;
         }
-        first = false;
-        if c == b'\\' && i + 1 < p.len() {
+        if c == b'\\' {
             i += 1;
-            c = p[i];
-        }
-        if i + 2 < p.len() && p[i + 1] == b'-' && p[i + 2] != b']' {
-            ranges.push((c, p[i + 2]));
-            i += 3;
+            let e = *p.get(i)?;
+            members.push(Member::Range(e, e));
+            prev = e;
+        } else if c == b'-' && prev != 0 && p.get(i + 1).is_some_and(|&n| n != b']') {
+            i += 1;
+            let mut end = p[i];
+            if end == b'\\' {
+                i += 1;
+                end = *p.get(i)?;
+            }
+            members.push(Member::Range(prev, end));
+            prev = 0;
+        } else if c == b'[' && p.get(i + 1) == Some(&b':') {
+            let s = i + 2;
+            let close = s + p[s..].iter().position(|&b| b == b']')?;
+            if close > s && p[close - 1] == b':' {
+                members.push(Member::Posix(Posix::named(&p[s..close - 1])?));
+                prev = 0;
+                i = close;
+            } else {
+                // No `:]`: the `[` is a member like any other.
+                members.push(Member::Range(b'[', b'['));
+                prev = b'[';
+            }
         } else {
-            ranges.push((c, c));
-            i += 1;
+            members.push(Member::Range(c, c));
+            prev = c;
+        }
+        i += 1;
+        if p.get(i) == Some(&b']') {
+            return Some((Token::Class(members, negated), i + 1));
         }
     }
-    None
 }
 
 /// Whether `tokens` match all of `text`: a table over pattern positions, one text byte at
@@ -296,9 +404,7 @@ fn glob(tokens: &[Token], text: &[u8]) -> bool {
             match &tokens[k] {
                 Token::Byte(b) if *b == c => next[k + 1] = true,
                 Token::One if c != b'/' => next[k + 1] = true,
-                Token::Class(r, neg)
-                    if c != b'/' && r.iter().any(|&(a, b)| a <= c && c <= b) != *neg =>
-                {
+                Token::Class(m, neg) if c != b'/' && m.iter().any(|m| m.has(c)) != *neg => {
                     next[k + 1] = true
                 }
                 // A star stays where it is while it eats a byte.
@@ -398,6 +504,31 @@ mod tests {
         assert!(ex(&["[a-c]x"], "bx", false));
         assert!(ex(&["\\*"], "*", false));
         assert!(!ex(&["\\*x?"], "ax1", false));
+    }
+
+    #[test]
+    fn a_leading_double_star_matches_at_the_top_as_in_rsync() {
+        // rsync matches a `**` prefix against `/` + the path (issue 39, item 1).
+        assert!(ex(&["**/bar"], "bar", true));
+        assert!(ex(&["**/bar"], "x/y/bar", false));
+        assert!(ex(&["**/bar/**"], "bar/f", false));
+        assert!(!ex(&["/**/bar"], "bar", true));
+        assert!(!ex(&["**?bar"], "bar", false));
+    }
+
+    #[test]
+    fn classes_and_malformed_patterns_as_rsync_s_wildmatch() {
+        assert!(ex(&["x[[:digit:]]"], "x1", false));
+        assert!(!ex(&["x[[:digit:]]"], "xa", false));
+        assert!(ex(&["[[:upper:][:punct:]]*"], "d/Foo", false));
+        assert!(ex(&["[]b]"], "]", false));
+        assert!(ex(&["[!]]"], "a", false));
+        assert!(ex(&["[a-]"], "-", false));
+        assert!(ex(&["[[:a]"], ":", false));
+        // rsync's wildmatch aborts on these: the rule matches nothing.
+        assert!(!ex(&["[a"], "[a", false));
+        assert!(!ex(&["*[[:nope:]]"], "x", false));
+        assert!(!ex(&["a*\\"], "a\\", false));
     }
 
     #[test]
