@@ -505,7 +505,17 @@ pub fn parse() -> Cli {
                 let first = first.strip_prefix("error: ").unwrap_or(first);
                 crate::stdio::println(&crate::progress::failure_json(first, e.exit_code()));
             }
-            e.exit()
+            // clap's "error: " begins the message; every other haul message begins
+            // "haul: error: ", and a script's grep for it should find this one too.
+            let styled = e.render();
+            let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+            let text = match colour {
+                true => styled.ansi().to_string(),
+                false => styled.to_string(),
+            };
+            let _ =
+                std::io::Write::write_all(&mut std::io::stderr(), haul_prefixed(&text).as_bytes());
+            std::process::exit(e.exit_code())
         }
         // Help and version go to stdout; a reader that stopped early is no error.
         let styled = e.render();
@@ -517,6 +527,17 @@ pub fn parse() -> Cli {
         crate::stdio::print(&text);
         std::process::exit(0)
     })
+}
+
+/// clap's rendered error `text` with its leading `error:` (bare or coloured) made
+/// `haul: error:`, as every other message of haul begins.
+fn haul_prefixed(text: &str) -> String {
+    match text.find("error:") {
+        Some(at) if !text[..at].contains('\n') => {
+            format!("{}haul: {}", &text[..at], &text[at..])
+        }
+        _ => format!("haul: {text}"),
+    }
 }
 
 /// `args` with a lone `-h` (`haul -h`, `haul copy -h`) turned into `--help`, as rsync
