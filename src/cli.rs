@@ -8,9 +8,11 @@ use std::path::PathBuf;
 use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 mod habits;
+mod sst;
 pub mod unsupported;
 
 pub use habits::RsyncHabits;
+pub use sst::SstArgs;
 
 /// Move very large data between hosts over parallel, encrypted, verified streams.
 #[derive(Debug, Parser)]
@@ -203,6 +205,9 @@ pub enum CommandArgs {
     },
     /// Print the manual page: `haul man > /usr/local/share/man/man1/haul.1`.
     Man,
+    /// Galera's state transfer (`wsrep_sst_method=haul`), run by the `wsrep_sst_haul`
+    /// script that `haul sst --install-script DIR` writes.
+    Sst(SstArgs),
     /// The far end of a remote copy, started over ssh: reads its instructions on stdin.
     #[command(hide = true)]
     Serve {
@@ -448,7 +453,7 @@ fn heading(sub: &str, id: &str) -> Option<&'static str> {
 
 /// Commands none of whose work the global options (-q, --json, -v, --stats…) change:
 /// their `--help` leaves them out.
-const NO_GLOBALS: [&str; 3] = ["limit", "completions", "man"];
+const NO_GLOBALS: [&str; 4] = ["limit", "completions", "man", "sst"];
 
 /// The command-line definition, as `--help`, the completions and the man page show it.
 pub fn command() -> clap::Command {

@@ -10,6 +10,8 @@ mod local;
 mod pipe;
 mod probe;
 mod shards;
+mod sst;
+mod sst_proc;
 mod ticket;
 
 use std::io::Write;
@@ -205,6 +207,7 @@ fn run_command(cfg: &Config) -> Result<()> {
         Command::Probe(p, ssh) => probe::run_probe(p, ssh, cfg),
         Command::Completions(shell) => docs::completions(*shell, &mut std::io::stdout().lock()),
         Command::Man => docs::man(&mut std::io::stdout().lock()),
+        Command::Sst(job) => sst::run(job),
         Command::Serve { probe: true, .. } => {
             let mut out = std::io::stdout().lock();
             writeln!(out, "{}", crate::remote::wire::greeting(None))

@@ -160,6 +160,16 @@ pub enum Error {
         /// The exit code.
         code: i32,
     },
+    /// A step of a Galera state transfer (`haul sst`) failed: a program it ran (the
+    /// transfer, mariadb-backup) or what it needs from the server; with that step's exit
+    /// status where it has one.
+    #[error("sst: {message}")]
+    StateTransfer {
+        /// What failed, where, what to do.
+        message: String,
+        /// The exit-code class (the step's own when it was haul).
+        code: i32,
+    },
     /// An I/O error on our own side that fits nowhere else.
     #[error("{context}: {source}")]
     Io {
@@ -180,9 +190,10 @@ impl Error {
             Error::BlockHashMismatch { .. } | Error::Tampered { .. } | Error::Protocol(_) => {
                 exit::INTEGRITY
             }
-            Error::Remote { code, .. } | Error::Host { code, .. } | Error::Reported { code } => {
-                *code
-            }
+            Error::Remote { code, .. }
+            | Error::Host { code, .. }
+            | Error::Reported { code }
+            | Error::StateTransfer { code, .. } => *code,
             Error::Transport(t) => t.exit_code(),
             Error::TimedOut(_) => exit::NETWORK,
             Error::Partial { .. } => exit::PARTIAL,

@@ -167,7 +167,7 @@ fn man_page_names_every_command_and_option_and_renders() {
         "{}",
         &page[..200.min(page.len())]
     );
-    for cmd in ["recv", "send", "copy", "limit", "completions", "man"] {
+    for cmd in ["recv", "send", "copy", "limit", "completions", "man", "sst"] {
         assert!(
             page.contains(&format!(".SH \"HAUL {}\"", cmd.to_uppercase())),
             "the page has no section for {cmd}"

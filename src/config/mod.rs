@@ -14,6 +14,7 @@ mod probe;
 mod select;
 mod shard;
 mod size;
+mod sst;
 mod transfer;
 
 use std::net::{IpAddr, SocketAddr};
@@ -33,6 +34,7 @@ pub use pipe::{Pipe, PipeCopy, DEFAULT_PIPE_BUFFER, MAX_PIPE_BUFFER};
 pub use probe::{Probe, ProbeDest};
 pub use shard::{read_shard_file, PlanJob};
 pub use size::{parse_limit, parse_rate, parse_size};
+pub use sst::{listen_address, sst_options, Defaults, Sst, SstJob, SstOptions, SstRole};
 pub use transfer::{default_streams, Transfer, DEFAULT_RETRIES, DEFAULT_STALL, LOCAL_STREAMS};
 
 use crate::receive::pipe::PipeTo;
@@ -168,6 +170,8 @@ pub enum Command {
     Completions(clap_complete::Shell),
     /// Print the manual page.
     Man,
+    /// Galera's state transfer, one end (`haul sst`).
+    Sst(Sst),
     /// Measure what would bound a copy (a far destination is reached as `copy` would).
     Probe(Probe, SshOptions),
     /// The far end of a remote copy (hidden).
@@ -351,6 +355,10 @@ impl Config {
             CommandArgs::Serve { probe, uploaded } => Command::Serve { probe, uploaded },
             CommandArgs::Completions { shell } => Command::Completions(shell),
             CommandArgs::Man => Command::Man,
+            CommandArgs::Sst(a) => Command::Sst(match a.install_script {
+                Some(dir) => Sst::InstallScript(dir),
+                None => Sst::Run(sst::sst_job(&a.args)?),
+            }),
             CommandArgs::Probe {
                 paths,
                 streams,
