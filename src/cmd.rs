@@ -366,7 +366,8 @@ fn print_end(verb: &str, s: &Summary, c: &Counters, started: Instant, cfg: &Conf
     let here = matches!(cfg.command, Command::Copy { also: None, .. });
     let wire = (!here).then(|| load(&c.wire_bytes));
     let line = summary_line(verb, s.files, bytes, wire, started);
-    let resumed = (load(&c.resumed_files), load(&c.resumed_bytes));
+    // Only the receiver knows what it resumed: its summary says (also across the network).
+    let resumed = (s.resumed_files, s.resumed_bytes);
     eprintln!(
         "{line}{}",
         summary_tail(s.unchanged_bytes, resumed, s.deleted)

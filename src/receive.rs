@@ -361,7 +361,11 @@ impl Session<'_> {
                     }
                     store.protect(rules)
                 }
-                Control::Finish { failed, units } => {
+                Control::Finish {
+                    failed,
+                    units,
+                    unlisted,
+                } => {
                     store.discard(&failed)?;
                     let (shared, base, timeout) = (self.shared, self.units_base, self.timeout);
                     let (finished, relay) = (&mut self.finished, &mut self.relay);
@@ -376,7 +380,7 @@ impl Session<'_> {
                             *finished = Some(store.finish()?);
                         }
                         if let Some(r) = relay.as_mut() {
-                            if let Answer::Need(next) = r.finish(&failed) {
+                            if let Answer::Need(next) = r.finish(&failed, unlisted) {
                                 store.ignore(next.iter().map(|w| w.id));
                                 missing = union(missing, next);
                             }
@@ -391,7 +395,7 @@ impl Session<'_> {
                             self.reply(&Control::Replicas(r.replicas()))?;
                         }
                         let summary = self.finished.take().unwrap_or_default();
-                        return Ok((summary, failed.len() as u64));
+                        return Ok((summary, failed.len() as u64 + unlisted));
                     }
                     rounds += 1;
                     if rounds > MAX_ROUNDS {

@@ -162,6 +162,26 @@ fn a_partial_run_prints_its_summary_with_exit_23_and_counters_that_add_up() {
 }
 
 #[test]
+fn both_ends_of_a_network_run_agree_on_a_source_entry_the_walk_could_not_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    fs::create_dir(&src).unwrap();
+    fs::write(src.join("a"), b"ab").unwrap();
+    std::os::unix::fs::symlink("nowhere", src.join("dangling")).unwrap();
+    let dest = tmp.path().join("dest");
+    let (sent, received) = transfer(&[&with_slash(&src)], &dest, &["--json", "-L"], &["--json"]);
+    // Before: the sender exited 23 with failed_files 1, the receiver 0 with failed_files 0
+    // (the walk's failure never reached it: it has no manifest entry).
+    for (side, out, skip_ticket) in [("sender", &sent, false), ("receiver", &received, true)] {
+        out.assert_code(23);
+        let j = one_object(out, skip_ticket);
+        assert_eq!(field(&j, "failed_files"), 1, "{side}: {j}");
+        assert_eq!(field(&j, "files"), 1, "{side}: {j}");
+    }
+    assert_eq!(fs::read(dest.join("a")).unwrap(), b"ab");
+}
+
+#[test]
 fn files_that_keep_changing_print_the_summary_with_exit_24() {
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("src");

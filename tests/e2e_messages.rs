@@ -1,7 +1,7 @@
 //! What haul says, through the real binary: a copy on this host counts "1 file" and says
 //! nothing of a wire; a stream aimed at a directory is told to name a file; a re-run that
-//! continues an earlier one says it resumed; a receiver whose sender vanished says that both
-//! ends must be run again.
+//! continues an earlier one says it resumed (a sender across the network too); a receiver
+//! whose sender vanished says that both ends must be run again.
 
 mod support;
 
@@ -70,24 +70,33 @@ fn wait_for_journal(dir: &Path, records: u64, p: &Running) -> bool {
     panic!("no journal of {records} records in {dir:?} within {PROCESS_TIMEOUT:?}");
 }
 
-#[test]
-fn a_rerun_that_continues_an_earlier_one_says_it_resumed() {
-    let tmp = tempfile::tempdir().unwrap();
-    let src = tmp.path().join("src");
+/// The options of both runs of [`interrupted`].
+const ARGS: [&str; 4] = ["--streams", "2", "--block-size", "1M"];
+
+/// `tmp`/src with one file of 32 MiB, and `tmp`/dest where a copy of it was killed once
+/// its journal recorded 4 blocks.
+fn interrupted(tmp: &Path, seed: u64) -> (PathBuf, PathBuf) {
+    let src = tmp.join("src");
     fs::create_dir(&src).unwrap();
-    write_random_file(&src.join("big.bin"), 32 * MIB, 3);
-    let dest = tmp.path().join("dest");
-    let args = ["--streams", "2", "--block-size", "1M"];
+    write_random_file(&src.join("big.bin"), 32 * MIB, seed);
+    let dest = tmp.join("dest");
     let mut cmd = Haul::new().command("copy");
     cmd.arg(with_slash(&src))
         .arg(&dest)
-        .args(args)
+        .args(ARGS)
         .args(["--limit", "8M"]);
     let copying = Running::spawn("copy", cmd);
     let caught = wait_for_journal(&dest, 4, &copying);
     let killed = copying.kill();
     assert!(caught, "the copy ended early\n{}", killed.describe());
-    let out = copy(&[&with_slash(&src)], &dest, &args);
+    (src, dest)
+}
+
+#[test]
+fn a_rerun_that_continues_an_earlier_one_says_it_resumed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, dest) = interrupted(tmp.path(), 3);
+    let out = copy(&[&with_slash(&src)], &dest, &ARGS);
     out.assert_code(0);
     assert_trees_equal(&src, &dest);
     // Before: only "…, 4.00 MiB skipped: already there".
@@ -96,6 +105,24 @@ fn a_rerun_that_continues_an_earlier_one_says_it_resumed() {
         "{}",
         out.describe()
     );
+}
+
+#[test]
+fn a_sender_across_the_network_says_it_resumed_as_a_local_copy_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, dest) = interrupted(tmp.path(), 4);
+    let (sent, received) = transfer(&[&with_slash(&src)], &dest, &ARGS, &[]);
+    assert_transfer_ok(&sent, &received);
+    assert_trees_equal(&src, &dest);
+    // Before: the receiver said "resumed 1 file of an earlier run (…)", the sender only
+    // "…, 4.00 MiB skipped: already there": its Summary carried no word of it.
+    for (side, out) in [("sender", &sent), ("receiver", &received)] {
+        assert!(
+            out.stderr.contains("resumed 1 file of an earlier run ("),
+            "{side}: {}",
+            out.describe()
+        );
+    }
 }
 
 #[test]

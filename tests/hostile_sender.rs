@@ -178,6 +178,7 @@ fn hostile_to(r: Recv, entries: Vec<Entry>, data: &[(u64, u64, &[u8])]) -> (i32,
             &Control::Finish {
                 failed: vec![],
                 units: data.len().max(1) as u64,
+                unlisted: 0,
             },
         );
         let _ = read_msg(&mut c);
@@ -375,6 +376,7 @@ fn a_receiver_giving_up_on_lost_data_tells_the_sender_why() {
             &Control::Finish {
                 failed: vec![],
                 units: 0,
+                unlisted: 0,
             },
         );
         match read_msg(&mut c) {

@@ -11,7 +11,7 @@ use crate::config::{Config, RemotePath, SshOptions, Transfer, DEFAULT_TIMEOUT};
 use crate::error::{Error, Result};
 use crate::plan::layout::{copy_layout, dest_layout, is_single_file};
 use crate::plan::walk;
-use crate::progress::{Counters, ReplicaState};
+use crate::progress::ReplicaState;
 use crate::protocol::{Accept, Listing};
 use crate::receive::{receive, ReceiveOptions};
 use crate::remote::Further;
@@ -85,15 +85,8 @@ pub(super) fn copy(
             Ok(s)
         }
         (Ok(s), _) if relay => Ok(s),
-        (Ok(s), Ok(r)) => {
-            // Only the receiver knows what it resumed; the summary is printed from `s`.
-            use std::sync::atomic::Ordering::Relaxed;
-            let (files, bytes) = (&r.counters.resumed_files, &r.counters.resumed_bytes);
-            Counters::add(&s.counters.resumed_files, files.load(Relaxed));
-            Counters::add(&s.counters.resumed_bytes, bytes.load(Relaxed));
-            Ok(s)
-        }
         (Err(e), Err(Error::Transport(_))) | (Err(e), Ok(_)) => Err(e),
+        (Ok(s), Ok(_)) => Ok(s),
         (_, Err(e)) => Err(e),
     }
 }

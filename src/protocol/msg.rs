@@ -36,6 +36,11 @@ pub enum Control {
     Finish {
         /// Files the sender could not read; the receiver discards their partial data.
         failed: Vec<u64>,
+        /// Source entries the sender's walk could not read (a dangling symlink under
+        /// `-L`, a directory it may not list): not in the manifest, so without ids, but
+        /// failed all the same. The receiver counts them with `failed` and exits 23 as
+        /// the sender does (rsync's both ends agree on a partial transfer).
+        unlisted: u64,
         /// Data frames the sender has written in all (so the receiver knows when none
         /// are still in flight). The receiver answers `Done`, or `Need` with what is
         /// still missing (lost with a dropped connection), after which Finish follows
@@ -262,6 +267,11 @@ pub struct Summary {
     pub matched: u64,
     /// A dry run: `files` and `deleted` say what a real run would do; nothing changed.
     pub dry_run: bool,
+    /// Files an earlier run had begun that this one completed (resume), so that the
+    /// sender across the network says "resumed" as a copy on one host does.
+    pub resumed_files: u64,
+    /// Bytes of those files the earlier run had left, kept (part of `matched`).
+    pub resumed_bytes: u64,
 }
 
 /// One manifest entry: a path and what to create there.
@@ -440,6 +450,7 @@ mod tests {
             Control::Finish {
                 failed: vec![],
                 units: 3,
+                unlisted: 2,
             },
             Control::Done(Summary::default()),
             Control::Error {

@@ -31,6 +31,8 @@ pub fn proof(key: &[u8; 32], nonce: &[u8; 32], digest: &[u8; 32], summary: &Summ
         summary.unchanged_bytes,
         summary.deleted,
         summary.matched,
+        summary.resumed_files,
+        summary.resumed_bytes,
     ] {
         h.update(&n.to_le_bytes());
     }

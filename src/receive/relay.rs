@@ -226,7 +226,7 @@ impl Relay {
 
     /// Sends `Finish` on once every unit offered so far is written, and returns the next
     /// hop's answer; when it is done, its report and the chain's after it are kept.
-    pub(super) fn finish(&mut self, failed: &[u64]) -> Answer {
+    pub(super) fn finish(&mut self, failed: &[u64], unlisted: u64) -> Answer {
         loop {
             self.check();
             self.forward.wait_idle();
@@ -237,6 +237,7 @@ impl Relay {
             let finish = Control::Finish {
                 failed: failed.to_vec(),
                 units,
+                unlisted,
             };
             let r = chan
                 .write(&finish)
@@ -433,6 +434,7 @@ mod tests {
             start: Control::Finish {
                 failed: Vec::new(),
                 units: 0,
+                unlisted: 0,
             },
             chan: None,
             protect: None,

@@ -237,14 +237,27 @@ fn finish(
                 "a data stream could not be re-established",
             )));
         }
-        let failed: Vec<u64> = failures
+        // What could not be read after it was listed has an id; what the walk could not
+        // read is only counted.
+        let (failed, unlisted) = failures
             .lock()
-            .map(|f| f.unreadable.clone())
+            .map(|f| {
+                let listed = f.unreadable.len();
+                (
+                    f.unreadable.clone(),
+                    f.list.len().saturating_sub(listed) as u64,
+                )
+            })
             .unwrap_or_default();
         // Units written to the receiver answering now (the first, or the one the chain
         // went on with).
         let units = target.sent();
-        let reply = link.request(&Control::Finish { failed, units })?;
+        let finish = Control::Finish {
+            failed,
+            units,
+            unlisted,
+        };
+        let reply = link.request(&finish)?;
         forget_arrived(link, registry);
         match reply {
             Control::Done(summary) => return Ok(summary),

@@ -453,6 +453,8 @@ impl Store {
             deleted: self.deleted.load(Ordering::Relaxed),
             matched: self.matched.load(Ordering::Relaxed),
             dry_run: self.options().dry_run,
+            resumed_files: self.stats.resumed_files.load(Ordering::Relaxed),
+            resumed_bytes: self.stats.resumed_bytes.load(Ordering::Relaxed),
         }
     }
 }

@@ -79,7 +79,9 @@ pub use tunnel::Tunnel;
 /// the hop's proof.
 /// 10: an `Entry` carries `checksum` (`--checksum`: the sender's keyed hash of a regular
 /// file's content, which the receiver compares with its own file's).
-pub const PROTOCOL_VERSION: u16 = 10;
+/// 11: `Finish` counts the entries the sender's walk could not read (`unlisted`), and a
+/// `Summary` carries what the receiver resumed (`resumed_files`, `resumed_bytes`).
+pub const PROTOCOL_VERSION: u16 = 11;
 
 /// Which kind of connection this is within one transfer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -161,6 +161,7 @@ fn messages() -> Vec<(&'static str, Control)> {
             Control::Finish {
                 failed: vec![5],
                 units: 12,
+                unlisted: 1,
             },
         ),
         (
@@ -482,6 +483,7 @@ fn finish(units: u64) -> Vec<u8> {
     rc(&Control::Finish {
         failed: vec![],
         units,
+        unlisted: 0,
     })
 }
 
