@@ -1,7 +1,8 @@
 //! The progress display through the real binary: on a terminal (a pty made by util-linux's
 //! `script`, 200 columns so no line wraps) a stream's bar moves as bytes go out, in the
 //! file line's order, with no "eta 0s" before there is a rate, and leaves no line behind
-//! above a warning; with `-P` and stderr not a terminal, plain progress lines.
+//! above a warning; a receiver's moves as bytes come in; with `-P` and stderr not a
+//! terminal, plain progress lines.
 
 mod support;
 
@@ -142,15 +143,61 @@ fn a_streams_progress_moves_as_bytes_go_out() {
         );
     }
     // Before: bytes counted when whole 4 MiB blocks were acknowledged: 0 B, then 4 MiB.
-    let moving = lines.iter().any(|l| {
-        let shown = l.split('/').next().unwrap_or("");
-        let shown = shown.rsplit('%').next().unwrap_or("").trim();
-        shown.ends_with("KiB") || {
-            let mib: f64 = shown.trim_end_matches(" MiB").parse().unwrap_or(0.0);
-            shown.ends_with("MiB") && mib > 0.0 && mib < 4.0
-        }
-    });
-    assert!(moving, "no progress within the first block:\n{lines:#?}");
+    assert!(
+        lines.iter().any(|l| within_the_first_block(l)),
+        "no progress within the first block:\n{lines:#?}"
+    );
+}
+
+/// Whether a progress line shows bytes within the first 4 MiB block: some KiB, or more
+/// than 0 and less than 4 MiB.
+fn within_the_first_block(line: &str) -> bool {
+    let shown = line.split('/').next().unwrap_or("");
+    let shown = shown.rsplit('%').next().unwrap_or("").trim();
+    shown.ends_with("KiB") || {
+        let mib: f64 = shown.trim_end_matches(" MiB").parse().unwrap_or(0.0);
+        shown.ends_with("MiB") && mib > 0.0 && mib < 4.0
+    }
+}
+
+#[test]
+fn a_receivers_progress_moves_as_bytes_come_in() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("big");
+    write_random_file(&src, 8 * MIB, 6);
+    let (dir, ticket) = (tmp.path().join("dir"), tmp.path().join("ticket"));
+    let mut cmd = Command::new("script");
+    let line = format!(
+        "stty cols 200 rows 50; {} recv {} --listen 127.0.0.1:0 --ticket-file {}",
+        haul_bin(),
+        dir.display(),
+        ticket.display()
+    );
+    cmd.args(["-qfec", &line, "/dev/null"]);
+    let receiving = Running::spawn("script", cmd);
+    let deadline = std::time::Instant::now() + support::process::PROCESS_TIMEOUT;
+    while !fs::read_to_string(&ticket).is_ok_and(|t| t.ends_with('\n')) {
+        assert!(std::time::Instant::now() < deadline, "no ticket written");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let mut send = Haul::new().command("send");
+    send.arg(&src).arg("--ticket-file").arg(&ticket);
+    send.args(["--limit", "2M", "--block-size", "4M", "--streams", "1"]);
+    Running::spawn("send", send).wait().assert_code(0);
+    let out = receiving.wait();
+    out.assert_code(0);
+    assert_eq!(fs::read(dir.join("big")).unwrap(), fs::read(&src).unwrap());
+    let tty = String::from_utf8_lossy(&out.stdout).into_owned();
+    let lines: Vec<String> = drawn(&tty)
+        .into_iter()
+        .filter(|l| l.contains("/8.00 MiB"))
+        .collect();
+    assert!(!lines.is_empty(), "no progress drawn:\n{tty:?}");
+    // Before: bytes counted when a whole 4 MiB block was written: 0 B, then 4.00 MiB.
+    assert!(
+        lines.iter().any(|l| within_the_first_block(l)),
+        "no progress within the first block:\n{lines:#?}"
+    );
 }
 
 #[test]

@@ -181,12 +181,19 @@ impl Drop for Progress {
 }
 
 /// Bytes done: a stream's sender counts them as they go on the wire (the receiver's
-/// acknowledgements come a whole block later), everything else as written or sent.
+/// acknowledgements come a whole block later), a receiver as they come off it (a unit is
+/// written only once all of it is verified), everything else as written or sent. What
+/// arrived counts frame headers too (and data sent again): never more than the total.
 fn done(c: &Counters, kind: Kind) -> u64 {
     let done = c.done_bytes.load(Ordering::Relaxed);
+    let total = c.total_bytes.load(Ordering::Relaxed);
+    let arrived = match total {
+        0 => c.arrived_bytes.load(Ordering::Relaxed),
+        t => c.arrived_bytes.load(Ordering::Relaxed).min(t),
+    };
     match kind {
-        Kind::Stream => done.max(c.sent_bytes.load(Ordering::Relaxed)),
-        Kind::Files => done,
+        Kind::Stream => done.max(c.sent_bytes.load(Ordering::Relaxed)).max(arrived),
+        Kind::Files => done.max(arrived),
     }
 }
 

@@ -26,6 +26,9 @@ pub struct Counters {
     /// A stream's sender: raw bytes of first sends put on the wire so far, counted piece
     /// by piece as they go (the progress line's; `done_bytes` waits for acknowledgements).
     pub sent_bytes: AtomicU64,
+    /// A receiver: bytes read off its data connections so far, counted as each read
+    /// brings them (the progress line's; `done_bytes` waits for whole verified units).
+    pub arrived_bytes: AtomicU64,
     /// Files completed.
     pub done_files: AtomicU64,
     /// Files an earlier run had begun, continued from its journal (receiver), and the

@@ -143,6 +143,8 @@ impl Read for Arriving<'_> {
         let n = self.0.read(buf)?;
         if n > 0 {
             self.1.touch();
+            // The progress line moves as bytes come, not by whole units.
+            Counters::add(&self.1.store.stats.arrived_bytes, n as u64);
         }
         Ok(n)
     }

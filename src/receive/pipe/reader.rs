@@ -180,6 +180,8 @@ impl io::Read for Heard<'_> {
         if n > 0 {
             self.2.heard(self.1.now_ms());
             self.1.moved();
+            // The progress line moves as bytes come, not by whole blocks written in order.
+            Counters::add(&self.1.counters.arrived_bytes, n as u64);
         }
         Ok(n)
     }
