@@ -8,13 +8,13 @@
 
 mod support;
 
-use std::io::{self, Read};
 use std::thread;
 use std::time::Duration;
 
 use haul::protocol::{Control, SyncOptions};
 use haul::session::Channel;
 use haul::transport::{connect, Conn, Role, Ticket};
+use support::hostile::is_closed;
 use support::*;
 
 /// Data streams the fake sender declares.
@@ -26,22 +26,6 @@ const TOLERATED: usize = 8;
 
 fn send_msg(c: &mut Channel, m: &Control) {
     c.write(m).expect("send");
-}
-
-/// Whether the receiver has closed `c`: end of input, or an error other than our read
-/// timeout (it never sends anything on a data connection).
-fn is_closed(c: &mut Conn) -> bool {
-    let mut b = [0u8; 1];
-    match c.read(&mut b) {
-        Ok(n) => {
-            assert_eq!(n, 0, "the receiver sent bytes on a data connection");
-            true
-        }
-        Err(e) => !matches!(
-            e.kind(),
-            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-        ),
-    }
 }
 
 #[test]

@@ -11,13 +11,13 @@
 
 mod support;
 
-use std::io;
 use std::thread;
 use std::time::Duration;
 
 use haul::protocol::{Control, SyncOptions};
 use haul::session::Channel;
 use haul::transport::{connect, Conn, Role, Ticket};
+use support::hostile::is_closed;
 use support::*;
 
 /// Data connections the fake sender opens before any Start.
@@ -28,22 +28,6 @@ const KEPT_BEFORE_START: usize = 68;
 const DECLARED: u16 = 2;
 /// Connections a receiver may keep after Start: the declared streams and the slack.
 const KEPT_AFTER_START: usize = DECLARED as usize + 4;
-
-/// Whether the receiver has closed `c`: end of input, or an error other than our read
-/// timeout (it never sends anything on a data connection).
-fn is_closed(c: &mut Conn) -> bool {
-    let mut b = [0u8; 1];
-    match io::Read::read(c, &mut b) {
-        Ok(n) => {
-            assert_eq!(n, 0, "the receiver sent bytes on a data connection");
-            true
-        }
-        Err(e) => !matches!(
-            e.kind(),
-            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-        ),
-    }
-}
 
 /// Opens `n` data connections (TLS, authenticated with the ticket).
 fn open_data(ticket: &Ticket, n: usize) -> Vec<Conn> {

@@ -16,25 +16,16 @@ use haul::protocol::{
 };
 use haul::session::Channel;
 use haul::transport::{connect, Role, Ticket};
+use support::hostile;
 use support::*;
 
 /// A one-byte file entry (small, dense: the receiver prepares nothing on disk for it).
 fn entry(id: u64) -> Entry {
-    Entry {
-        id,
-        path: format!("f{id}").into_bytes(),
-        kind: EntryKind::File {
-            size: 1,
-            data_bytes: 1,
-        },
-        mode: 0o644,
-        mtime_sec: 1_600_000_000,
-        mtime_nsec: 0,
-        uid: 0,
-        gid: 0,
-        xattrs: None,
-        checksum: None,
-    }
+    let kind = EntryKind::File {
+        size: 1,
+        data_bytes: 1,
+    };
+    hostile::entry(id, format!("f{id}").as_bytes(), kind)
 }
 
 /// A control connection that has sent Start.

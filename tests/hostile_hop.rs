@@ -8,7 +8,8 @@
 //! answering `Need([])`, `Replicas[T2: Done]` and `Done` made the sender exit 0 with T2
 //! never contacted).
 
-use std::io::{BufRead, BufReader};
+mod support;
+
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -20,52 +21,11 @@ use haul::protocol::vouch::{proof, ManifestDigest};
 use haul::protocol::{Chain, Control, Hop, Outcome, Replica, Summary, SyncOptions, Want};
 use haul::session::Channel;
 use haul::transport::{connect, Listener, Role, Secret, Ticket};
-
-struct Recv {
-    child: Child,
-    ticket: Ticket,
-}
-
-/// `haul recv ARGS --listen 127.0.0.1:0 -q`, its ticket read.
-fn start_recv(args: &[&str]) -> Recv {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_haul"))
-        .arg("recv")
-        .args(args)
-        .args(["--listen", "127.0.0.1:0", "-q"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn haul recv");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("read ticket");
-    let ticket = Ticket::parse(line.trim()).expect("valid ticket");
-    Recv { child, ticket }
-}
+use support::hostile::{start_recv, wait_exit, Listening};
 
 /// Waits (bounded) for a process to exit; its exit code and stderr.
 fn wait(child: &mut Child, what: &str) -> (i32, String) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            let mut err = String::new();
-            if let Some(mut e) = child.stderr.take() {
-                let _ = std::io::Read::read_to_string(&mut e, &mut err);
-            }
-            return (status.code().unwrap_or(-1), err);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            let mut err = String::new();
-            if let Some(mut e) = child.stderr.take() {
-                let _ = std::io::Read::read_to_string(&mut e, &mut err);
-            }
-            panic!("{what} did not exit; its stderr:\n{err}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_exit(child, what, Duration::from_secs(60))
 }
 
 /// A port to probe: counts the connections made to it.
@@ -113,7 +73,7 @@ fn error_answer(c: &mut Channel) -> Option<(i32, String)> {
     None
 }
 
-fn assert_refused(recv: &mut Recv, answer: Option<(i32, String)>, seen: &AtomicUsize) {
+fn assert_refused(recv: &mut Listening, answer: Option<(i32, String)>, seen: &AtomicUsize) {
     let (code, err) = wait(&mut recv.child, "haul recv");
     let (acode, message) = answer.expect("the receiver said why it stopped");
     assert_eq!(acode, 2, "{message}");

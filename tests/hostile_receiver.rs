@@ -4,16 +4,18 @@
 //! walked. The fake receiver also controls timing: it holds its answer to the manifest
 //! while the test swaps a source file, which makes a check-then-use race deterministic.
 
-use std::io::Read;
+mod support;
+
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use haul::protocol::{Control, FrameKind, Summary, Want, WantKind};
 use haul::session::{frame_reader, Channel};
 use haul::transport::{Conn, Listener, Role};
+use support::hostile::wait_exit;
 
 /// How long the sender may take before the test calls it hung.
 const DEADLINE: Duration = Duration::from_secs(40);
@@ -143,26 +145,7 @@ fn wait(child: Child) -> (i32, String) {
 
 /// [`wait`], for a sender that may take up to `deadline`.
 fn wait_within(mut child: Child, deadline: Duration) -> (i32, String) {
-    let start = Instant::now();
-    loop {
-        if let Some(st) = child.try_wait().expect("wait") {
-            let mut err = String::new();
-            if let Some(mut e) = child.stderr.take() {
-                let _ = e.read_to_string(&mut err);
-            }
-            return (st.code().unwrap_or(-1), err);
-        }
-        if start.elapsed() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            let mut err = String::new();
-            if let Some(mut e) = child.stderr.take() {
-                let _ = e.read_to_string(&mut err);
-            }
-            panic!("haul send hung for {deadline:?}; its stderr:\n{err}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_exit(&mut child, "haul send", deadline)
 }
 
 /// The first file entry's id in an Entries batch.

@@ -3,10 +3,12 @@
 //! process and checks that it refuses (non-zero exit, no panic) and that nothing outside
 //! DIR changed.
 
-use std::io::{BufRead, BufReader, ErrorKind, Write};
+mod support;
+
+use std::ffi::OsStr;
+use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use haul::codec::unit_hash;
 use haul::protocol::{
@@ -15,56 +17,23 @@ use haul::protocol::{
 };
 use haul::session::{sealer, Channel};
 use haul::transport::{connect, Role, Ticket, TransportError};
+use support::hostile::{self, entry, wait_exit, Listening};
 
-struct Recv {
-    child: Child,
-    ticket: Ticket,
-}
-
-fn start_recv(dir: &Path) -> Recv {
+/// `haul recv` into `dir`.
+fn start_recv(dir: &Path) -> Listening {
     start_recv_with(dir, &[])
 }
 
 /// `haul recv` into `dir` with the receiver's own options `args`.
-fn start_recv_with(dir: &Path, args: &[&str]) -> Recv {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_haul"))
-        .args(["recv", "--listen", "127.0.0.1:0", "-q"])
-        .args(args)
-        .arg(dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn haul recv");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("read ticket");
-    let ticket = Ticket::parse(line.trim()).expect("valid ticket");
-    Recv { child, ticket }
+fn start_recv_with(dir: &Path, args: &[&str]) -> Listening {
+    let mut all: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+    all.push(dir.as_os_str());
+    hostile::start_recv(&all)
 }
 
 /// Waits for recv to exit; returns its exit code and stderr.
-fn wait(mut r: Recv) -> (i32, String) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(status) = r.child.try_wait().expect("wait") {
-            let mut err = String::new();
-            if let Some(mut e) = r.child.stderr.take() {
-                let _ = std::io::Read::read_to_string(&mut e, &mut err);
-            }
-            return (status.code().unwrap_or(-1), err);
-        }
-        if Instant::now() > deadline {
-            let _ = r.child.kill();
-            let _ = r.child.wait();
-            let mut err = String::new();
-            if let Some(mut e) = r.child.stderr.take() {
-                let _ = std::io::Read::read_to_string(&mut e, &mut err);
-            }
-            panic!("haul recv did not exit; its stderr:\n{err}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+fn wait(mut r: Listening) -> (i32, String) {
+    wait_exit(&mut r.child, "haul recv", Duration::from_secs(30))
 }
 
 fn send_msg(c: &mut Channel, m: &Control) {
@@ -74,21 +43,6 @@ fn send_msg(c: &mut Channel, m: &Control) {
 
 fn read_msg(c: &mut Channel) -> Option<Control> {
     c.read(None).ok()
-}
-
-fn entry(id: u64, path: &[u8], kind: EntryKind) -> Entry {
-    Entry {
-        id,
-        path: path.to_vec(),
-        kind,
-        mode: 0o644,
-        mtime_sec: 1_600_000_000,
-        mtime_nsec: 0,
-        uid: 0,
-        gid: 0,
-        xattrs: None,
-        checksum: None,
-    }
 }
 
 fn file(size: u64) -> EntryKind {
@@ -138,7 +92,7 @@ fn send_unit(ticket: &Ticket, file: u64, offset: u64, data: &[u8]) {
 
 /// Opens a control connection to `r` (TLS when `encrypt`), starts a one-stream session
 /// and announces `entries`; returns the connection and the receiver's first reply.
-fn open_session(r: &Recv, entries: Vec<Entry>, encrypt: bool) -> (Channel, Option<Control>) {
+fn open_session(r: &Listening, entries: Vec<Entry>, encrypt: bool) -> (Channel, Option<Control>) {
     let conn = connect(&r.ticket, Role::Control, encrypt).expect("control connection");
     let mut c = Channel::new(conn);
     send_msg(
@@ -161,7 +115,7 @@ fn hostile(dir: &Path, entries: Vec<Entry>, data: &[(u64, u64, &[u8])]) -> (i32,
 }
 
 /// [`hostile`] against the receiver `r`, already started.
-fn hostile_to(r: Recv, entries: Vec<Entry>, data: &[(u64, u64, &[u8])]) -> (i32, String) {
+fn hostile_to(r: Listening, entries: Vec<Entry>, data: &[(u64, u64, &[u8])]) -> (i32, String) {
     let (mut c, reply) = open_session(&r, entries, true);
     if let Some(Control::Need(_)) = reply {
         let t = r.ticket.clone();

@@ -13,6 +13,7 @@
 //! - [`fanout_pipe`]: a stream chain's receivers and sender, its JSON's digest.
 //! - [`fanout_ssh`]: a copy's fan-out command through the test sshd, far destinations.
 //! - [`wanbed`]: the shared wanlab emulator (RTT, loss, rate, outages) under a test's name.
+//! - [`hostile`]: a `haul recv` for forged conversations, bounded waits, closed looks.
 //!
 //! The helpers panic with a full explanation instead of returning errors: a test either
 //! proves what arrived or fails saying what did not. Each test binary uses a subset, hence
@@ -23,6 +24,7 @@ pub mod compare;
 pub mod db;
 pub mod fanout_pipe;
 pub mod fanout_ssh;
+pub mod hostile;
 pub mod netbed;
 pub mod pipe_harness;
 pub mod piped;
