@@ -165,9 +165,9 @@ const WARMUP_WIRE: u64 = 8 << 20;
 pub const PROBE_SLICE: usize = 512 << 10;
 
 /// Prior compression costs (seconds per raw byte) and ratios, used until a level has a
-/// measurement. Single-core rates on database pages from docs/design.md's
-/// table (lz4_flex ~490 MB/s, zstd:1 ~335 MB/s), zstd:3 and zstd:6 at about a half and a
-/// fifth of zstd:1.
+/// measurement. Single-core rates on database pages from bench/RESULTS.md's table of
+/// single-core costs (lz4_flex ~490 MB/s, zstd:1 ~335 MB/s), zstd:3 and zstd:6 at about
+/// a half and a fifth of zstd:1.
 const PRIOR_CPU: [f64; 5] = [0.0, 2.0e-9, 3.0e-9, 6.0e-9, 15.0e-9];
 const PRIOR_RATIO: [f64; 5] = [1.0, 0.5, 0.4, 0.37, 0.35];
 /// Prior write cost: 500 MB/s per stream.
@@ -190,7 +190,7 @@ const DECOMP: [f64; 5] = [0.0, 0.15e-9, 0.45e-9, 0.45e-9, 0.45e-9];
 /// The most one unit's compression counts as stretched by contention (wall ÷ CPU).
 const MAX_STRETCH: f64 = 8.0;
 /// The receiver's work per wire byte, seconds: a TLS stream decrypted and copied on one
-/// core, ~1.8 GB/s (docs/design.md, *Performance choices*).
+/// core, ~1.8 GB/s (bench/RESULTS.md, *Choices inside one transfer*).
 const RECV_WIRE: f64 = 1.0 / 1.8e9;
 
 /// TCP's delivery-rate sample of a stream's connection after a unit's write.

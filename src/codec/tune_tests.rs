@@ -124,7 +124,7 @@ struct FarEnd {
     share: bool,
 }
 
-/// A receiver writing durably at 400 MB/s (the disk of docs/design.md), both ends
+/// A receiver writing durably at 400 MB/s (the disk of bench/RESULTS.md), both ends
 /// encrypting and decrypting at 1.8 GB/s.
 const SLOW_DISK: FarEnd = FarEnd {
     link: 1.0e10,

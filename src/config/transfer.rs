@@ -35,7 +35,8 @@ pub fn default_streams() -> usize {
 /// Its streams mostly wait on the disks (a cold small file is one `O_DIRECT` read, nothing
 /// reads ahead of it), so more of them keep both disks busy: measured on 2 cores, cold
 /// 20,000 x 100 KiB copied in 2.12-2.15 s with 8 against 2.65-2.96 s with 4, a 4 GiB
-/// file in 4.52 s (median of 3) against 5.48 (design.md, *Two small files in flight per stream*).
+/// file in 4.52 s (median of 3) against 5.48 (bench/RESULTS.md, *Choices inside one
+/// transfer*).
 pub const LOCAL_STREAMS: usize = 8;
 
 /// Options of one transfer.

@@ -350,8 +350,9 @@ impl Worker<'_> {
 /// Reads a block none of which is cached: its whole aligned pages with `O_DIRECT` (the
 /// buffer starts aligned, see `readbuf`), the rest of it (the end of a file) buffered.
 /// Measured on a virtual disk: a cold 4 GiB file read this way and written directly
-/// copied in about half the time of buffered reads (see design.md, *page cache*). A
-/// file system that refuses `O_DIRECT` (`EINVAL`) turns `direct` off for this stream.
+/// copied faster than with buffered reads (bench/RESULTS.md, *Choices inside one
+/// transfer*). A file system that refuses `O_DIRECT` (`EINVAL`) turns `direct` off for
+/// this stream.
 fn read_cold(f: &File, buf: &mut [u8], offset: u64, direct: &mut bool) -> io::Result<()> {
     let aligned = offset % ALIGN as u64 == 0 && buf.as_ptr().align_offset(ALIGN) == 0;
     let body = if aligned {
@@ -391,9 +392,9 @@ const SPLIT_FROM: usize = 2 << 20;
 /// stream keeps two direct reads in flight where one left the disk waiting between
 /// blocks (no readahead runs ahead of `O_DIRECT`). Measured, 4 GiB local copy with caches
 /// dropped, 17 alternating rounds: median 4.73 s against 5.62 s with one read and 7.5 s
-/// with `--keep-cache` (design.md, *Direct I/O for large files*). A thread costs some
-/// 20 µs against milliseconds per 4 MiB read; when none can be started the halves are
-/// read one after the other.
+/// with `--keep-cache` (bench/RESULTS.md, *Choices inside one transfer*). A thread costs
+/// some 20 µs against milliseconds per 4 MiB read; when none can be started the halves
+/// are read one after the other.
 fn read_halves(f: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
     let half = buf.len() / 2 / ALIGN * ALIGN;
     if buf.len() < SPLIT_FROM || half == 0 {

@@ -311,9 +311,9 @@ impl Output {
     /// A file: reserves its blocks [`RESERVE_CHUNK`] at a time ahead of the next `len`
     /// bytes (`fallocate`, keeping the size). Written into reserved blocks, a file system
     /// with delayed allocation (ext4) skips its per-page reservation and the allocation
-    /// at writeback, as for a file mode destination reserved whole (measured in design.md,
-    /// *Streams*). Advice: a file system that refuses (no space, no support) just
-    /// allocates as the writes go.
+    /// at writeback, as for a file mode destination reserved whole (measured:
+    /// bench/RESULTS.md, *Choices inside one transfer*). Advice: a file system that
+    /// refuses (no space, no support) just allocates as the writes go.
     fn reserve(&mut self, len: u64) {
         let at = self.base + self.written;
         let Some(from) = self.reserved.filter(|r| at + len > *r) else {
