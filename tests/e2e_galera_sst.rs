@@ -3,7 +3,9 @@
 //! writes is on both servers' PATH, node 1 is bootstrapped and loaded (InnoDB tables, some
 //! MB) and keeps writing while node 2 joins; then the cluster has two members, node 2 is
 //! `Synced`, the state came by haul (its log says so, the ticket is in no command line)
-//! and `CHECKSUM TABLE` answers alike on both once writes stop.
+//! and `CHECKSUM TABLE` answers alike on both once writes stop. Second: the donor's
+//! server killed mid-stream (capped by `[sst] rlimit`): the join fails (the joiner's server
+//! exits), nothing of the transfer lingers, and a second join succeeds.
 //!
 //! Both nodes run on loopback, each with its own ports (client, Galera, IST, SST) and
 //! option file; as the `mysql` account when the tests run as root. The servers, accounts
@@ -20,6 +22,7 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use support::db::*;
+use support::piped::SpawnProc;
 use support::*;
 
 /// Where Debian's galera-4 puts the provider.
@@ -42,41 +45,17 @@ const CHECKSUMS: &str = "CHECKSUM TABLE shop.items, shop.orders, shop.live EXTEN
 
 #[test]
 fn a_node_joins_a_galera_cluster_through_haul() {
-    let my = MariaTools::find();
-    assert!(
-        Path::new(PROVIDER).is_file(),
-        "{PROVIDER} is missing: apt-get install -y galera-4 (.ci/run installs it)"
-    );
-    let account = Account::for_service("mysql", "mariadb-server");
-    let tmp = Scratch::new();
-    let bin = tmp.owned_dir("bin", &account);
-    let installed = Command::new(haul_bin())
-        .args(["sst", "--install-script"])
-        .arg(&bin)
-        .output()
-        .expect("run haul sst --install-script");
-    assert!(
-        installed.status.success(),
-        "haul sst --install-script: {installed:?}"
-    );
-    assert!(bin.join("wsrep_sst_haul").is_file());
-
-    let gcomm1 = free_port();
-    let node1 = Node::new(&tmp, &account, "node1", gcomm1, None);
-    let node2 = Node::new(&tmp, &account, "node2", free_port(), Some(gcomm1));
-    my.install_db(&account, &node1.data, tmp.path());
-    my.install_db(&account, &node2.data, tmp.path());
-
-    let server1 = node1.start(&my, &account, &bin, &tmp);
-    my.sql(&node1.sock, LOAD);
-    assert_eq!(status(&my, &node1.sock, "wsrep_cluster_size"), "1");
+    let c = Cluster::new("streams=4\nhaul-timeout=30\n");
+    let server1 = c.node1.start(&c, true);
+    c.my.sql(&c.node1.sock, LOAD);
+    assert_eq!(status(&c.my, &c.node1.sock, "wsrep_cluster_size"), "1");
 
     // Writes go on while node 2 joins.
     let stop = Arc::new(AtomicBool::new(false));
     let written = Arc::new(AtomicU64::new(0));
     let writer = {
         let (stop, written) = (Arc::clone(&stop), Arc::clone(&written));
-        let (client, sock) = (my.client.clone(), node1.sock.clone());
+        let (client, sock) = (c.my.client.clone(), c.node1.sock.clone());
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 let ok = Command::new(&client)
@@ -96,22 +75,88 @@ fn a_node_joins_a_galera_cluster_through_haul() {
             }
         })
     };
-
-    // A failed join shows the donor's log too: its half of the state transfer is there.
-    let joined = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        node2.start(&my, &account, &bin, &tmp)
-    }));
-    let server2 = joined.unwrap_or_else(|e| {
-        eprintln!("--- node 1's (the donor's) log ---\n{}", server1.log());
-        std::panic::resume_unwind(e)
-    });
+    let server2 = join(&c, &server1);
     stop.store(true, Ordering::Relaxed);
     writer.join().expect("the writer thread");
-    assert!(
-        written.load(Ordering::Relaxed) > 0,
-        "no write succeeded on node 1"
-    );
+    let batches = written.load(Ordering::Relaxed);
+    assert!(batches > 0, "no write succeeded on node 1");
+    eprintln!("node 1 took {batches} write batches while node 2 joined");
+    assert_joined(&c, &server1, &server2);
+}
 
+/// The donor killed in the middle of the stream: the joiner's server fails its join
+/// (exits, within `haul-timeout` and its own shutdown), nothing of the transfer is left
+/// running; restarted, the donor gives the state again and the second join succeeds.
+#[test]
+fn a_join_whose_donor_dies_fails_cleanly_and_the_next_one_succeeds() {
+    // Capped so that the stream is still going when the donor's first files go out.
+    let c = Cluster::new("streams=4\nrlimit=1M\nhaul-timeout=5\n");
+    let mut server1 = c.node1.start(&c, true);
+    c.my.sql(&c.node1.sock, LOAD);
+
+    let joiner = c.node2.command(&c, false).spawn_proc("node2 (first join)");
+    server1.wait_log_for("Streaming ./shop/", SETTLE_TIMEOUT);
+    server1.kill();
+    let first = joiner.finish();
+    assert!(
+        !first.status.success(),
+        "the join went on without its donor\n{}",
+        first.describe()
+    );
+    assert!(
+        first.stderr.contains("haul: error: sst: haul recv failed"),
+        "node 2 did not fail by the state transfer\n{}",
+        first.describe()
+    );
+    // The donor's script stops its transfer when its server is gone (SIGTERM, SIGKILL
+    // after 5 s): wait for that, bounded.
+    let start = Instant::now();
+    loop {
+        let left = running_under(c.tmp.path());
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            start.elapsed() < SETTLE_TIMEOUT,
+            "still running after the failed join: {left:?}"
+        );
+        sleep(Duration::from_millis(200));
+    }
+    eprintln!(
+        "first join (donor killed): node 2 exited {:?}",
+        first.status
+    );
+    for line in first.stderr.lines().filter(|l| l.contains("haul:")) {
+        eprintln!("  node 2: {line}");
+    }
+
+    // A killed node must be told it may bootstrap the cluster again.
+    let grastate = c.node1.data.join("grastate.dat");
+    let text = fs::read_to_string(&grastate).expect("read node 1's grastate.dat");
+    fs::write(
+        &grastate,
+        text.replace("safe_to_bootstrap: 0", "safe_to_bootstrap: 1"),
+    )
+    .expect("write grastate.dat");
+    let server1 = c.node1.start(&c, true);
+    let server2 = join(&c, &server1);
+    assert_joined(&c, &server1, &server2);
+}
+
+/// Starts node 2, which joins through haul; on failure shows the donor's log too (its
+/// half of the state transfer is there).
+fn join(c: &Cluster, server1: &Server) -> Server {
+    let joined = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.node2.start(c, false)));
+    joined.unwrap_or_else(|e| {
+        eprintln!("--- node 1's (the donor's) log ---\n{}", server1.log());
+        std::panic::resume_unwind(e)
+    })
+}
+
+/// The state came by haul, the cluster has both nodes, node 2 is Synced, and the tables
+/// answer alike on both.
+fn assert_joined(c: &Cluster, server1: &Server, server2: &Server) {
+    let (my, node1, node2) = (&c.my, &c.node1, &c.node2);
     let log2 = server2.log();
     assert!(
         log2.contains("WSREP_SST: [INFO] haul: state transfer complete"),
@@ -126,14 +171,18 @@ fn a_node_joins_a_galera_cluster_through_haul() {
         log1.contains("haul: streaming a mariadb-backup"),
         "node 1's log shows no donation by haul:\n{log1}"
     );
+    assert!(
+        !log1.contains("haul1-"),
+        "a ticket is in node 1's log:\n{log1}"
+    );
 
-    for node in [&node1, &node2] {
-        assert_eq!(status(&my, &node.sock, "wsrep_cluster_size"), "2");
+    for node in [node1, node2] {
+        assert_eq!(status(my, &node.sock, "wsrep_cluster_size"), "2");
     }
     // Joining, Joined, then Synced once it applied what was written meanwhile.
     let start = Instant::now();
     loop {
-        let state = status(&my, &node2.sock, "wsrep_local_state_comment");
+        let state = status(my, &node2.sock, "wsrep_local_state_comment");
         if state == "Synced" {
             eprintln!("node 2: wsrep_local_state_comment = {state}, wsrep_cluster_size = 2");
             break;
@@ -162,8 +211,76 @@ fn a_node_joins_a_galera_cluster_through_haul() {
         );
         sleep(Duration::from_millis(500));
     }
-    drop(server2);
-    drop(server1);
+}
+
+/// The processes whose command line names `dir` (the test's own: its servers, scripts,
+/// haul ends), but for this test process.
+fn running_under(dir: &Path) -> Vec<String> {
+    let me = std::process::id().to_string();
+    let needle = dir.display().to_string();
+    let mut found = Vec::new();
+    for entry in fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name == me || !name.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(cmdline) = fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let line = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if line.contains(&needle) {
+            found.push(format!("{name}: {line}"));
+        }
+    }
+    found
+}
+
+/// Two nodes' set-up: the programs, the account, the scratch directory with the SST
+/// script installed, node 1 to bootstrap and node 2 to join it.
+struct Cluster {
+    my: MariaTools,
+    account: Account,
+    tmp: Scratch,
+    bin: PathBuf,
+    node1: Node,
+    node2: Node,
+}
+
+impl Cluster {
+    /// Both nodes installed (not started), with `sst` as their `[sst]` section.
+    fn new(sst: &str) -> Cluster {
+        let my = MariaTools::find();
+        assert!(
+            Path::new(PROVIDER).is_file(),
+            "{PROVIDER} is missing: apt-get install -y galera-4 (.ci/run installs it)"
+        );
+        let account = Account::for_service("mysql", "mariadb-server");
+        let tmp = Scratch::new();
+        let bin = tmp.owned_dir("bin", &account);
+        let installed = Command::new(haul_bin())
+            .args(["sst", "--install-script"])
+            .arg(&bin)
+            .output()
+            .expect("run haul sst --install-script");
+        assert!(
+            installed.status.success(),
+            "haul sst --install-script: {installed:?}"
+        );
+        assert!(bin.join("wsrep_sst_haul").is_file());
+        let gcomm1 = free_port();
+        let node1 = Node::new(&tmp, &account, ("node1", gcomm1, None), sst);
+        let node2 = Node::new(&tmp, &account, ("node2", free_port(), Some(gcomm1)), sst);
+        my.install_db(&account, &node1.data, tmp.path());
+        my.install_db(&account, &node2.data, tmp.path());
+        Cluster {
+            my,
+            account,
+            tmp,
+            bin,
+            node1,
+            node2,
+        }
+    }
 }
 
 /// One Galera node's directories, ports and option file.
@@ -172,7 +289,6 @@ struct Node {
     data: PathBuf,
     sock: PathBuf,
     cnf: PathBuf,
-    bootstrap: bool,
 }
 
 impl Node {
@@ -180,9 +296,8 @@ impl Node {
     fn new(
         tmp: &Scratch,
         account: &Account,
-        name: &'static str,
-        gcomm: u16,
-        join: Option<u16>,
+        (name, gcomm, join): (&'static str, u16, Option<u16>),
+        sst: &str,
     ) -> Node {
         let data = tmp.owned_dir(&format!("{name}-data"), account);
         let run = tmp.owned_dir(&format!("{name}-run"), account);
@@ -214,16 +329,14 @@ impl Node {
              wsrep_provider_options=\"gmcast.listen_addr=tcp://127.0.0.1:{gcomm};ist.recv_addr=127.0.0.1:{ist};gcache.size=64M\"\n\
              wsrep_sst_method=haul\n\
              wsrep_sst_auth=root:\n\
-             wsrep_sst_receive_address=127.0.0.1:{sst}\n\
-             [sst]\n\
-             streams=4\n\
-             haul-timeout=30\n",
+             wsrep_sst_receive_address=127.0.0.1:{sst_port}\n\
+             [sst]\n{sst}",
             data = data.display(),
             sock = sock.display(),
             run = run.display(),
             port = free_port(),
             ist = free_port(),
-            sst = free_port(),
+            sst_port = free_port(),
         );
         fs::write(&cnf, text).expect("write my.cnf");
         account.own(&cnf);
@@ -232,21 +345,29 @@ impl Node {
             data,
             sock,
             cnf,
-            bootstrap: join.is_none(),
         }
     }
 
-    /// Starts the node with `bin` (the SST script) first on its PATH; returns when it
-    /// takes connections (for a joiner: after the state transfer).
-    fn start(&self, my: &MariaTools, account: &Account, bin: &Path, tmp: &Scratch) -> Server {
-        let mut cmd = account.command(&my.server);
+    /// The node's server, with the SST script first on its PATH (`bootstrap`: as the
+    /// first node of a new cluster).
+    fn command(&self, c: &Cluster, bootstrap: bool) -> Command {
+        let mut cmd = c.account.command(&c.my.server);
         cmd.arg(format!("--defaults-file={}", self.cnf.display()));
-        if self.bootstrap {
+        if bootstrap {
             cmd.arg("--wsrep-new-cluster");
         }
         let path = std::env::var("PATH").unwrap_or_default();
-        cmd.env("PATH", format!("{}:{path}", bin.display()))
-            .current_dir(tmp.path());
+        cmd.env("PATH", format!("{}:{path}", c.bin.display()))
+            .current_dir(c.tmp.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        cmd
+    }
+
+    /// Starts the node; returns when it takes connections (a joiner: after the state
+    /// transfer).
+    fn start(&self, c: &Cluster, bootstrap: bool) -> Server {
+        let cmd = self.command(c, bootstrap);
         Server::start(self.name, cmd, "ready for connections", libc::SIGTERM)
     }
 }

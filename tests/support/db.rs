@@ -215,6 +215,12 @@ impl Server {
         self.proc.stderr_so_far()
     }
 
+    /// Waits for a log line containing `needle`; panics if the server exits or
+    /// `timeout` passes first.
+    pub fn wait_log_for(&mut self, needle: &str, timeout: Duration) {
+        self.proc.wait_stderr_for(needle, timeout);
+    }
+
     /// Kills it at once (SIGKILL), as a crash would.
     pub fn kill(&mut self) {
         self.proc.stop(libc::SIGKILL, Duration::from_secs(5));
