@@ -5,7 +5,8 @@
 //! `Synced`, the state came by haul (its log says so, the ticket is in no command line)
 //! and `CHECKSUM TABLE` answers alike on both once writes stop. Second: the donor's
 //! server killed mid-stream (capped by `[sst] rlimit`): the join fails (the joiner's server
-//! exits), nothing of the transfer lingers, and a second join succeeds.
+//! exits), nothing of the transfer lingers, and a second join succeeds. Third: the
+//! joiner's SST connections cut twice mid-stream (`ss -K`): the join completes.
 //!
 //! Both nodes run on loopback, each with its own ports (client, Galera, IST, SST) and
 //! option file; as the `mysql` account when the tests run as root. The servers, accounts
@@ -140,6 +141,38 @@ fn a_join_whose_donor_dies_fails_cleanly_and_the_next_one_succeeds() {
     .expect("write grastate.dat");
     let server1 = c.node1.start(&c, true);
     let server2 = join(&c, &server1);
+    assert_joined(&c, &server1, &server2);
+}
+
+/// The joiner's data connections cut twice mid-stream (`ss -K` on loopback, only the
+/// sockets of its SST port): the donor's haul re-dials, the join completes.
+#[test]
+fn a_join_survives_its_connections_cut_twice() {
+    let c = Cluster::new("streams=4\nrlimit=1M\nhaul-timeout=30\n");
+    let mut server1 = c.node1.start(&c, true);
+    c.my.sql(&c.node1.sock, LOAD);
+    let mut joiner = c.node2.command(&c, false).spawn_proc("node2");
+    server1.wait_log_for("Streaming ./shop/", SETTLE_TIMEOUT);
+    let mut cuts = 0;
+    for _ in 0..2 {
+        // After a progress line: data is moving on connections there are to cut.
+        joiner.wait_stderr_for("haul: progress:", SETTLE_TIMEOUT);
+        let port = c.node2.sst_port;
+        let out = Command::new("ss")
+            .args(["-HK", "-t", "state", "established"])
+            .arg(format!("( sport = :{port} or dport = :{port} )"))
+            .output()
+            .expect("run ss -K");
+        assert!(out.status.success(), "ss -K: {out:?}");
+        cuts += String::from_utf8_lossy(&out.stdout).lines().count();
+    }
+    assert!(
+        cuts > 0,
+        "ss -K found no connection of the state transfer to cut"
+    );
+    eprintln!("cut {cuts} connections of the state transfer, in two rounds");
+    joiner.wait_stderr_for("ready for connections", SETTLE_TIMEOUT);
+    let server2 = Server::adopt(joiner, libc::SIGTERM);
     assert_joined(&c, &server1, &server2);
 }
 
@@ -289,6 +322,8 @@ struct Node {
     data: PathBuf,
     sock: PathBuf,
     cnf: PathBuf,
+    /// Where it listens for a state transfer when it joins.
+    sst_port: u16,
 }
 
 impl Node {
@@ -307,6 +342,7 @@ impl Node {
             Some(port) => format!("gcomm://127.0.0.1:{port}"),
             None => "gcomm://".into(),
         };
+        let sst_port = free_port();
         let text = format!(
             "[mysqld]\n\
              datadir={data}\n\
@@ -336,11 +372,11 @@ impl Node {
             run = run.display(),
             port = free_port(),
             ist = free_port(),
-            sst_port = free_port(),
         );
         fs::write(&cnf, text).expect("write my.cnf");
         account.own(&cnf);
         Node {
+            sst_port,
             name,
             data,
             sock,

@@ -215,6 +215,12 @@ impl Server {
         self.proc.stderr_so_far()
     }
 
+    /// A server started by the caller (already up), stopped with `stop_signal` when
+    /// dropped.
+    pub fn adopt(proc: Proc, stop_signal: libc::c_int) -> Server {
+        Server { proc, stop_signal }
+    }
+
     /// Waits for a log line containing `needle`; panics if the server exits or
     /// `timeout` passes first.
     pub fn wait_log_for(&mut self, needle: &str, timeout: Duration) {
