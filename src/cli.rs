@@ -545,23 +545,6 @@ fn haul_prefixed(text: &str) -> String {
     }
 }
 
-/// `args` with a lone `-h` (`haul -h`, `haul copy -h`) turned into `--help`, as rsync
-/// reads it; with any other argument `-h` stays rsync's `--human-readable`, so that
-/// `haul copy -avhP SRC DST` copies instead of printing the help.
-fn lone_h_is_help(mut args: Vec<OsString>) -> Vec<OsString> {
-    let lone = match args.get(1..).unwrap_or_default() {
-        [h] => h == "-h",
-        [sub, h] => h == "-h" && !sub.to_string_lossy().starts_with('-'),
-        _ => false,
-    };
-    if lone {
-        if let Some(last) = args.last_mut() {
-            *last = "--help".into();
-        }
-    }
-    args
-}
-
 /// Parses `args` (the program name first), keeping the order of the include/exclude
 /// options, which clap keeps apart per option but rsync's first-match rule needs.
 pub fn parse_from<I, T>(args: I) -> Result<Cli, clap::Error>
@@ -569,7 +552,7 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let args = lone_h_is_help(args.into_iter().map(Into::into).collect());
+    let args = habits::lone_h_is_help(args.into_iter().map(Into::into).collect());
     let cmd = command();
     let m = cmd.clone().try_get_matches_from(args).map_err(|e| {
         match unsupported::explain(&e, &cmd) {

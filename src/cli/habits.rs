@@ -1,14 +1,33 @@
 //! The rsync options haul accepts for habit's sake (`-avhP`): each names what haul always
 //! does, so it is accepted, hidden from `--help`, and ignored.
 
+use std::ffi::OsString;
+
 use clap::{ArgAction, Args};
+
+/// `args` with a lone `-h` (`haul -h`, `haul copy -h`) turned into `--help`, as rsync
+/// reads it; with any other argument `-h` stays rsync's `--human-readable`, so that
+/// `haul copy -avhP SRC DST` copies instead of printing the help.
+pub fn lone_h_is_help(mut args: Vec<OsString>) -> Vec<OsString> {
+    let lone = match args.get(1..).unwrap_or_default() {
+        [h] => h == "-h",
+        [sub, h] => h == "-h" && !sub.to_string_lossy().starts_with('-'),
+        _ => false,
+    };
+    if lone {
+        if let Some(last) = args.last_mut() {
+            *last = "--help".into();
+        }
+    }
+    args
+}
 
 /// rsync options that name what haul always does, accepted so that rsync habits (`-avP`)
 /// work: hidden from `--help`, ignored.
 #[derive(Debug, Args)]
 pub struct RsyncHabits {
     /// -h, --human-readable (sizes are always human-readable). `-h` alone is --help, as in
-    /// rsync: `cli::parse_from` turns it into `--help` before clap sees it.
+    /// rsync: [`lone_h_is_help`] turns it into `--help` before clap sees it.
     #[arg(short = 'h', long = "human-readable", global = true, hide = true, action = ArgAction::Count)]
     pub human_readable: u8,
     /// -a, --archive: recursive, links, perms, times, owner, group, devices (always).
