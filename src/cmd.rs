@@ -477,13 +477,6 @@ fn run_send(
 
 /// Prints the sender's summary (and JSON report); a failed replica of a fan-out, or the
 /// partial error when some files were skipped.
-/// `-v`: which congestion control the data connections used, and why.
-pub(crate) fn say_congestion(cc: Option<&(String, String)>, cfg: &Config) {
-    if let (Some((name, why)), true, false) = (cc, cfg.listing.verbose, cfg.quiet) {
-        eprintln!("haul: data connections use congestion control {name} ({why})");
-    }
-}
-
 fn finish_send(
     report: &SendReport,
     replicas: Option<Vec<crate::progress::ReplicaState>>,
@@ -494,7 +487,10 @@ fn finish_send(
         j.replicas = replicas.clone();
         json_out::hold(j.to_json(), false);
     }
-    say_congestion(report.congestion.as_ref(), cfg);
+    crate::progress::say_congestion(
+        report.congestion.as_ref(),
+        cfg.listing.verbose && !cfg.quiet,
+    );
     print_end(
         "sent",
         &report.summary,

@@ -227,6 +227,13 @@ pub fn stream_line(verb: &str, bytes: u64, wire: Option<u64>, started: Instant) 
     )
 }
 
+/// `-v` (when `verbose`): which congestion control the data connections used, and why.
+pub fn say_congestion(cc: Option<&(String, String)>, verbose: bool) {
+    if let (Some((name, why)), true) = (cc, verbose) {
+        eprintln!("haul: data connections use congestion control {name} ({why})");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -148,7 +148,7 @@ pub(crate) fn finish_send_pipe(
         let shown = (!here).then_some(wire);
         eprintln!("{}", stream_line("sent", r.bytes, shown, r.started));
     }
-    super::say_congestion(r.congestion.as_ref(), cfg);
+    crate::progress::say_congestion(r.congestion.as_ref(), cfg.listing.verbose && !cfg.quiet);
     if cfg.json {
         let j = Report {
             bytes_read: r.bytes,
