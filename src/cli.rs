@@ -379,8 +379,8 @@ pub struct FilterArgs {
     /// Read include patterns from FILE, one a line.
     #[arg(long, value_name = "FILE")]
     pub include_from: Vec<PathBuf>,
-    /// Send only the paths listed in FILE (relative to the one source directory), with
-    /// their parent directories and all below a listed directory.
+    /// Send only the paths listed in FILE (relative to the one source directory; `a/./b`:
+    /// `b` of `a`), with their parent directories (with -r: and all below a listed one).
     #[arg(long, value_name = "FILE")]
     pub files_from: Option<PathBuf>,
     /// --files-from and the -from files are separated by NUL, not newline.
@@ -406,6 +406,9 @@ pub struct FilterArgs {
     /// The include/exclude options in command-line order (filled by [`parse_from`]).
     #[arg(skip)]
     pub order: Vec<RuleArg>,
+    /// `-r` given (filled by [`parse_from`]): --files-from recurses into listed directories.
+    #[arg(skip)]
+    pub recursive: bool,
 }
 
 /// One include/exclude option, as given.
@@ -561,6 +564,7 @@ where
         }
     })?;
     let mut cli = Cli::from_arg_matches(&m)?;
+    let recursive = cli.rsync.recursive > 0;
     let (sub, filter) = match &mut cli.command {
         CommandArgs::Send { transfer, .. } => ("send", &mut transfer.filter),
         CommandArgs::Copy { transfer, .. } => ("copy", &mut transfer.filter),
@@ -587,5 +591,6 @@ where
     take_path("include_from", &RuleArg::IncludeFrom);
     order.sort_by_key(|(i, _)| *i);
     filter.order = order.into_iter().map(|(_, r)| r).collect();
+    filter.recursive = recursive;
     Ok(cli)
 }

@@ -283,7 +283,7 @@ fn files_from_sends_the_listed_paths_with_their_parents() {
     )
     .unwrap();
     let list = list.to_str().unwrap();
-    // haul always recurses: rsync's -r with --files-from.
+    // With -r: rsync's -r with --files-from.
     let tmp2 = tempfile::tempdir().unwrap();
     let r = tmp2.path().join("r");
     let st = Command::new("rsync")
@@ -297,7 +297,7 @@ fn files_from_sends_the_listed_paths_with_their_parents() {
     let out = copy(
         &[&data],
         &h,
-        &["-q", "--files-from", list, "--exclude", "sub/"],
+        &["-q", "-r", "--files-from", list, "--exclude", "sub/"],
     );
     out.assert_code(0);
     let want: Vec<String> = listing(&r)
@@ -539,6 +539,7 @@ log/
     let args = [
         "copy",
         "-q",
+        "-r",
         "-e",
         &rsh,
         "--remote-haul",

@@ -274,3 +274,127 @@ fn checksum_on_an_unchanged_tree_sends_and_lists_nothing() {
     }
     assert_same("one edit and one touch, -c", &["-c"], &[&s], &r, &h);
 }
+
+/// `--files-from` as rsync reads it (issue 39, item 2): a `/./` in a listed path marks
+/// where the part that is sent begins (`from/./dir/subdir` arrives as `dir/subdir`, its
+/// parents before the marker are not sent); without `-r` a listed directory arrives
+/// without its contents (rsync's `--files-from` turns off the `-r` of `-a`), with `-r`
+/// with all of them. Before, haul sent `from/dir/subdir` and always recursed.
+#[test]
+fn files_from_honours_the_dot_marker_and_recurses_only_with_r() {
+    if !have_rsync() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    for d in [
+        "from/dir/subdir/deep",
+        "from/other",
+        "base2/dir/more",
+        "plain/d",
+    ] {
+        fs::create_dir_all(src.join(d)).unwrap();
+    }
+    for (f, body) in [
+        ("from/dir/subdir/f", "f"),
+        ("from/dir/subdir/deep/g", "g"),
+        ("from/dir/top", "top"),
+        ("from/other/o", "o"),
+        ("base2/dir/more/m", "m"),
+        ("base2/dir/n", "n"),
+        ("plain/d/p", "p"),
+        ("plain/q", "q"),
+    ] {
+        fs::write(src.join(f), body).unwrap();
+    }
+    for (i, d) in [
+        "from/dir/subdir/deep",
+        "from/dir/subdir",
+        "from/dir",
+        "from/other",
+        "from",
+        "base2/dir/more",
+        "base2/dir",
+        "base2",
+        "plain/d",
+        "plain",
+        "",
+    ]
+    .iter()
+    .enumerate()
+    {
+        set_mtime(&src.join(d), 1_600_000_000 + 1000 * i as i64, 4321);
+    }
+    let list = tmp.path().join("list");
+    fs::write(
+        &list,
+        "from/./dir/subdir\nfrom/other\n./base2/./dir/more\nplain/d\nfrom/./dir/top\n",
+    )
+    .unwrap();
+    let list = list.to_str().unwrap();
+    // Without a slash (the same for --files-from): the roots, which neither sends, are
+    // not compared.
+    let s = src.clone();
+    for r in ["", "-r"] {
+        let args: Vec<&str> = [r, "--files-from", list]
+            .into_iter()
+            .filter(|a| !a.is_empty())
+            .collect();
+        let (r, h) = (tmp.path().join("r"), tmp.path().join("h"));
+        for d in [&r, &h] {
+            let _ = fs::remove_dir_all(d);
+        }
+        let mut dry = args.clone();
+        dry.push("-n");
+        let (theirs, _) = rsync(&dry, &[&s], &with_slash(&r));
+        let (ours, out) = haul(&dry, &[&s], &with_slash(&h));
+        assert_eq!(ours, theirs, "{dry:?}: haul (left), rsync (right)\n{out}");
+        assert_same(&format!("{args:?}"), &args, &[&s], &r, &h);
+        // Again: nothing changed, nothing listed.
+        assert_same(&format!("{args:?}, again"), &args, &[&s], &r, &h);
+    }
+}
+
+/// `--copy-unsafe-links` counts links as rsync 3.4 and later do (issue 39, item 8): a
+/// `..` after any other part of the target (`dir/..`, `a/../x`, `./../x`) makes a link
+/// unsafe, so what it points to is sent; `from -> nodir/..` has nothing to point to, and
+/// rsync leaves it out and exits 23. Before, haul counted only how far a link climbs: it
+/// sent `from` as a link and exited 0.
+#[test]
+fn copy_unsafe_links_counts_a_dot_dot_after_a_name_as_unsafe() {
+    if !have_rsync() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path().join("t");
+    fs::create_dir_all(t.join("d/e")).unwrap();
+    fs::write(t.join("x"), b"x").unwrap();
+    fs::write(t.join("d/y"), b"y").unwrap();
+    for (link, target) in [
+        ("from", "nodir/.."),
+        ("l2", "d/../x"),
+        ("l3", "./x"),
+        ("l9", "d/./y"),
+        ("d/e/a1", "./../../x"),
+        ("d/e/a3", "..//../x"),
+        ("d/e/a4", "../y"),
+        ("d/e/a5", ".././y"),
+        ("d/e/a7", "../e/../y"),
+    ] {
+        std::os::unix::fs::symlink(target, t.join(link)).unwrap();
+        // In the past: rsync leaves alone a time it made in the second of the source's.
+        set_mtime(&t.join(link), 1_500_000_000, 7);
+    }
+    for d in ["d/e", "d", ""] {
+        set_mtime(&t.join(d), 1_600_000_000, 0);
+    }
+    let (r, h) = (tmp.path().join("r"), tmp.path().join("h"));
+    let s = with_slash(&t);
+    assert_same(
+        "--copy-unsafe-links",
+        &["--copy-unsafe-links"],
+        &[&s],
+        &r,
+        &h,
+    );
+}

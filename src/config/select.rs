@@ -47,7 +47,7 @@ pub(super) fn selection(a: &FilterArgs, delete: bool) -> Result<Selection> {
                 f.display()
             )))
         }
-        Some(f) => Some(FileList::parse(&read_list(f)?, a.from0)),
+        Some(f) => Some(FileList::parse(&read_list(f)?, a.from0, a.recursive)),
         None => None,
     };
     Ok(Selection {

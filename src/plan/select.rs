@@ -61,7 +61,7 @@ impl Selection {
     /// number `source` starts) stands to `--files-from` or `--shard`.
     pub fn listed(&self, source: usize, rel: &[u8], base: usize) -> Listed {
         match (&self.files_from, &self.shard) {
-            (Some(list), _) => list.listed(rel),
+            (Some(list), _) => list.listed(source, rel),
             (None, Some(shard)) => shard.listed(source, rel.get(base..).unwrap_or_default()),
             (None, None) => Listed::Yes,
         }
@@ -89,10 +89,16 @@ impl Selection {
     }
 }
 
-/// `--files-from`'s paths, made relative and clean.
+/// `--files-from`'s paths, made relative and clean, grouped by their base: the part of a
+/// listed path before a `/./` (rsync's `-R` marker), which is walked but not sent
+/// (`from/./dir/sub` arrives as `dir/sub`). Paths without one have the empty base.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileList {
-    paths: BTreeSet<Vec<u8>>,
+    /// Each base in the order first listed, with the paths below it.
+    groups: Vec<(Vec<u8>, BTreeSet<Vec<u8>>)>,
+    /// `-r` given: a listed directory is sent with everything below it. Without it, as
+    /// rsync's `--files-from` (which turns off the `-r` in `-a`), only the directory.
+    recursive: bool,
 }
 
 /// How a path stands to a [`FileList`].
@@ -107,59 +113,92 @@ pub enum Listed {
     No,
 }
 
+/// A path's components joined again, `.` and empty ones dropped, `..` resolved without
+/// rising above its start.
+fn clean(path: &[u8]) -> Vec<u8> {
+    let mut parts: Vec<&[u8]> = Vec::new();
+    for c in path.split(|&b| b == b'/') {
+        match c {
+            b"" | b"." => {}
+            b".." => {
+                parts.pop();
+            }
+            c => parts.push(c),
+        }
+    }
+    parts.join(&b'/')
+}
+
 impl FileList {
     /// Parses a list as rsync reads one: a path per line (`\n`, or NUL with `nul`), blank
     /// lines and lines starting with `#` or `;` ignored, leading `/` and `.` removed, `..`
-    /// resolved without rising above the source directory.
-    pub fn parse(text: &[u8], nul: bool) -> FileList {
+    /// resolved without rising above the source directory (or the base, after a `/./`).
+    /// `recursive`: `-r` was given.
+    pub fn parse(text: &[u8], nul: bool, recursive: bool) -> FileList {
         let sep = if nul { 0 } else { b'\n' };
-        let mut paths = BTreeSet::new();
+        let mut list = FileList {
+            groups: Vec::new(),
+            recursive,
+        };
         for line in text.split(|&b| b == sep) {
             let line = line.strip_suffix(b"\r").unwrap_or(line);
             if line.is_empty() || line.starts_with(b"#") || line.starts_with(b";") {
                 continue;
             }
-            let mut parts: Vec<&[u8]> = Vec::new();
-            for c in line.split(|&b| b == b'/') {
-                match c {
-                    b"" | b"." => {}
-                    b".." => {
-                        parts.pop();
-                    }
-                    c => parts.push(c),
-                }
-            }
-            paths.insert(parts.join(&b'/'));
-        }
-        FileList { paths }
-    }
-
-    /// The listed paths, in byte order.
-    pub fn paths(&self) -> impl Iterator<Item = &[u8]> {
-        self.paths.iter().map(|p| p.as_slice())
-    }
-
-    /// How `rel` (relative to the source directory) stands to the list.
-    pub fn listed(&self, rel: &[u8]) -> Listed {
-        if rel.is_empty() {
-            return if self.paths.contains(&b""[..]) {
-                Listed::Yes
-            } else {
-                Listed::Parent
+            let (base, path) = match line.windows(3).position(|w| w == b"/./") {
+                Some(i) => (clean(&line[..i]), clean(&line[i + 3..])),
+                None => (Vec::new(), clean(line)),
             };
+            match list.groups.iter_mut().find(|(b, _)| *b == base) {
+                Some((_, paths)) => {
+                    paths.insert(path);
+                }
+                None => list.groups.push((base, BTreeSet::from([path]))),
+            }
         }
-        if self.paths.contains(&b""[..]) || self.paths.contains(rel) {
+        list
+    }
+
+    /// The bases, in the order first listed (one, empty, for a list without `/./`): each
+    /// is walked as a source of its own whose contents go into the destination root.
+    pub fn bases(&self) -> impl Iterator<Item = &[u8]> {
+        self.groups.iter().map(|(b, _)| b.as_slice())
+    }
+
+    /// Whether base number `group` is a path given before a `/./` (not the source itself).
+    pub fn is_base(&self, group: usize) -> bool {
+        self.groups.get(group).is_some_and(|(b, _)| !b.is_empty())
+    }
+
+    /// The listed paths below base number `group`, in byte order.
+    pub fn paths(&self, group: usize) -> impl Iterator<Item = &[u8]> {
+        self.groups
+            .get(group)
+            .into_iter()
+            .flat_map(|(_, p)| p.iter().map(|p| p.as_slice()))
+    }
+
+    /// How `rel` (relative to base number `group`) stands to the list.
+    pub fn listed(&self, group: usize, rel: &[u8]) -> Listed {
+        let Some((_, paths)) = self.groups.get(group) else {
+            return Listed::No;
+        };
+        let all = self.recursive && paths.contains(&b""[..]);
+        if all || paths.contains(rel) {
             return Listed::Yes;
+        }
+        if rel.is_empty() {
+            return Listed::Parent;
         }
         let ancestor_listed = (0..rel.len())
             .filter(|&i| rel[i] == b'/')
-            .any(|i| self.paths.contains(&rel[..i]));
-        if ancestor_listed {
+            .any(|i| paths.contains(&rel[..i]));
+        if self.recursive && ancestor_listed {
             return Listed::Yes;
         }
         let mut prefix = rel.to_vec();
         prefix.push(b'/');
-        match self.paths.range(prefix.clone()..).next() {
+        match paths.range(prefix.clone()..).next() {
             Some(p) if p.starts_with(&prefix) => Listed::Parent,
             _ => Listed::No,
         }
@@ -221,9 +260,10 @@ impl ShardList {
     }
 }
 
-/// rsync's `unsafe_symlink`: whether a symlink at `rel` (its path in the transfer) with
-/// this `target` points outside the transfer: absolute, empty, or climbing with `..`
-/// above the root.
+/// rsync's `unsafe_symlink` (3.4 and later): whether a symlink at `rel` (its path in the
+/// transfer) with this `target` points outside the transfer: absolute, empty, climbing
+/// with `..` above the root, or with a `..` after any other part (`dir/..`, `./..`,
+/// `a/../b`: where `dir` may itself be a link, the walk cannot tell where it leads).
 pub fn unsafe_symlink(target: &[u8], rel: &[u8]) -> bool {
     if target.is_empty() || target.starts_with(b"/") {
         return true;
@@ -241,16 +281,21 @@ pub fn unsafe_symlink(target: &[u8], rel: &[u8]) -> bool {
             _ => depth += 1,
         }
     }
+    let mut other = false;
     for c in target.split(|&b| b == b'/') {
         match c {
-            b"" | b"." => {}
+            b"" => {}
             b".." => {
                 depth -= 1;
-                if depth < 0 {
+                if other || depth < 0 {
                     return true;
                 }
             }
-            _ => depth += 1,
+            b"." => other = true,
+            _ => {
+                other = true;
+                depth += 1;
+            }
         }
     }
     false
@@ -268,31 +313,54 @@ mod tests {
         assert!(unsafe_symlink(b"../x", b"a"));
         assert!(!unsafe_symlink(b"../x", b"d/a"));
         assert!(unsafe_symlink(b"../../x", b"d/a"));
-        assert!(!unsafe_symlink(b"y/../../x", b"d/a"));
         assert!(unsafe_symlink(b"y/../../../x", b"d/a"));
-        assert!(!unsafe_symlink(b"y/../x", b"a"));
+        // A `..` after another part, as rsync 3.4 and later count it.
+        assert!(unsafe_symlink(b"dir/..", b"from"));
+        assert!(unsafe_symlink(b"y/../x", b"a"));
+        assert!(unsafe_symlink(b"./../x", b"d/a"));
+        assert!(!unsafe_symlink(b"..//../x", b"d/e/a"));
+        assert!(!unsafe_symlink(b".././y", b"d/a"));
+        assert!(!unsafe_symlink(b"dir/./y", b"a"));
     }
 
     #[test]
     fn file_list_parses_like_rsync() {
-        let l = FileList::parse(b"# c\n;c\n\n/etc/a.conf\r\n./b/\n../c/./d\nx/../y\n", false);
-        let got: Vec<_> = l.paths().map(|p| String::from_utf8_lossy(p)).collect();
-        assert_eq!(got, ["b", "c/d", "etc/a.conf", "y"]);
-        let l = FileList::parse(b"a\0b c\0", true);
-        assert_eq!(l.paths().count(), 2);
+        let l = FileList::parse(
+            b"# c\n;c\n\n/etc/a.conf\r\n./b/\n../c/./d\nx/../y\n",
+            false,
+            true,
+        );
+        let bases: Vec<_> = l.bases().map(|b| String::from_utf8_lossy(b)).collect();
+        assert_eq!(bases, ["", "c"]);
+        let got: Vec<_> = l.paths(0).map(|p| String::from_utf8_lossy(p)).collect();
+        assert_eq!(got, ["b", "etc/a.conf", "y"]);
+        let got: Vec<_> = l.paths(1).map(|p| String::from_utf8_lossy(p)).collect();
+        assert_eq!(got, ["d"]);
+        let l = FileList::parse(b"a\0b c\0", true, true);
+        assert_eq!(l.paths(0).count(), 2);
     }
 
     #[test]
     fn listed_parents_and_children() {
-        let l = FileList::parse(b"etc/a.conf\nvar/lib\n", false);
-        assert_eq!(l.listed(b""), Listed::Parent);
-        assert_eq!(l.listed(b"etc"), Listed::Parent);
-        assert_eq!(l.listed(b"etc/a.conf"), Listed::Yes);
-        assert_eq!(l.listed(b"etc/b.conf"), Listed::No);
-        assert_eq!(l.listed(b"var/lib/x/y"), Listed::Yes);
-        assert_eq!(l.listed(b"var/li"), Listed::No);
-        assert_eq!(l.listed(b"usr"), Listed::No);
-        let all = FileList::parse(b".\n", false);
-        assert_eq!(all.listed(b"usr"), Listed::Yes);
+        let l = FileList::parse(b"etc/a.conf\nvar/lib\n", false, true);
+        assert_eq!(l.listed(0, b""), Listed::Parent);
+        assert_eq!(l.listed(0, b"etc"), Listed::Parent);
+        assert_eq!(l.listed(0, b"etc/a.conf"), Listed::Yes);
+        assert_eq!(l.listed(0, b"etc/b.conf"), Listed::No);
+        assert_eq!(l.listed(0, b"var/lib/x/y"), Listed::Yes);
+        assert_eq!(l.listed(0, b"var/li"), Listed::No);
+        assert_eq!(l.listed(0, b"usr"), Listed::No);
+        let all = FileList::parse(b".\n", false, true);
+        assert_eq!(all.listed(0, b"usr"), Listed::Yes);
+    }
+
+    #[test]
+    fn without_r_a_listed_directory_is_sent_without_its_contents() {
+        let l = FileList::parse(b"var/lib\n.\n", false, false);
+        assert_eq!(l.listed(0, b""), Listed::Yes);
+        assert_eq!(l.listed(0, b"var"), Listed::Parent);
+        assert_eq!(l.listed(0, b"var/lib"), Listed::Yes);
+        assert_eq!(l.listed(0, b"var/lib/x"), Listed::No);
+        assert_eq!(l.listed(0, b"usr"), Listed::No);
     }
 }

@@ -56,6 +56,18 @@ impl Source {
             dest_name: name,
         }
     }
+
+    /// The contents of `base` (a relative path; empty: itself) in this source.
+    fn below(&self, base: &[u8]) -> Source {
+        let path = match base.is_empty() {
+            true => self.path.clone(),
+            false => self.path.join(std::ffi::OsStr::from_bytes(base)),
+        };
+        Source {
+            path,
+            dest_name: None,
+        }
+    }
 }
 
 /// A walked entry, with what the sender needs to read its data.
@@ -183,6 +195,16 @@ pub fn walk_from(
     mut skip: impl FnMut(Skipped),
 ) -> Result<()> {
     select.check(sources.len())?;
+    // --files-from: each base of the list (the part before a `/./`) is a source of its
+    // own whose contents go into the destination root.
+    let bases: Vec<Source>;
+    let sources = match (&select.files_from, sources) {
+        (Some(list), [s]) => {
+            bases = list.bases().map(|b| s.below(b)).collect();
+            &bases[..]
+        }
+        _ => sources,
+    };
     let mut w = Walker {
         next_id: 0,
         inodes: HashMap::new(),
@@ -206,15 +228,22 @@ pub fn walk_from(
             continue;
         }
         w.peers = roots.peers(i);
-        let meta = Meta::lstat(&s.path).map_err(|e| Error::Source {
-            path: s.path.clone(),
-            source: e,
-        })?;
-        // --files-from: the listed paths are relative to the source directory.
-        let rel = match select.files_from {
-            Some(_) => Vec::new(),
-            None => root_rel(s, meta.is_dir()),
+        let meta = match Meta::lstat(&s.path) {
+            Ok(meta) => meta,
+            // A base of --files-from that is not there: its paths are missing.
+            Err(error) if select.files_from.as_ref().is_some_and(|l| l.is_base(i)) => {
+                let path = s.path.clone();
+                skip(Skipped { path, error });
+                continue;
+            }
+            Err(e) => {
+                return Err(Error::Source {
+                    path: s.path.clone(),
+                    source: e,
+                })
+            }
         };
+        let rel = root_rel(s, meta.is_dir());
         let base = if rel.is_empty() { 0 } else { rel.len() + 1 };
         (w.base, w.source) = (base, i);
         let root = At {
@@ -232,7 +261,7 @@ pub fn walk_from(
                         .into(),
                 ));
             }
-            missing(&path, list.paths(), &mut skip);
+            missing(&path, list.paths(i), &mut skip);
         }
         if let Some(shard) = &select.shard {
             missing(&path, shard.paths(i), &mut skip);
@@ -359,7 +388,11 @@ impl Walker<'_> {
                 self.select,
             )),
         };
-        let send = verdict.as_ref().is_none_or(|v| v.send);
+        // --files-from: the root is sent only when listed (`.`), as rsync sends it.
+        let unlisted_root = rel.is_empty()
+            && (self.select.files_from.as_ref())
+                .is_some_and(|l| l.listed(self.source, &rel) != Listed::Yes);
+        let send = verdict.as_ref().is_none_or(|v| v.send) && !unlisted_root;
         let walked = match send {
             true => match self.entry(at, rel.clone(), meta, skip) {
                 Some(walked) => Some(walked),

@@ -30,6 +30,8 @@ use crate::protocol::{Accept, Chain, Listing, Replica, SyncOptions};
 use crate::transport::PROTOCOL_VERSION;
 
 /// Version of this line protocol; bumped whenever `Request` or `Reply` change shape.
+/// 14: the `Send` selection's `--files-from` list holds its paths by base (the part
+/// before a `/./`) and says whether `-r` was given.
 /// 13: `Receive`'s `Accept` says `xattrs` (the receiver's `--no-xattrs`).
 /// 12: `Go`'s chain carries a nonce field and `Done`'s replicas a proof field (the far
 /// sender checks the proofs; what it reports is its verdict).
@@ -43,7 +45,7 @@ use crate::transport::PROTOCOL_VERSION;
 /// `Go` carries a fan-out's chain and first receiver's label, `Done` the replicas.
 /// 7: `ProbeSource`, `SourceProbed` (a far source's probe). 6: `Request::ReceiveStream`
 /// says `everywhere` (a stream's fan-out); `Probe`, `Probed`.
-pub const SERVE_VERSION: u16 = 13;
+pub const SERVE_VERSION: u16 = 14;
 /// Every message line starts with this.
 const MSG_PREFIX: &str = "haul-msg ";
 /// Greeting lines start with this.

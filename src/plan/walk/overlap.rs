@@ -19,7 +19,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use super::super::meta::Meta;
-use super::super::select::{Links, Selection};
+use super::super::select::{Links, Listed, Selection};
 
 /// The same destination directory in another source.
 #[derive(Clone, Debug)]
@@ -144,6 +144,14 @@ pub(super) fn decide(
             continue;
         };
         if select.filter.excluded(rel, meta.is_dir()) {
+            continue;
+        }
+        // --files-from: what the list leaves out of the peer's base is not there.
+        let listed = select
+            .files_from
+            .as_ref()
+            .map(|l| l.listed(peer.source, rel));
+        if listed == Some(Listed::No) || (listed == Some(Listed::Parent) && !meta.is_dir()) {
             continue;
         }
         let earlier = peer.source < me;
