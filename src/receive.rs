@@ -39,14 +39,11 @@ use crate::protocol::{check_batch, Control, Item, Listing, ProtocolError, Summar
 use crate::session::{is_forged, is_tick, lost, Channel};
 use crate::store::Store;
 use crate::transport::{Accepted, Conn, Role};
-use data::spawn_data_worker;
+use data::{settle, spawn_data_worker};
 use integrity::{read_start, Forgeries, DATA_CONN_SLACK};
 use relay::{union, Answer, Relay};
 use shared::{Shared, TICK};
 
-/// How long after the last data connection ended the receiver waits before concluding
-/// that data asked for after `Finish` was lost rather than late.
-const SETTLE: Duration = Duration::from_secs(3);
 /// Most rounds of "Finish → here is what is still missing" before giving up.
 const MAX_ROUNDS: u32 = 50;
 
@@ -137,6 +134,7 @@ pub fn receive(
         manifest: ManifestDigest::default(),
         finished: None,
         units_base: 0,
+        heard: Instant::now(),
     };
     let result = session.run(&counters);
     if let (Err(e), Some(r)) = (&result, session.relay.as_mut()) {
@@ -209,30 +207,6 @@ fn spawn_dispatcher(
         .map_err(|e| Error::io("starting the dispatch thread", e))
 }
 
-/// After Finish: waits until every file is complete, or every unit the sender wrote
-/// (`units`, counted from `base`) has arrived, or nothing has arrived for a while (so what
-/// is missing was lost), or `timeout`.
-fn settle(shared: &Shared, base: u64, timeout: Duration, units: u64) -> Result<()> {
-    let start = Instant::now();
-    loop {
-        if let Some(e) = shared.take_fatal() {
-            return Err(e);
-        }
-        if shared.store.incomplete() == 0 {
-            return Ok(());
-        }
-        // Everything the sender wrote has arrived, or nothing has for a while: what is
-        // still missing was lost with a dropped connection.
-        let received = shared.units.load(Ordering::Acquire);
-        let all_in = received.saturating_sub(base) >= units;
-        let quiet = shared.busy.load(Ordering::Acquire) == 0 && shared.idle_for() >= SETTLE;
-        if all_in || quiet || start.elapsed() > timeout {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// The control side of one transfer.
 struct Session<'a> {
     shared: &'a Shared,
@@ -265,6 +239,9 @@ struct Session<'a> {
     /// `Finish` counts only the units it wrote (a relay that re-formed the chain around a
     /// failed hop, a sender that went on from a failed first receiver).
     units_base: u64,
+    /// When the sender was last heard on the control stream (or last answered): with no
+    /// data either for `timeout`, it is gone.
+    heard: Instant,
 }
 
 impl Session<'_> {
@@ -289,6 +266,13 @@ impl Session<'_> {
             };
             match msg {
                 Control::Start { .. } => {}
+                // The sender is there (its walk or its data streams are busy): heard, and
+                // passed on, so the next hop hears its relay too.
+                Control::Keepalive => {
+                    if let Some(r) = self.relay.as_mut() {
+                        r.tell(&Control::Keepalive);
+                    }
+                }
                 Control::Entries(entries) => {
                     check_batch(&entries)?;
                     let first = entries.first().map(|e| e.id);
@@ -308,7 +292,7 @@ impl Session<'_> {
                             r.send_batch(entries.clone());
                         }
                         listing::count_entries(counters, &entries);
-                        let mut need = store.apply_entries(entries)?;
+                        let mut need = relay::heard(relay, || store.apply_entries(entries))?;
                         integrity::check_pending(store.incomplete())?;
                         if let Some(r) = relay.as_mut() {
                             let next = r.batch_need();
@@ -371,14 +355,17 @@ impl Session<'_> {
                     let (finished, relay) = (&mut self.finished, &mut self.relay);
                     // Settling, the fsyncs and the next hop's own Finish: heard.
                     let missing = heartbeat::busy(&mut self.control, || {
-                        settle(shared, base, timeout, units)?;
-                        let mut missing = match finished {
-                            Some(_) => Vec::new(),
-                            None => store.missing(),
-                        };
-                        if missing.is_empty() && finished.is_none() {
-                            *finished = Some(store.finish()?);
-                        }
+                        let mut missing = relay::heard(relay, || {
+                            settle(shared, base, timeout, units)?;
+                            let missing = match finished {
+                                Some(_) => Vec::new(),
+                                None => store.missing(),
+                            };
+                            if missing.is_empty() && finished.is_none() {
+                                *finished = Some(store.finish()?);
+                            }
+                            Ok::<_, Error>(missing)
+                        })?;
                         if let Some(r) = relay.as_mut() {
                             if let Answer::Need(next) = r.finish(&failed, unlisted) {
                                 store.ignore(next.iter().map(|w| w.id));
@@ -453,13 +440,21 @@ impl Session<'_> {
     /// replacement when the control connection drops.
     fn next_msg(&mut self) -> Result<Option<Control>> {
         match self.control.read(Some(TICK)) {
-            Ok(m) => Ok(Some(m)),
+            Ok(m) => {
+                self.heard = Instant::now();
+                Ok(Some(m))
+            }
             Err(ref e) if is_tick(e) => {
-                if self.shared.idle_for() > self.timeout
-                    && self.shared.active.load(Ordering::Acquire) == 0
+                // A sender says `Keepalive` every second while it works; its data
+                // connections standing open prove nothing (a stopped sender keeps them).
+                // A unit being written here is this end's own work.
+                if self.heard.elapsed() > self.timeout
+                    && self.shared.idle_for() > self.timeout
+                    && self.shared.busy.load(Ordering::Acquire) == 0
                 {
                     return Err(lost(io::Error::other(format!(
-                        "no data from the sender for {} s",
+                        "the sender said nothing and sent no data for {} s (stopped, hung \
+                         or cut off; --timeout): re-run to resume, what arrived is kept",
                         self.timeout.as_secs()
                     ))));
                 }
@@ -498,12 +493,16 @@ impl Session<'_> {
                     match read_start(&mut c) {
                         Ok(_) => {
                             self.control = c;
+                            self.heard = Instant::now();
                             self.units_base = self.shared.units.load(Ordering::Acquire);
                             crate::progress::warn("the sender reconnected its control stream");
                             return Ok(());
                         }
                         Err(e) if is_forged(&e) => {
                             (self.shared.forged).note("control", &c.conn().peer_desc(), &e)?
+                        }
+                        Err(e) if is_tick(&e) => {
+                            crate::progress::warn(&integrity::silent_first(&c))
                         }
                         Err(_) => {}
                     }
@@ -527,7 +526,11 @@ impl Session<'_> {
     /// will repeat its request).
     fn reply(&mut self, msg: &Control) -> Result<()> {
         match self.control.write(msg) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                // The sender's turn starts now (this answer may have taken long).
+                self.heard = Instant::now();
+                Ok(())
+            }
             Err(Error::Transport(_)) => self.await_control(),
             Err(e) => Err(e),
         }

@@ -177,3 +177,105 @@ fn a_stopped_second_hop_is_dropped_and_named_and_the_first_completes() {
     assert_trees_equal(&src, &d1.join("src"));
     assert_no_part_files(&d1);
 }
+
+/// A bound on a wait the test itself makes: the process ends within `bound` (far beyond
+/// the one under test), else it is killed and the test fails, naming it hung.
+fn ends_within(p: Running, bound: Duration) -> Outcome {
+    let until = Instant::now() + bound;
+    while !p.has_exited() {
+        if Instant::now() > until {
+            let out = p.kill();
+            panic!("hung: still running after {bound:?}\n{}", out.describe());
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    p.wait()
+}
+
+/// Far beyond every bound these tests exercise (3 s, 10 s, 30 s).
+const HUNG: Duration = Duration::from_secs(120);
+
+/// Regression (issue 36): a receiver whose sender stopped (SIGSTOP) with its data
+/// connections open waited for good: open data connections counted as a sender present,
+/// and a stopped process keeps them. Now the sender says `Keepalive` every second while it
+/// works between requests, and a receiver that hears nothing and gets no data for its
+/// `--timeout` ends with exit 5 saying so, keeping what arrived for a re-run.
+#[test]
+fn a_receiver_whose_sender_stopped_ends_at_its_timeout_and_keeps_what_arrived() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("big");
+    write_random_file(&src, 24 * MIB, 12);
+    let dest = tmp.path().join("dest");
+    let waiting = recv(&dest, &["--timeout", "3"]);
+    let sender = Haul::new().spawn_send(&[&src], &waiting.ticket, &["--limit", "4M"]);
+    let until = Instant::now() + PROCESS_TIMEOUT;
+    while arrived(&dest) < 2 * MIB {
+        assert!(Instant::now() < until, "no data arrived");
+        assert!(!sender.has_exited(), "the sender ended before the stop");
+        thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: a plain signal to our own child, by its pid.
+    assert_eq!(unsafe { libc::kill(sender.pid() as i32, libc::SIGSTOP) }, 0);
+    let got = ends_within(waiting.proc, HUNG);
+    let stopped = sender.kill();
+    let all = format!("{}\n{}", got.describe(), stopped.describe());
+    got.assert_code(5);
+    assert!(
+        got.stderr
+            .contains("the sender said nothing and sent no data for 3 s"),
+        "{all}"
+    );
+    assert!(!part_files(&dest).is_empty(), "what arrived is kept: {all}");
+}
+
+/// Regression (issue 36): a connection that authenticated as a control stream and then
+/// said nothing held `haul recv` (files and streams) for good: it read that connection's
+/// first message without a bound, and the real sender's connections queued behind it
+/// (the sender gave up after its re-dials, the receiver never did). Now a control
+/// connection silent for 10 s after its handshake is closed, and the sender after it is
+/// served.
+#[test]
+fn a_control_connection_silent_after_its_handshake_is_closed_and_the_next_sender_served() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("f");
+    write_random_file(&src, MIB, 13);
+    for stream in [false, true] {
+        let dest = tmp.path().join(format!("dest-{stream}"));
+        let waiting = match stream {
+            true => recv(Path::new("--stream"), &[dest.to_str().unwrap()]),
+            false => recv(&dest, &[]),
+        };
+        let ticket = haul::transport::Ticket::parse(&waiting.ticket).unwrap();
+        let silent = haul::transport::connect(&ticket, haul::transport::Role::Control, true)
+            .expect("a control connection");
+        let sender = match stream {
+            false => Haul::new().spawn_send(&[&src], &waiting.ticket, &[]),
+            true => {
+                let mut cmd = Haul::new().command("send");
+                let from = format!("cat {}", src.display());
+                cmd.args(["--from-command", &from, "--to", &waiting.ticket]);
+                Running::spawn("send", cmd)
+            }
+        };
+        let sent = ends_within(sender, HUNG);
+        let got = ends_within(waiting.proc, HUNG);
+        drop(silent);
+        let all = format!("{}\n{}", sent.describe(), got.describe());
+        sent.assert_code(0);
+        got.assert_code(0);
+        assert!(
+            got.stderr
+                .contains("said nothing for 10 s after its handshake"),
+            "{all}"
+        );
+        let arrived = match stream {
+            true => dest.clone(),
+            false => dest.join("f"),
+        };
+        assert_eq!(
+            fs::read(&arrived).unwrap(),
+            fs::read(&src).unwrap(),
+            "{all}"
+        );
+    }
+}

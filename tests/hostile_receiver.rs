@@ -98,8 +98,15 @@ fn drain(mut conn: Conn, data: &Mutex<Vec<u8>>) {
 }
 
 impl FakeReceiver {
+    /// The next message that is not the sender's `Keepalive` (it says one every second
+    /// while it works between requests).
     fn next(&mut self) -> Option<Control> {
-        self.control.read(Some(Duration::from_secs(20))).ok()
+        loop {
+            match self.control.read(Some(Duration::from_secs(20))) {
+                Ok(Control::Keepalive) => {}
+                m => return m.ok(),
+            }
+        }
     }
 
     /// The id of the first regular file the sender lists. Batches before it (the walk may

@@ -1,9 +1,11 @@
 //! The receiver's data streams: one worker thread per data connection (frame →
-//! decompress → verify → pwrite; in a chain fan-out also → forward).
+//! decompress → verify → pwrite; in a chain fan-out also → forward), and after `Finish`
+//! the wait for units still on their way ([`settle`]).
 
 use std::io::{self, Read};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::shared::{Shared, TICK};
 use crate::codec::Decoder;
@@ -15,6 +17,9 @@ use crate::store::direct::ALIGN;
 use crate::store::WriterCache;
 use crate::transport::Conn;
 
+/// How long after the last data connection ended the receiver waits before concluding
+/// that data asked for after `Finish` was lost rather than late.
+const SETTLE: Duration = Duration::from_secs(3);
 /// Starts a worker for a data connection, unless that would exceed the streams the
 /// sender may have open.
 pub(super) fn spawn_data_worker(shared: &Arc<Shared>, conn: Conn) {
@@ -147,5 +152,29 @@ impl Read for Arriving<'_> {
             Counters::add(&self.1.store.stats.arrived_bytes, n as u64);
         }
         Ok(n)
+    }
+}
+
+/// After Finish: waits until every file is complete, or every unit the sender wrote
+/// (`units`, counted from `base`) has arrived, or nothing has arrived for a while (so what
+/// is missing was lost), or `timeout`.
+pub(super) fn settle(shared: &Shared, base: u64, timeout: Duration, units: u64) -> Result<()> {
+    let start = Instant::now();
+    loop {
+        if let Some(e) = shared.take_fatal() {
+            return Err(e);
+        }
+        if shared.store.incomplete() == 0 {
+            return Ok(());
+        }
+        // Everything the sender wrote has arrived, or nothing has for a while: what is
+        // still missing was lost with a dropped connection.
+        let received = shared.units.load(Ordering::Acquire);
+        let all_in = received.saturating_sub(base) >= units;
+        let quiet = shared.busy.load(Ordering::Acquire) == 0 && shared.idle_for() >= SETTLE;
+        if all_in || quiet || start.elapsed() > timeout {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::protocol::{
     Control, ProtocolError, SyncOptions, MAX_BLOCK, MAX_PENDING_FILES, MAX_STREAMS,
 };
-use crate::session::{is_forged, lost, Channel};
+use crate::session::{is_forged, is_tick, lost, Channel};
 use crate::transport::{Conn, Role};
 
 /// Verification failures that end a transfer (exit 8); fewer each cost one connection.
@@ -212,6 +212,9 @@ pub(super) fn first_start<T>(
                 forged += 1;
                 note_line(forged, "control", &c.conn().peer_desc(), &e)?;
             }
+            // It held its place and said nothing: closed, and the wait goes on (a real
+            // sender's connection may be queued behind it).
+            Err(e) if is_tick(&e) => crate::progress::warn(&silent_first(&c)),
             Err(e) => return Err(e),
         }
     }
@@ -231,9 +234,23 @@ pub(super) fn check_pending(pending: usize) -> Result<()> {
     Ok(())
 }
 
+/// How long a control connection may take to say its first message (`Start`,
+/// `StreamStart`) after its handshake: an honest sender writes it at once, so one silent
+/// this long is closed (it would hold the place of the sender's next one).
+pub(super) const FIRST_FRAME: Duration = Duration::from_secs(10);
+
+/// The warning for a control connection closed for saying nothing for [`FIRST_FRAME`].
+pub(super) fn silent_first(c: &Channel) -> String {
+    format!(
+        "closed the control connection from {}: it said nothing for {} s after its handshake",
+        c.conn().peer_desc(),
+        FIRST_FRAME.as_secs()
+    )
+}
+
 /// Reads a control connection's first message, which must be a sensible Start.
 pub(super) fn read_start(control: &mut Channel) -> Result<(u16, u32, SyncOptions)> {
-    match control.read(None)? {
+    match control.read(Some(FIRST_FRAME))? {
         Control::Start {
             streams,
             block_size,

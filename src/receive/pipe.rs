@@ -261,7 +261,7 @@ fn say_error(control: &mut Channel, e: &Error) {
 
 /// Reads a control connection's first message, which must be a sensible StreamStart.
 fn read_stream_start(control: &mut Channel) -> Result<(u16, u32, u64, Chain)> {
-    parse_stream_start(control.read(None)?)
+    parse_stream_start(control.read(Some(super::integrity::FIRST_FRAME))?)
 }
 
 /// Checks a StreamStart's fields (the chain's bounds are checked where it is used).

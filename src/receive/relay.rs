@@ -42,6 +42,17 @@ pub(super) fn allowed(relay: bool, chain: &Chain) -> Result<()> {
     }
 }
 
+/// Runs `work`, this receiver's own (hashing for deltas, settling and the fsyncs at
+/// `Finish`), saying `Keepalive` to the next hop of `relay` every second meanwhile: it
+/// waits on this relay then and, hearing nothing for its `--timeout`, would take it for
+/// stopped (docs/design.md, *Liveness*).
+pub(super) fn heard<T>(relay: &mut Option<Relay>, work: impl FnOnce() -> T) -> T {
+    match relay.as_mut().and_then(|r| r.chan.as_mut()) {
+        Some(c) => super::heartbeat::busy(c, work),
+        None => work(),
+    }
+}
+
 /// What the next receiver said to `Finish`.
 pub(super) enum Answer {
     /// It is complete (or there is no next receiver any more).

@@ -28,6 +28,10 @@ const TICK: Duration = Duration::from_secs(1);
 /// hung or cut off: the control stream is re-dialed (and the request repeated), and in a
 /// chain the link goes on with the next receiver when that fails.
 const SILENCE: Duration = Duration::from_secs(30);
+/// How often the sender says `Keepalive` while it works between requests (its walk, its
+/// data streams): the receiver takes a sender silent for its `--timeout` (30 s) with no
+/// data for a stopped or vanished one, whatever connections stand open.
+const HEARTBEAT: Duration = Duration::from_secs(1);
 
 /// What [`Link::poll`] found.
 pub(super) enum Polled {
@@ -63,6 +67,8 @@ pub(super) struct Link<'a> {
     moved: (Instant, u64),
     /// Every `Entries` batch sent (once each), which a receiver's proof covers.
     manifest: ManifestDigest,
+    /// When the control stream was last written to (for [`Link::beat`]).
+    said: Instant,
 }
 
 impl<'a> Link<'a> {
@@ -122,6 +128,7 @@ impl<'a> Link<'a> {
             stall: None,
             moved: (Instant::now(), 0),
             manifest: ManifestDigest::default(),
+            said: Instant::now(),
         })
     }
 
@@ -158,6 +165,17 @@ impl<'a> Link<'a> {
              nothing; check it and the network, then re-run to resume",
             limit.as_secs()
         )))
+    }
+
+    /// Says `Keepalive` when nothing was said for [`HEARTBEAT`]: called wherever the sender
+    /// waits on its own work (the walk, the work queue), never while an answer is awaited
+    /// (the receiver is busy then and reads nothing). A broken control stream is re-dialed
+    /// as for any message.
+    pub(super) fn beat(&mut self) -> Result<()> {
+        if self.said.elapsed() < HEARTBEAT {
+            return Ok(());
+        }
+        self.tell(&Control::Keepalive)
     }
 
     /// Hands the receiver's `Items` to `f` (they may precede any answer).
@@ -345,6 +363,7 @@ impl<'a> Link<'a> {
         }
         let mut attempts = 0;
         loop {
+            self.said = Instant::now();
             let r = self.chan.write(msg).and_then(|()| self.read_answer());
             match r {
                 Ok(Control::Error { code, message }) if self.can_fail_over() => {
@@ -368,6 +387,7 @@ impl<'a> Link<'a> {
         }
         let mut attempts = 0;
         loop {
+            self.said = Instant::now();
             match self.chan.write(msg) {
                 Ok(()) => return Ok(()),
                 Err(e) => self.retry(e, &mut attempts)?,

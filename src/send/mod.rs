@@ -309,10 +309,12 @@ fn run_manifest(
     let mut batch_bytes = 0usize;
     let mut data = HashMap::new();
     loop {
-        let msg = if batch.is_empty() {
-            wrx.recv().map_err(|_| RecvTimeoutError::Disconnected)
-        } else {
-            wrx.recv_timeout(Duration::from_millis(20))
+        // A walk may take long between entries (a slow disk, `-c` hashing a big file):
+        // the receiver hears the sender meanwhile.
+        link.beat()?;
+        let msg = match batch.is_empty() {
+            true => wrx.recv_timeout(QUEUE_TICK),
+            false => wrx.recv_timeout(Duration::from_millis(20)),
         };
         let end = match msg {
             Ok(WalkMsg::Entry(w)) => {
@@ -567,6 +569,7 @@ fn wait_idle(link: &mut Link<'_>, queue: &WorkQueue) -> Result<()> {
             link.fail_over(link::streams_broke())?;
         }
         link.check_stall()?;
+        link.beat()?;
     }
     Ok(())
 }
@@ -579,6 +582,7 @@ fn wait_room(link: &mut Link<'_>, queue: &WorkQueue) -> Result<()> {
             link.fail_over(link::streams_broke())?;
         }
         link.check_stall()?;
+        link.beat()?;
     }
     Ok(())
 }

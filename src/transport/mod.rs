@@ -81,7 +81,9 @@ pub use tunnel::Tunnel;
 /// file's content, which the receiver compares with its own file's).
 /// 11: `Finish` counts the entries the sender's walk could not read (`unlisted`), and a
 /// `Summary` carries what the receiver resumed (`resumed_files`, `resumed_bytes`).
-pub const PROTOCOL_VERSION: u16 = 11;
+/// 12: a file-mode sender says `Control::Keepalive` while it works between requests (a
+/// version-11 receiver took it for a protocol violation).
+pub const PROTOCOL_VERSION: u16 = 12;
 
 /// Which kind of connection this is within one transfer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
