@@ -200,15 +200,26 @@ pub fn receive_pipe(
             result = Err(e);
         }
     }
+    if let (Err(e), Some(r)) = (&result, relay.as_deref()) {
+        // Failed only at the very end (its file's final rename, its command's exit
+        // status), after every block went on: the chain after this one is whole and
+        // finishes first, so its outcome is known when this receiver's error is told
+        // (a replica that finished meanwhile could not be dialed by the sender again).
+        let all_in = {
+            let w = shared.lock();
+            w.end.is_some_and(|(len, _)| len == w.written)
+        };
+        if all_in && is_own(e) {
+            let _ = session.run(&|| r.finished());
+        }
+    }
     shared.abort.store(true, Ordering::Release);
     shared.arrived.notify_all();
     bar.finish();
     if let Some(r) = relay.as_deref() {
         match &result {
             // What failed upstream fails the chain after this receiver too.
-            Err(e @ (Error::Remote { .. } | Error::Transport(_) | Error::Protocol(_))) => {
-                r.abort(e)
-            }
+            Err(e) if !is_own(e) => r.abort(e),
             // This receiver's own failure (its consumer, its disk) is its alone: the
             // connections to the next hop just close, and the receiver before this one,
             // told so, re-forms the chain around it.
@@ -244,11 +255,27 @@ pub fn receive_pipe(
         }
         Err(e) => {
             if !matches!(e, Error::Transport(_) | Error::Remote { .. }) {
+                // What became of the hops after this one first: the sender (or relay)
+                // before keeps a hop this one saw complete and leaves out one it left
+                // behind, then re-forms the chain around this one.
+                if let Some(r) = relay.as_deref() {
+                    let _ = session.control.write(&Control::Replicas(r.replicas()));
+                }
                 say_error(&mut session.control, &e);
             }
             Err(e)
         }
     }
+}
+
+/// Whether `e` is this receiver's own failure (its consumer, its disk), not one that came
+/// from upstream (the sender's error, a lost or broken conversation), which fails the
+/// chain after this receiver too.
+fn is_own(e: &Error) -> bool {
+    !matches!(
+        e,
+        Error::Remote { .. } | Error::Transport(_) | Error::Protocol(_)
+    )
 }
 
 fn say_error(control: &mut Channel, e: &Error) {

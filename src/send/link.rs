@@ -268,6 +268,12 @@ impl<'a> Link<'a> {
         self.succ.as_ref().is_some_and(Successors::has_more)
     }
 
+    /// Whether a receiver of a chain fan-out is complete though the chain has no one
+    /// left to go on with: the failed first had reported it done before its error.
+    pub(super) fn delivered(&self) -> bool {
+        self.succ.as_ref().is_some_and(Successors::any_done)
+    }
+
     /// Which receiver the connections go to (changes when the chain moves on).
     pub(super) fn generation(&self) -> u64 {
         self.target.generation()

@@ -448,11 +448,18 @@ impl Driver<'_, '_> {
                 }
                 Polled::Msg(Control::Error { code, message }) => {
                     // In a chain the others go on without this one (its consumer failed).
-                    self.link.fail_over(Error::Remote {
+                    let failed = self.link.fail_over(Error::Remote {
                         side: "receiver",
                         message,
                         code,
-                    })?;
+                    });
+                    match (failed, self.end) {
+                        (Ok(()), _) => {}
+                        // It failed at its end and reported the receivers after it
+                        // complete first: the stream is delivered to them.
+                        (Err(_), Some(end)) if self.link.delivered() => return Ok(end),
+                        (Err(e), _) => return Err(e),
+                    }
                 }
                 Polled::Msg(other) => {
                     return Err(ProtocolError::Unexpected(other.name().into()).into())

@@ -201,6 +201,14 @@ impl Successors {
         out
     }
 
+    /// Whether a receiver this side left behind is complete (it saw its `Done`, or heard
+    /// of it from a successor that failed after it: see [`Successors::fail`]).
+    pub fn any_done(&self) -> bool {
+        self.own
+            .iter()
+            .any(|r| matches!(r.outcome, Outcome::Done(_)))
+    }
+
     /// [`Successors::replicas`], if it changed since the last call.
     pub fn take_news(&mut self) -> Option<Vec<Replica>> {
         std::mem::take(&mut self.news).then(|| self.replicas())
