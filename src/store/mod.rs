@@ -165,6 +165,7 @@ impl Store {
             error: Arc::new(Mutex::new(None)),
             other: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
+            specials_skipped: AtomicBool::new(false),
             unchanged_files: AtomicU64::new(0),
             unchanged_bytes: AtomicU64::new(0),
             deleted: AtomicU64::new(0),
@@ -307,6 +308,7 @@ impl Store {
             // but still "seen", so --delete leaves what the destination has by that name.
             if !accept.apply(&mut e, me, chown) {
                 self.skipped.fetch_add(1, Ordering::Relaxed);
+                self.specials_skipped.store(true, Ordering::Relaxed);
                 continue;
             }
             // Looked at before anything is made: what changes, or in a dry run, what would.

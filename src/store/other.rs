@@ -57,8 +57,12 @@ impl Store {
                     path.display()
                 ));
                 self.skipped.fetch_add(1, Ordering::Relaxed);
+                self.specials_skipped.store(true, Ordering::Relaxed);
                 return Ok(());
             }
+        }
+        if self.special_unchanged(path, e) {
+            return Ok(());
         }
         let pfd = self
             .at(&parent, fsops::open_dir)
@@ -127,14 +131,21 @@ impl Store {
         self.make_way(&pfd, name, path)?;
         let tmp = fsops::temp_name(name);
         fsops::remove_if_present(&pfd, &tmp).map_err(err)?;
-        rustix::fs::linkat(
+        let linked = rustix::fs::linkat(
             &tfd,
             tname,
             &pfd,
             tmp.as_slice(),
             rustix::fs::AtFlags::empty(),
-        )
-        .map_err(|x| err(x.into()))?;
+        );
+        match linked {
+            // Another name of a device or FIFO this receiver skipped: skipped as well.
+            Err(rustix::io::Errno::NOENT) if self.specials_skipped.load(Ordering::Relaxed) => {
+                self.skipped.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+            other => other.map_err(|x| err(x.into()))?,
+        }
         // `--stats` counts the length of every name (the manifest does not carry it).
         if let Ok(st) =
             rustix::fs::statat(&pfd, tmp.as_slice(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)

@@ -104,9 +104,11 @@ impl Store {
             }
             EntryKind::Device { .. } => (ItemKind::Device, FileType::CharacterDevice, &[][..]),
         };
-        let here = self
-            .lookup(path)
-            .filter(|st| FileType::from_raw_mode(st.st_mode) == ftype);
+        // A hardlink's inode may be a device or FIFO too (`-H` links them as rsync does).
+        let here = self.lookup(path).filter(|st| match kind {
+            ItemKind::Hardlink => FileType::from_raw_mode(st.st_mode) != FileType::Directory,
+            _ => FileType::from_raw_mode(st.st_mode) == ftype,
+        });
         let mut change = Change::default();
         match here {
             None => {
@@ -124,6 +126,27 @@ impl Store {
             change,
             target: target.to_vec(),
         })
+    }
+
+    /// Whether a FIFO or device `e` is at `path` already, with all of it (type, device
+    /// number, mode, owners, time, attributes): it stays, as rsync leaves it, for a new
+    /// inode would break its other names (`-H`).
+    pub(super) fn special_unchanged(&self, path: &SafeRelPath, e: &Entry) -> bool {
+        let Some(st) = self.lookup(path) else {
+            return false;
+        };
+        let same = match e.kind {
+            EntryKind::Fifo => FileType::from_raw_mode(st.st_mode) == FileType::Fifo,
+            EntryKind::Device { block, rdev } => {
+                let want = match block {
+                    true => FileType::BlockDevice,
+                    false => FileType::CharacterDevice,
+                };
+                FileType::from_raw_mode(st.st_mode) == want && st.st_rdev == rdev
+            }
+            _ => false,
+        };
+        same && self.observe(path, e).is_none()
     }
 
     /// Fills `change` for an entry whose destination `st` is of the same kind.

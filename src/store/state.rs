@@ -49,6 +49,9 @@ pub struct Store {
     pub(super) error: Arc<Mutex<Option<Error>>>,
     pub(super) other: AtomicU64,
     pub(super) skipped: AtomicU64,
+    /// A device or FIFO was skipped (refused, or a device as non-root): a hardlink whose
+    /// target is missing then names one of them and is skipped too (`make_hardlink`).
+    pub(super) specials_skipped: AtomicBool,
     pub(super) unchanged_files: AtomicU64,
     pub(super) unchanged_bytes: AtomicU64,
     pub(super) deleted: AtomicU64,

@@ -100,6 +100,28 @@ impl Walker<'_> {
         }
     }
 
+    /// For a name of an inode that has others (a file, device or FIFO, as rsync's `-H`
+    /// links them): a hardlink entry to the first name sent, or `None` for the first
+    /// (remembered) and for an inode with one name.
+    fn hardlink(&mut self, id: u64, rel: &[u8], meta: &Meta) -> Option<Walked> {
+        if meta.nlink() < 2 {
+            return None;
+        }
+        let key = (meta.dev(), meta.ino());
+        let Some(target) = self.inodes.get(&key) else {
+            self.inodes.insert(key, rel.to_vec());
+            return None;
+        };
+        let kind = EntryKind::Hardlink {
+            target: target.clone(),
+        };
+        Some(Walked {
+            entry: make_entry(id, rel.to_vec(), kind, meta),
+            data: None,
+            len: meta.len(),
+        })
+    }
+
     /// The entry for `path`, which `meta` describes; `None` (reported through `skip`, or
     /// warned for a socket) when it is not sent.
     pub(super) fn entry(
@@ -129,23 +151,8 @@ impl Walker<'_> {
                 }
             },
             FileType::RegularFile => {
-                if meta.nlink() > 1 {
-                    let key = (meta.dev(), meta.ino());
-                    if let Some(target) = self.inodes.get(&key) {
-                        return Some(Walked {
-                            entry: make_entry(
-                                id,
-                                rel,
-                                EntryKind::Hardlink {
-                                    target: target.clone(),
-                                },
-                                meta,
-                            ),
-                            data: None,
-                            len: meta.len(),
-                        });
-                    }
-                    self.inodes.insert(key, rel.clone());
+                if let Some(link) = self.hardlink(id, &rel, meta) {
+                    return Some(link);
                 }
                 let size = meta.len();
                 let within = match self.within(path) {
@@ -180,11 +187,18 @@ impl Walker<'_> {
                 });
                 EntryKind::File { size, data_bytes }
             }
-            FileType::Fifo => EntryKind::Fifo,
-            k @ (FileType::BlockDevice | FileType::CharacterDevice) => EntryKind::Device {
-                block: k == FileType::BlockDevice,
-                rdev: meta.rdev(),
-            },
+            FileType::Fifo | FileType::BlockDevice | FileType::CharacterDevice => {
+                if let Some(link) = self.hardlink(id, &rel, meta) {
+                    return Some(link);
+                }
+                match meta.kind() {
+                    FileType::Fifo => EntryKind::Fifo,
+                    k => EntryKind::Device {
+                        block: k == FileType::BlockDevice,
+                        rdev: meta.rdev(),
+                    },
+                }
+            }
             _ => {
                 crate::progress::warn(&format!(
                     "skipping socket {}",
