@@ -51,7 +51,9 @@ pub const RSYNC_ONLY: &[(&[&str], &str)] = &[
     (&["--usermap", "--groupmap"], "{LATER}; --chown USER:GROUP gives everything one owner"),
     (&["--preallocate"], "{LATER}"),
     (&["--compress-level", "--zl", "--compress-choice", "--zc", "--skip-compress", "--new-compress", "--old-compress"], "use --compress auto|none|lz4|zstd|zstd:LEVEL"),
-    (&["--checksum-choice", "--cc"], "leave it out: every block is verified with keyed BLAKE3"),
+    // rsync's `--cc` (its alias) is haul's congestion control: `config::transfer` tells a
+    // checksum name given to it apart.
+    (&["--checksum-choice"], "leave it out: every block is verified with keyed BLAKE3"),
     (&["-B"], "use --block-size SIZE (no short form)"),
     (&["--rsync-path"], "use --remote-haul PATH"),
     (&["-M", "--remote-option"], "{LATER}"),

@@ -60,9 +60,20 @@ fn refused(name: &str, e: rustix::io::Errno) -> io::Error {
     )
 }
 
+/// rsync's `--cc` is `--checksum-choice`: the names it takes.
+const RSYNC_CHECKSUMS: [&str; 8] = [
+    "auto", "xxh128", "xxh3", "xxh64", "xxhash", "md5", "md4", "sha1",
+];
+
 /// Checks the syntax of a name given with `--cc` (what the kernel offers is known only
-/// when a connection asks).
+/// when a connection asks), and tells rsync's `--cc` (a checksum choice) apart.
 pub fn check_name(name: &str) -> Result<(), String> {
+    if RSYNC_CHECKSUMS.contains(&name) {
+        return Err(format!(
+            "--cc {name}: rsync's --cc (--checksum-choice) is not needed: every block is \
+             verified with keyed BLAKE3; haul's --cc is the TCP congestion control (e.g. bbr)"
+        ));
+    }
     let ok = !name.is_empty()
         && name.len() <= NAME_MAX
         && name
@@ -175,5 +186,10 @@ mod tests {
         assert!(check_name("").is_err());
         assert!(check_name("a/b").is_err());
         assert!(check_name("sixteen-chars-xx").is_err());
+        let rsync = check_name("xxh128").unwrap_err();
+        assert!(
+            rsync.contains("rsync's --cc (--checksum-choice) is not needed"),
+            "{rsync}"
+        );
     }
 }
