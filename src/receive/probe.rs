@@ -157,7 +157,7 @@ fn answer(
     let m = dest::measure(desk.dir.as_fd()).map_err(|e| Error::destination(&desk.path, e))?;
     ch.write(&Control::ProbeReady {
         write_rate: Some(m.write_rate as u64),
-        file_micros: m.per_file.map(|s| (s * 1e6) as u64),
+        file_micros: m.per_file.map(whole_micros),
     })?;
     let deadline = Instant::now() + COUNT_LIMIT;
     let counts = count::count_streams(asked, deadline, || {
@@ -172,8 +172,22 @@ fn answer(
     ch.write(&Control::Probed { received, micros })
 }
 
+/// A per-file cost in whole microseconds, as the wire carries it: at least 1, since a cost
+/// measured below the microsecond is not free (truncated, a 0.4 µs cost was sent as 0 and
+/// the prober reported `file_seconds: 0`).
+fn whole_micros(seconds: f64) -> u64 {
+    (seconds * 1e6).ceil().max(1.0) as u64
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_file_cost_under_a_microsecond_is_sent_as_one_not_zero() {
+        assert_eq!(super::whole_micros(0.4e-6), 1);
+        assert_eq!(super::whole_micros(1.5e-3), 1500);
+        assert_eq!(super::whole_micros(0.0), 1);
+    }
+
     use super::*;
     use std::io::Write;
 
