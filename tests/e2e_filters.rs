@@ -87,18 +87,6 @@ fn listing(dir: &Path) -> Vec<String> {
     out
 }
 
-fn have_rsync() -> bool {
-    let ok = Command::new("rsync").arg("--version").output().is_ok();
-    if !ok {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "rsync is missing under CI"
-        );
-        eprintln!("SKIPPED: rsync is not installed");
-    }
-    ok
-}
-
 /// Runs `rsync -a ARGS SRC DST/` and `haul copy ARGS SRC DST/` (into two fresh copies
 /// of `prefill`'s destination) and returns their exit codes and what arrived.
 struct Both {

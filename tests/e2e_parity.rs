@@ -19,18 +19,6 @@ use support::process::Running;
 use support::tree::set_mtime;
 use support::*;
 
-fn have_rsync() -> bool {
-    let ok = Command::new("rsync").arg("--version").output().is_ok();
-    if !ok {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "rsync is missing under CI"
-        );
-        eprintln!("SKIPPED: rsync is not installed");
-    }
-    ok
-}
-
 /// What one side did: its exit code and its `-i` lines, sorted.
 #[derive(Debug, PartialEq, Eq)]
 struct Run {

@@ -17,18 +17,6 @@ use support::process::Running;
 use support::tree::set_mtime;
 use support::*;
 
-fn have_rsync() -> bool {
-    let ok = Command::new("rsync").arg("--version").output().is_ok();
-    if !ok {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "rsync is missing under CI"
-        );
-        eprintln!("SKIPPED: rsync is not installed");
-    }
-    ok
-}
-
 /// Exit code and sorted `-i` lines.
 fn lines(code: Option<i32>, stdout: &[u8]) -> (Option<i32>, Vec<String>) {
     let mut l: Vec<String> = String::from_utf8_lossy(stdout)

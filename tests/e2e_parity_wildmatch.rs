@@ -22,18 +22,6 @@ use std::process::Command;
 use proptest::prelude::*;
 use support::*;
 
-fn have_rsync() -> bool {
-    let ok = Command::new("rsync").arg("--version").output().is_ok();
-    if !ok {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "rsync is missing under CI"
-        );
-        eprintln!("SKIPPED: rsync is not installed");
-    }
-    ok
-}
-
 /// Names in the trees (and, as literals, in patterns): cases, digits, a dot, a star and
 /// a bracket for escapes and classes to pick at, and the source's own name.
 const NAMES: &[&str] = &[

@@ -51,6 +51,22 @@ pub const MIB: u64 = 1 << 20;
 /// [`TreeOptions::block_size`].
 pub const BLOCK_SIZE_ARG: &str = "1M";
 
+/// Whether rsync (the oracle of the parity tests) is installed; under CI it must be.
+pub fn have_rsync() -> bool {
+    let ok = std::process::Command::new("rsync")
+        .arg("--version")
+        .output()
+        .is_ok();
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "rsync is missing under CI"
+        );
+        eprintln!("SKIPPED: rsync is not installed");
+    }
+    ok
+}
+
 /// Whether the tests run as root (then owners are preserved and compared).
 pub fn is_root() -> bool {
     rustix::process::geteuid().is_root()
