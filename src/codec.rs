@@ -36,6 +36,17 @@ pub fn unit_hash(key: &[u8; 32], header: [&[u8]; 2], raw: &[u8]) -> [u8; 32] {
 /// own file of the same size, and equal hashes mean the content is the same. Keyed, and
 /// apart from the other hashes by its prefix, so the wire shows nothing of the content.
 pub fn content_hash(key: &[u8; 32], file: &std::fs::File, len: u64) -> std::io::Result<[u8; 32]> {
+    content_hash_with(key, file, len, &mut |_| {})
+}
+
+/// [`content_hash`], calling `read` with the length of each piece read (what tells a long
+/// hash from a read that waits on the file system).
+pub fn content_hash_with(
+    key: &[u8; 32],
+    file: &std::fs::File,
+    len: u64,
+    read: &mut dyn FnMut(usize),
+) -> std::io::Result<[u8; 32]> {
     use std::os::unix::fs::FileExt;
     let mut h = blake3::Hasher::new_keyed(key);
     h.update(b"haul --checksum\0");
@@ -48,6 +59,7 @@ pub fn content_hash(key: &[u8; 32], file: &std::fs::File, len: u64) -> std::io::
             return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
         }
         h.update(&buf[..n]);
+        read(n);
         pos += n as u64;
     }
     Ok(*h.finalize().as_bytes())

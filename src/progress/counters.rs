@@ -40,6 +40,10 @@ pub struct Counters {
     pub wire_bytes: AtomicU64,
     /// Source bytes read (sender): more than sent when a delta found matching pieces.
     pub read_bytes: AtomicU64,
+    /// Steps of the sender's walk of its sources (an entry listed, a MiB hashed for
+    /// `--checksum`): its stall rule tells a walk that moves from one waiting on the file
+    /// system (a hung network mount) by this.
+    pub walked: AtomicU64,
     /// Data frames written (sender) or received (receiver).
     pub units: AtomicU64,
     /// Connections re-established after they dropped.

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use super::dial::{backoff, gave_up};
 use super::target::Target;
 use crate::error::{Error, Result};
+use crate::plan::walk::Source;
 use crate::progress::Counters;
 use crate::protocol::vouch::ManifestDigest;
 use crate::protocol::{Chain, Control, Item, Replica, Summary};
@@ -32,6 +33,10 @@ const SILENCE: Duration = Duration::from_secs(30);
 /// data streams): the receiver takes a sender silent for its `--timeout` (30 s) with no
 /// data for a stopped or vanished one, whatever connections stand open.
 const HEARTBEAT: Duration = Duration::from_secs(1);
+/// With no `--timeout` (0), how long the sender still says `Keepalive` while nothing
+/// moves (a walk waiting on a hung file system): then it falls silent and the receiver's
+/// own silence rule decides. With one, the run ends at it first (`Link::check_stall`).
+const UNMOVED_BEATS: Duration = Duration::from_secs(300);
 
 /// What [`Link::poll`] found.
 pub(super) enum Polled {
@@ -62,9 +67,11 @@ pub(super) struct Link<'a> {
     told: Vec<Control>,
     /// `--timeout`: the run ends when nothing moved this long (None: never).
     stall: Option<Duration>,
+    /// The sources, as a stalled walk names them.
+    sources: String,
     /// When something last moved (a message heard, a reconnect, the chain going on),
-    /// and the wire bytes written then.
-    moved: (Instant, u64),
+    /// and the wire bytes written and the steps walked then.
+    moved: (Instant, [u64; 2]),
     /// Every `Entries` batch sent (once each), which a receiver's proof covers.
     manifest: ManifestDigest,
     /// When the control stream was last written to (for [`Link::beat`]).
@@ -126,53 +133,91 @@ impl<'a> Link<'a> {
             succ,
             told: Vec::new(),
             stall: None,
-            moved: (Instant::now(), 0),
+            sources: String::new(),
+            moved: (Instant::now(), [0; 2]),
             manifest: ManifestDigest::default(),
             said: Instant::now(),
         })
     }
 
-    /// Ends the run when nothing moves for `limit` (`--timeout`): no data byte written
-    /// and no word from the receiver. Checked while an answer is awaited and by
-    /// [`Link::check_stall`].
-    pub(super) fn set_stall(&mut self, limit: Option<Duration>) {
+    /// Ends the run when nothing moves for `limit` (`--timeout`): no data byte written,
+    /// no step of the walk of `sources` and no word from the receiver. Checked while an
+    /// answer is awaited and by [`Link::check_stall`] and [`Link::check_walk`].
+    pub(super) fn set_stall(&mut self, limit: Option<Duration>, sources: &[Source]) {
         self.stall = limit;
+        let names: Vec<String> = sources
+            .iter()
+            .map(|s| crate::progress::shown_path(&s.path))
+            .collect();
+        self.sources = names.join(", ");
         self.moved_now();
+    }
+
+    /// What moves: the wire bytes written and the steps of the walk so far.
+    fn movement(&self) -> [u64; 2] {
+        [
+            self.counters.wire_bytes.load(Ordering::Relaxed),
+            self.counters.walked.load(Ordering::Relaxed),
+        ]
     }
 
     /// Something moved: the stall limit counts from now.
     fn moved_now(&mut self) {
-        let wire = self.counters.wire_bytes.load(Ordering::Relaxed);
-        self.moved = (Instant::now(), wire);
+        self.moved = (Instant::now(), self.movement());
     }
 
-    /// The stall limit's error once nothing has moved for it (data written counts, and a
-    /// unit being written: its write is bounded, see `Target::bound_writes`).
+    /// How long nothing has moved: no data byte written (a unit being written counts: its
+    /// write is bounded, see `Target::bound_writes`), no step of the walk, no word from
+    /// the receiver.
+    fn unmoved(&mut self) -> Duration {
+        let now = self.movement();
+        if now != self.moved.1 || self.target.writing() {
+            self.moved = (Instant::now(), now);
+        }
+        self.moved.0.elapsed()
+    }
+
+    /// `--timeout` in seconds, once nothing has moved for it.
+    fn stalled(&mut self) -> Option<u64> {
+        let limit = self.stall?;
+        (self.unmoved() >= limit).then_some(limit.as_secs())
+    }
+
+    /// The stall limit's error once nothing has moved for it.
     pub(super) fn check_stall(&mut self) -> Result<()> {
-        let Some(limit) = self.stall else {
-            return Ok(());
-        };
-        let wire = self.counters.wire_bytes.load(Ordering::Relaxed);
-        if wire != self.moved.1 || self.target.writing() {
-            self.moved = (Instant::now(), wire);
-            return Ok(());
+        match self.stalled() {
+            None => Ok(()),
+            Some(secs) => Err(Error::TimedOut(format!(
+                "nothing moved for {secs} s (--timeout): no data could be sent and the \
+                 receiver said nothing; check it and the network, then re-run to resume"
+            ))),
         }
-        if self.moved.0.elapsed() < limit {
-            return Ok(());
+    }
+
+    /// [`Link::check_stall`] while the walk is awaited: what did not move is the walk
+    /// itself, waiting on the file system.
+    pub(super) fn check_walk(&mut self) -> Result<()> {
+        match self.stalled() {
+            None => Ok(()),
+            Some(secs) => Err(Error::TimedOut(format!(
+                "reading {}: no progress for {secs} s (--timeout): the walk waits on the file \
+                 system (a hung network mount?); check it, then re-run to resume",
+                self.sources
+            ))),
         }
-        Err(Error::TimedOut(format!(
-            "nothing moved for {} s (--timeout): no data could be sent and the receiver said \
-             nothing; check it and the network, then re-run to resume",
-            limit.as_secs()
-        )))
     }
 
     /// Says `Keepalive` when nothing was said for [`HEARTBEAT`]: called wherever the sender
     /// waits on its own work (the walk, the work queue), never while an answer is awaited
-    /// (the receiver is busy then and reads nothing). A broken control stream is re-dialed
-    /// as for any message.
+    /// (the receiver is busy then and reads nothing). It speaks only for work that moves:
+    /// a sender whose walk waits on a hung file system falls silent after `--timeout`
+    /// ([`UNMOVED_BEATS`] without one), so that the receiver does not wait on it for good.
+    /// A broken control stream is re-dialed as for any message.
     pub(super) fn beat(&mut self) -> Result<()> {
         if self.said.elapsed() < HEARTBEAT {
+            return Ok(());
+        }
+        if self.unmoved() >= self.stall.unwrap_or(UNMOVED_BEATS) {
             return Ok(());
         }
         self.tell(&Control::Keepalive)

@@ -14,7 +14,7 @@ use crossbeam_channel::RecvTimeoutError;
 
 use crate::error::{Error, Result};
 use crate::plan::queue::WorkQueue;
-use crate::plan::walk::{self, FileData, Skipped, Source, Walked};
+use crate::plan::walk::{self, FileData, Source};
 use crate::progress::{Counters, Progress};
 use crate::protocol::{
     Control, Entry, EntryKind, Item, ProtocolError, Summary, WantKind, MAX_BATCH_BYTES,
@@ -34,6 +34,7 @@ mod report;
 mod sample;
 mod target;
 mod vouch;
+mod walker;
 mod worker;
 
 pub use dial::ticket_dialer;
@@ -42,6 +43,7 @@ pub use report::{SendOptions, SendReport};
 use link::Link;
 use report::Failures;
 use target::Target;
+use walker::WalkMsg;
 
 /// How often a file that changes while read is sent again before giving up on it.
 const CHANGE_RETRIES: usize = 3;
@@ -85,7 +87,7 @@ where
     target.use_congestion(opts.congestion.as_deref())?;
     let succ = report::successors(&opts.label, &chain);
     let mut link = Link::open(&target, start, opts.retries, &counters, succ)?;
-    link.set_stall(opts.stall);
+    link.set_stall(opts.stall, sources);
     let (printer, listing) = (progress.printer(), opts.listing);
     let print = move |items: Vec<Item>| {
         for line in items.iter().filter_map(|i| listing.line(i)) {
@@ -101,6 +103,7 @@ where
     let seen = crate::pagecache::Seen::default();
     let mut registry = HashMap::new();
 
+    let mut told = false;
     let result = std::thread::scope(|s| {
         let mut workers = Vec::new();
         for i in 0..opts.streams {
@@ -125,26 +128,7 @@ where
                 .map_err(|e| Error::io("starting a stream thread", e))?;
             workers.push(h);
         }
-        let (wtx, wrx) = crossbeam_channel::bounded::<WalkMsg>(MAX_BATCH_ENTRIES * 2);
-        let walker = std::thread::Builder::new()
-            .name("haul-walk".into())
-            .stack_size(64 << 20)
-            .spawn_scoped(s, move || {
-                let tx2 = wtx.clone();
-                let r = walk::walk(
-                    sources,
-                    &opts.select,
-                    |w| {
-                        wtx.send(WalkMsg::Entry(worker::summed(w, &key, opts)))
-                            .is_ok()
-                    },
-                    |sk| {
-                        let _ = tx2.send(WalkMsg::Skipped(sk));
-                    },
-                );
-                let _ = wtx.send(WalkMsg::End(r));
-            })
-            .map_err(|e| Error::io("starting the walk thread", e))?;
+        let (walker, wrx) = walker::start(sources, opts, key, &counters)?;
 
         let outcome = run_manifest(
             &mut link,
@@ -165,14 +149,26 @@ where
             )
         })
         .and_then(|()| finish(&mut link, &queue, &target, &failures, &mut registry));
-        if outcome.is_err() {
-            queue.abort();
-        } else {
-            queue.close();
+        match &outcome {
+            // Told before the streams are joined: one whose read waits on a hung file
+            // system holds the join, and the receiver should not wait with it.
+            Err(e) => {
+                queue.abort();
+                if !matches!(e, Error::Remote { .. } | Error::Transport(_)) {
+                    link.tell_error(e);
+                    told = true;
+                }
+            }
+            Ok(_) => queue.close(),
         }
         target.stop();
         drop(wrx);
-        let _ = walker.join();
+        // A walk that ended is joined. One still going when the run failed stops at its
+        // next entry (its channel is closed), or never, if it waits on a hung file
+        // system: the run's error does not wait for it.
+        if outcome.is_ok() {
+            let _ = walker.join();
+        }
         let mut worker_err = None;
         for h in workers {
             match h.join() {
@@ -197,7 +193,7 @@ where
     let summary = match result {
         Ok(s) => s,
         Err(e) => {
-            if !matches!(e, Error::Remote { .. } | Error::Transport(_)) {
+            if !told && !matches!(e, Error::Remote { .. } | Error::Transport(_)) {
                 link.tell_error(&e);
             }
             return Err(e);
@@ -285,12 +281,6 @@ fn finish(
     }
 }
 
-enum WalkMsg {
-    Entry(Box<Walked>),
-    Skipped(Skipped),
-    End(Result<()>),
-}
-
 /// Streams the manifest in batches and queues what the receiver needs. Files it needs
 /// are remembered in `registry` (a small record each) so data lost with a dropped
 /// connection can be sent again, until the receiver says they arrived. With `delete`,
@@ -310,7 +300,9 @@ fn run_manifest(
     let mut data = HashMap::new();
     loop {
         // A walk may take long between entries (a slow disk, `-c` hashing a big file):
-        // the receiver hears the sender meanwhile.
+        // the receiver hears the sender meanwhile, as long as the walk moves; one that
+        // does not move for --timeout waits on the file system and ends the run.
+        link.check_walk()?;
         link.beat()?;
         let msg = match batch.is_empty() {
             true => wrx.recv_timeout(QUEUE_TICK),

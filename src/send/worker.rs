@@ -9,13 +9,14 @@
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 
 use super::dial::{DataConn, Redial, UnitBytes};
 use super::pack::{self, stamp_of, ReadFail};
 use super::readbuf::{ReadBuf, ALIGN};
 use super::report::{Failures, SendOptions};
-use crate::codec::{content_hash, piece_hash, unit_hash, Encoder};
+use crate::codec::{content_hash_with, piece_hash, unit_hash, Encoder};
 use crate::error::Result;
 use crate::pagecache;
 use crate::plan::queue::{FileJob, Work, WorkQueue};
@@ -419,10 +420,17 @@ fn read_halves(f: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
 /// The walked `w`, with `--checksum` its content hash: read beneath its source's root as
 /// the streams read it; none for anything else or a file that cannot be read now (it is
 /// then sent, and its read reported as any other).
-pub(super) fn summed(mut w: Walked, key: &[u8; 32], opts: &SendOptions) -> Box<Walked> {
-    let data = w.data.as_ref().filter(|_| opts.sync.checksum);
+pub(super) fn summed(
+    mut w: Walked,
+    key: &[u8; 32],
+    checksum: bool,
+    walked: &AtomicU64,
+) -> Box<Walked> {
+    let data = w.data.as_ref().filter(|_| checksum);
     let file = data.and_then(|d| Some((d.at.open_file().ok()?, d.size)));
-    w.entry.checksum = file.and_then(|(f, size)| content_hash(key, &f, size).ok());
+    // Each piece hashed is a step of the walk: a long hash is not a hung one.
+    let mut step = |_| Counters::add(walked, 1);
+    w.entry.checksum = file.and_then(|(f, size)| content_hash_with(key, &f, size, &mut step).ok());
     Box::new(w)
 }
 
