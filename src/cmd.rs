@@ -343,6 +343,7 @@ fn print_end(verb: &str, s: &Summary, c: &Counters, started: Instant, cfg: &Conf
             transferred: s.files,
             deleted: s.deleted,
             total_size: load(&c.file_size),
+            transferred_size: s.transferred_size,
             literal: s.bytes,
             matched: s.matched,
             skipped: s.unchanged_bytes,

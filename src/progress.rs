@@ -154,6 +154,9 @@ pub struct Stats {
     pub deleted: u64,
     /// Lengths of all regular files, holes and every hardlink included (as rsync).
     pub total_size: u64,
+    /// The lengths of the files sent, holes included (rsync's "Total transferred file
+    /// size").
+    pub transferred_size: u64,
     /// Bytes sent as data and written; `--json`'s `bytes_written`.
     pub literal: u64,
     /// Bytes of files sent that the destination already had (delta pieces, resumed ranges).
@@ -189,7 +192,7 @@ impl Stats {
             n(self.transferred),
             n(self.deleted),
             n(self.total_size),
-            n(self.literal + self.matched),
+            n(self.transferred_size),
             n(self.literal),
             n(self.matched),
             n(self.skipped),

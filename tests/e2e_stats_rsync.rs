@@ -1,6 +1,7 @@
 //! `--stats` means what rsync's means, with rsync itself as the oracle: a 1 TiB sparse file
-//! counts its length in "Total file size" (not the 4 KiB it occupies), a hardlinked file
-//! counts once per name among the regular files, a symlink its target's length.
+//! counts its length in "Total file size" and "Total transferred file size" (not the 4 KiB
+//! it occupies, nor the 0 bytes of data sent for it), a hardlinked file counts once per
+//! name among the regular files, a symlink its target's length.
 
 mod support;
 
@@ -67,6 +68,8 @@ fn stats_count_lengths_and_every_name_as_rsync_does() {
             "Number of files:",
             "Number of regular files transferred:",
             "Total file size:",
+            // The sparse file's length, not the 0 bytes of data sent for it.
+            "Total transferred file size:",
             "total size is",
         ] {
             assert_eq!(

@@ -131,6 +131,7 @@ pub(super) fn far_stats(done: &crate::remote::farend::Done) -> crate::progress::
         transferred: done.files,
         deleted: done.deleted,
         total_size: s.total_size,
+        transferred_size: s.transferred_size,
         literal: done.bytes,
         matched: s.matched,
         skipped: s.bytes_skipped,

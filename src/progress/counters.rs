@@ -31,6 +31,9 @@ pub struct Counters {
     pub arrived_bytes: AtomicU64,
     /// Files completed.
     pub done_files: AtomicU64,
+    /// A receiver: the lengths of the files completed (holes included), `--stats`' "Total
+    /// transferred file size" as rsync counts it.
+    pub done_size: AtomicU64,
     /// Files an earlier run had begun, continued from its journal (receiver), and the
     /// bytes it had already written of them.
     pub resumed_files: AtomicU64,

@@ -272,6 +272,9 @@ pub struct Summary {
     pub resumed_files: u64,
     /// Bytes of those files the earlier run had left, kept (part of `matched`).
     pub resumed_bytes: u64,
+    /// The lengths of the files written (`files`), holes included: rsync's "Total
+    /// transferred file size".
+    pub transferred_size: u64,
 }
 
 /// One manifest entry: a path and what to create there.

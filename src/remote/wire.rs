@@ -30,6 +30,7 @@ use crate::protocol::{Accept, Chain, Listing, Replica, SyncOptions};
 use crate::transport::PROTOCOL_VERSION;
 
 /// Version of this line protocol; bumped whenever `Request` or `Reply` change shape.
+/// 15: `Stats` carries `transferred_size` (`--stats`' "Total transferred file size").
 /// 14: the `Send` selection's `--files-from` list holds its paths by base (the part
 /// before a `/./`) and says whether `-r` was given.
 /// 13: `Receive`'s `Accept` says `xattrs` (the receiver's `--no-xattrs`).
@@ -45,7 +46,7 @@ use crate::transport::PROTOCOL_VERSION;
 /// `Go` carries a fan-out's chain and first receiver's label, `Done` the replicas.
 /// 7: `ProbeSource`, `SourceProbed` (a far source's probe). 6: `Request::ReceiveStream`
 /// says `everywhere` (a stream's fan-out); `Probe`, `Probed`.
-pub const SERVE_VERSION: u16 = 14;
+pub const SERVE_VERSION: u16 = 15;
 /// Every message line starts with this.
 const MSG_PREFIX: &str = "haul-msg ";
 /// Greeting lines start with this.
@@ -280,6 +281,8 @@ pub struct Stats {
     pub dirs: u64,
     /// Lengths of all regular files, holes and hardlinks included (`--stats`, as rsync).
     pub total_size: u64,
+    /// The lengths of the files sent, holes included (`--stats`, as rsync).
+    pub transferred_size: u64,
     /// Bytes of files sent that the destination already had (delta pieces, resumed ranges).
     pub matched: u64,
     /// Whether it was a dry run.
@@ -307,6 +310,7 @@ impl Stats {
             regular: load(&c.total_files) + load(&c.links),
             dirs: load(&c.dirs),
             total_size: load(&c.file_size),
+            transferred_size: s.transferred_size,
             matched: s.matched,
             dry_run: s.dry_run,
         }

@@ -457,6 +457,7 @@ impl Store {
             dry_run: self.options().dry_run,
             resumed_files: self.stats.resumed_files.load(Ordering::Relaxed),
             resumed_bytes: self.stats.resumed_bytes.load(Ordering::Relaxed),
+            transferred_size: self.stats.done_size.load(Ordering::Relaxed),
         }
     }
 }

@@ -367,6 +367,9 @@ impl Store {
             fsops::remove_if_present(pfd, &fsops::journal_name(name)).map_err(err)?;
         }
         self.stats.done_files.fetch_add(1, Ordering::Relaxed);
+        if let crate::protocol::EntryKind::File { size, .. } = state.entry.kind {
+            self.stats.done_size.fetch_add(size, Ordering::Relaxed);
+        }
         Ok(())
     }
 

@@ -236,9 +236,10 @@ impl Store {
     /// real run would count it; directories are remembered for `--delete`'s listing.
     pub(super) fn dry_entry(&self, path: SafeRelPath, e: Entry, item: Option<&Item>) {
         match e.kind {
-            EntryKind::File { data_bytes, .. } => {
+            EntryKind::File { size, data_bytes } => {
                 if item.is_some_and(|i| i.change.sent) {
                     self.stats.done_files.fetch_add(1, Ordering::Relaxed);
+                    self.stats.done_size.fetch_add(size, Ordering::Relaxed);
                 } else {
                     self.unchanged_files.fetch_add(1, Ordering::Relaxed);
                     self.unchanged_bytes
