@@ -118,6 +118,7 @@ pub fn run(
                 advertise: ssh.advertise,
                 limit: opts.limit,
                 keep_cache: opts.keep_cache,
+                congestion: opts.congestion.clone(),
             })?;
             let ready = far.ready("setting up the sender")?;
             let Some(ticket) = ready.ticket else {

@@ -85,6 +85,7 @@ pub fn run(uploaded: bool) -> i32 {
             limit,
             listing,
             keep_cache,
+            congestion,
         }) => {
             let opts = compress
                 .parse::<Compression>()
@@ -103,9 +104,8 @@ pub fn run(uploaded: bool) -> i32 {
                     chain: None,
                     label: String::new(),
                     stall: Some(crate::config::DEFAULT_STALL),
-                    // A pull's far end sends on the connections it accepted: BBR where
-                    // offered (`transport::congestion`).
-                    congestion: None,
+                    // Also on the connections a pull's far end accepted.
+                    congestion,
                 });
             match opts {
                 Ok(o) => serve_send(&out, input, &finished, &paths, o, listen, advertise),
@@ -135,6 +135,7 @@ pub fn run(uploaded: bool) -> i32 {
             advertise,
             limit,
             keep_cache,
+            congestion,
         }) => {
             watch_stdin(input, Arc::clone(&finished));
             let req = pipe::SendStream {
@@ -147,6 +148,7 @@ pub fn run(uploaded: bool) -> i32 {
                 advertise,
                 limit,
                 keep_cache,
+                congestion,
             };
             pipe::serve_send_stream(&out, req).map(Served::bytes)
         }

@@ -118,5 +118,6 @@ pub(super) fn send_request(
             ..t.listing
         },
         keep_cache: t.keep_cache,
+        congestion: t.congestion.clone(),
     }
 }

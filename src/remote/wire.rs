@@ -30,7 +30,8 @@ use crate::protocol::{Accept, Chain, Listing, Replica, SyncOptions};
 use crate::transport::PROTOCOL_VERSION;
 
 /// Version of this line protocol; bumped whenever `Request` or `Reply` change shape.
-/// 15: `Stats` carries `transferred_size` (`--stats`' "Total transferred file size").
+/// 15: `Stats` carries `transferred_size` (`--stats`' "Total transferred file size");
+/// `Send` and `SendStream` carry `congestion` (`--cc` for a pull's far sender).
 /// 14: the `Send` selection's `--files-from` list holds its paths by base (the part
 /// before a `/./`) and says whether `-r` was given.
 /// 13: `Receive`'s `Accept` says `xattrs` (the receiver's `--no-xattrs`).
@@ -111,6 +112,9 @@ pub enum Request {
         listing: Listing,
         /// `--keep-cache`: leave what is read in the page cache.
         keep_cache: bool,
+        /// `--cc`: the congestion control of the data connections (None: BBR where
+        /// offered); a name the far kernel lacks fails there (exit 2).
+        congestion: Option<String>,
     },
     /// Receive one stream into the file `dest`, or into the standard input of `command`
     /// (run with `sh -c`; its standard output goes to our standard error).
@@ -153,6 +157,8 @@ pub enum Request {
         limit: Option<u64>,
         /// `--keep-cache`: leave what is read from a file in the page cache.
         keep_cache: bool,
+        /// `--cc`, as in `Send`.
+        congestion: Option<String>,
     },
     /// `haul probe SRC... host:DST`: measure the durable write rate and the cost per file
     /// in `dest` (or the nearest existing directory above it; nothing stays), then listen

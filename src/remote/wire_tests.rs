@@ -55,6 +55,7 @@ fn messages_round_trip_as_single_safe_lines() {
                 ..Listing::default()
             },
             keep_cache: false,
+            congestion: None,
         },
         Request::Go {
             rename: Some(b"new".to_vec()),
@@ -89,6 +90,7 @@ fn messages_round_trip_as_single_safe_lines() {
             advertise: None,
             limit: None,
             keep_cache: true,
+            congestion: Some("cubic".into()),
         },
         Request::Probe {
             dest: b"/var/lib/\xfe".to_vec(),

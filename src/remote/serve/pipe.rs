@@ -69,6 +69,7 @@ pub(super) struct SendStream {
     pub(super) advertise: Option<IpAddr>,
     pub(super) limit: Option<u64>,
     pub(super) keep_cache: bool,
+    pub(super) congestion: Option<String>,
 }
 
 /// Sends one stream to the local receiver, which dials us; returns its length.
@@ -100,7 +101,7 @@ pub(super) fn serve_send_stream(out_lines: &Out, req: SendStream) -> Result<u64>
         size: None,
         chain: None,
         label: String::new(),
-        congestion: None,
+        congestion: req.congestion,
     };
     Ok(send_pipe(&from, &opts, key, dial)?.bytes)
 }
