@@ -1,8 +1,9 @@
 //! A receiver in a chain fan-out that passes the transfer on: the control side. It dials
 //! the next receiver with the rest of the chain, forwards each manifest batch and answers
-//! upstream with the union of its own and the next receiver's needs (so a re-run where
-//! only one replica is incomplete resumes like any run), forwards `Protect`, `Forget` and
-//! `Finish`, and collects what became of every receiver after it.
+//! upstream with the union of its own and the next receiver's needs (a file the two want in
+//! different ways is asked for whole; a re-run where only one replica is incomplete
+//! resumes like any run), forwards `Protect`, `Forget` and `Finish`, and collects what
+//! became of every receiver after it.
 //!
 //! When the next receiver fails (vanishes, or says Error) the chain re-forms around it:
 //! the relay dials the receiver after it with the rest of the chain, gives it the current
