@@ -12,6 +12,11 @@
 //! failed one is reported upstream in `Replicas` at once (before the answer to any later
 //! batch), so that a sender taking over from this relay does not dial it again. The
 //! bookkeeping of who comes next is `session::Successors`, which the sender shares.
+//!
+//! Who may relay ([`allowed`]): `haul recv --relay`, a far end whose `Receive` or
+//! `ReceiveStream` says `relay` (as every `copy --also` destination's does), and a local
+//! copy's or a pull's own receiver. Any other receiver answers a chain with `Error` (exit
+//! 2, naming `--relay`) before it dials anything.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
