@@ -13,11 +13,11 @@
 //! and fails the transfer; a re-run sends them again. The price: `syncfs` also writes
 //! other processes' dirty data on that file system, as `sync` after `cp` does.
 //!
-//! Why 256 files (and 32 MiB, never fewer than 32 files, when 4 or more are small): each
-//! `syncfs` waits for a journal commit and a device flush, so batches of 32 bounded 20,000
-//! files of 100 KiB to about 7,000 files a second; 256 took that set 14% faster
-//! (`tests/e2e_small_kill.rs` kills such copies at random points: every named file is
-//! whole).
+//! A batch is made when 4 or more of the files are small, and holds at most 256 files and
+//! 32 MiB (never fewer than 32 files). Why 256: each `syncfs` waits for a journal commit
+//! and a device flush, so batches of 32 bounded 20,000 files of 100 KiB to about 7,000
+//! files a second, and 256 take that set 14% faster (`tests/e2e_small_kill.rs` kills such
+//! copies at random points: every named file is whole).
 
 use std::fs::File;
 use std::sync::atomic::Ordering;
