@@ -11,6 +11,10 @@
 //! the receiver needs no notice of a change). Stream blocks (pipe mode) are authenticated
 //! through their BLAKE3 subtree hash instead of their bytes ([`tree`]), so each byte of a
 //! stream is hashed once per side.
+//!
+//! One output buffer per stream serves both codecs (`Encoder::compress`) and only grows:
+//! a buffer made to measure per call faults in fresh pages at each switch of codec, which
+//! the adaptive codec would time as that codec's cost.
 
 use std::time::Duration;
 
@@ -270,7 +274,7 @@ impl Encoder {
     /// Both kinds write into `out`'s initialized bytes, which only grow (to lz4's bound,
     /// zero-filled once). Made to measure per call, lz4 zero-filled 4 MiB at every unit
     /// and each switch of kind re-allocated it (fresh pages faulted in), which the
-    /// adaptive codec timed as lz4's cost (docs/design.md, *the receiver's wait*).
+    /// adaptive codec timed as lz4's cost (see the module comment).
     fn compress(&mut self, mode: Compression, raw: &[u8], out: &mut Vec<u8>) -> (Codec, usize) {
         let worth = raw.len() - raw.len() / 33;
         let bound = lz4_flex::block::get_maximum_output_size(raw.len());

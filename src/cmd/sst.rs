@@ -7,12 +7,26 @@
 //!   address; prints `ready haul:TICKET@ADDR/haul` (the server strips what comes before
 //!   the `@` and hands it to the donor's script in its environment,
 //!   `WSREP_SST_OPT_REMOTE_AUTH`: the ticket is never on a command line or in a file);
-//!   when the stream is complete: `mariadb-backup --prepare` there, the old data removed,
-//!   `--move-back`, and the donor's `uuid:seqno domain` printed as the last line.
+//!   `--timeout haul-timeout` (default 300 s) bounds how long the donor may take to come,
+//!   or to come back after a cut. When the stream is complete: `mariadb-backup --prepare`
+//!   there, the old data removed (but for `wsrep_sst_mariabackup`'s kept names: galera.cache,
+//!   grastate.dat, gvwstate.dat, `*.err`, `*.log`, `*.pem`, pid file and socket),
+//!   `--move-back`, `.sst` removed, and the donor's `uuid:seqno domain` printed as the last
+//!   line. Until then a failure leaves the old data as it was.
 //! - Donor: `haul send --from-command 'mariadb-backup --backup --galera-info
 //!   --stream=xbstream'` (which streams the state id files too); with `--bypass` (the
 //!   joiner catches up by IST) only `donor_galera_info` and `xtrabackup_ist`, by
-//!   `mbstream -c`; prints `done uuid:seqno`.
+//!   `mbstream -c`; prints `done uuid:seqno`. `HAUL_TICKET` (and `MYSQL_PWD` from
+//!   `wsrep_sst_auth`) reach the programs in their environment.
+//! - Options from `[sst]` (`my_print_defaults sst` with the server's `--defaults-file`):
+//!   `streams`, `rlimit` (or `limit`), `compress`, `haul-timeout`; other methods' keys are
+//!   ignored. Progress: `--progress` on both ends, a line every 5 s into the error log
+//!   (stderr); stdout carries only the lines the server reads.
+//! - Failure: any step's non-zero exit fails the script with it (the server aborts the
+//!   join; a restart retries); how the waits end is `sst_proc`'s. A donor's server dying
+//!   mid-stream stops `haul send`, whose producer's failure ends the joiner's `recv` at
+//!   once; a donor host that vanishes ends it after `haul-timeout`; a connection cut within
+//!   it is re-dialed (both tested in `tests/e2e_galera_sst.rs`).
 //!
 //! Everything the transfer is (TLS, N streams, per-block BLAKE3, reconnects within
 //! `haul-timeout`) is pipe mode's. Not done: a retried join starting where the last one

@@ -41,6 +41,8 @@
 //! doubles the interval (8 up to 64 units); a switch, or a current ratio that moved by a
 //! fifth since the last probe, resets it. Only measured levels are chosen: priors stood
 //! against measurements (zstd:6's 0.35 against lz4's 1.0 on random data).
+//! A level that spends more CPU is chosen only when predicted more than 2% faster
+//! (`MARGIN`); one that spends less whenever it is predicted no slower.
 //!
 //! Ratios. Levels are measured on different bytes (a probe's slice, units sent before the
 //! data changed; the pg set's units shrink to 95 KB in one table, 600-940 KB in the next):

@@ -2,6 +2,11 @@
 //! mapped with SEEK_DATA/SEEK_HOLE), the stamp that tells whether it changed, how it
 //! is read through a descriptor opened beneath its source root (see `plan::beneath`), and
 //! its extended attributes.
+//!
+//! Extended attributes (`source_xattrs`): one `llistxattr` on the walked name finds that
+//! most files have none; else the file is opened beneath its source root, `O_NOFOLLOW |
+//! O_NONBLOCK`, checked to be the walked inode, and read with `flistxattr`/`fgetxattr` (a
+//! symlink through `/proc/self/fd/N` of an `O_PATH` descriptor).
 
 use std::fs::{self, File};
 use std::io;

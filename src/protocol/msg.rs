@@ -3,6 +3,9 @@
 //! postcard gives a fixed, documented encoding (varints, length-prefixed sequences) and
 //! never pre-allocates more than the input can hold, so a hostile length cannot make us
 //! allocate beyond the frame bound checked in `frame`.
+//!
+//! The receiver cuts its `Arrived` lists into messages of at most 65,536 ids
+//! (`receive::listing`).
 
 use serde::{Deserialize, Serialize};
 

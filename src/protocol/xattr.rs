@@ -6,6 +6,9 @@
 //! (`system.posix_acl_access`, `system.posix_acl_default`), SELinux labels and file
 //! capabilities as `security.*`. No I/O here: the sender's walk reads them and the store
 //! applies them (`store::xattr`).
+//!
+//! Bounds, checked while decoding: at most 1,024 attributes, names of at most 255 bytes,
+//! values of at most 64 KiB, 1 MiB per file; sorted, no name twice.
 
 use serde::{Deserialize, Serialize};
 

@@ -1,6 +1,13 @@
 //! The receiver's data streams: one worker thread per data connection (frame →
 //! decompress → verify → pwrite; in a chain fan-out also → forward), and after `Finish`
 //! the wait for units still on their way ([`settle`]).
+//!
+//! Units that went into a socket that then died are lost silently, so on `Finish` the
+//! receiver waits until every file is complete, or it has as many frames as the sender
+//! wrote (counted since the current control connection, `units_base`, so a sender that
+//! takes over counts only its own), or nothing arrived for 3 s with no worker busy
+//! writing; then it asks for what is missing. "Arrived" means bytes, not finished units
+//! (`Arriving`): a 4 MiB unit takes seconds on a slow link (`tests/e2e_slow_link.rs`).
 
 use std::io::{self, Read};
 use std::sync::atomic::Ordering;

@@ -1,7 +1,8 @@
 //! A relay's data path in a chain fan-out: every verified unit that holds data the next
 //! receiver wants is re-hashed with that receiver's block key and written, re-sealed, on
 //! one of the relay's own data connections to it, while the unit is still arriving at the
-//! relay (pipelined per block, not per file).
+//! relay (pipelined per block, not per file). A whole unit keeps its header and compressed
+//! body; a pack the next hop wants only part of is cut down to those files and sent raw.
 //!
 //! The units pass through a bounded channel to one writer thread per stream, so a slow
 //! next hop holds back the relay's receiving streams, and through them the sender, rather

@@ -1,8 +1,9 @@
 //! A receiver in a chain fan-out that passes the transfer on: the control side. It dials
 //! the next receiver with the rest of the chain, forwards each manifest batch and answers
-//! upstream with the union of its own and the next receiver's needs (so a re-run where
-//! only one replica is incomplete resumes like any run), forwards `Protect`, `Forget` and
-//! `Finish`, and collects what became of every receiver after it.
+//! upstream with the union of its own and the next receiver's needs (a file the two want in
+//! different ways is asked for whole; a re-run where only one replica is incomplete
+//! resumes like any run), forwards `Protect`, `Forget` and `Finish`, and collects what
+//! became of every receiver after it.
 //!
 //! When the next receiver fails (vanishes, or says Error) the chain re-forms around it:
 //! the relay dials the receiver after it with the rest of the chain, gives it the current
@@ -11,6 +12,11 @@
 //! failed one is reported upstream in `Replicas` at once (before the answer to any later
 //! batch), so that a sender taking over from this relay does not dial it again. The
 //! bookkeeping of who comes next is `session::Successors`, which the sender shares.
+//!
+//! Who may relay ([`allowed`]): `haul recv --relay`, a far end whose `Receive` or
+//! `ReceiveStream` says `relay` (as every `copy --also` destination's does), and a local
+//! copy's or a pull's own receiver. Any other receiver answers a chain with `Error` (exit
+//! 2, naming `--relay`) before it dials anything.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

@@ -5,6 +5,15 @@
 //! source file is stored under one name everywhere: every DST an existing directory, or
 //! every DST naming the same file name (each hop stores what the first passes on, under
 //! the name the sender gave it).
+//!
+//! A destination that cannot start (ssh fails, its `haul serve` refuses DST or never gets
+//! ready), the first too, is a failed replica from the start in every form: reported, left
+//! out of the chain and listed failed with its code (`Started::account`); the others
+//! complete. A local first destination (`cmd/local`) is an in-process relay over socket
+//! pairs, failing with its own error (`cmd::fanout::own_error`); a far source gets the
+//! chain in `Go` and fans out as `haul send` does. Refused (exit 2,
+//! `config::fanout::no_chain`): a local further destination, a stream from a host or on
+//! this host, one source file under different names.
 
 use super::farend::FarEnd;
 use super::rsh::Rsh;

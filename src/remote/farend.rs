@@ -1,6 +1,6 @@
 //! Starting the far end over the remote shell (`ssh host 'sh -c …'`), copying this
 //! executable there when the far host has no usable haul, and the instruction channel
-//! (one JSON line each way, see `wire`).
+//! (instruction lines each way, see `wire`).
 //!
 //! **Starting.** One ssh session runs a small POSIX sh script on the far host (`upload`).
 //! It asks the configured remote haul for its versions (`haul serve --probe`, stdin
@@ -9,7 +9,8 @@
 //! or after reading exactly this binary's size from stdin (`haul-upload-cache`, or
 //! `haul-upload` for a temporary directory removed on exit). The copy greets with the
 //! BLAKE3 of its own executable, compared here with this one's. One session, so the user
-//! authenticates once, and nothing is installed.
+//! authenticates once, and nothing is installed. Up to 1,000 lines of login-script noise
+//! before the greeting are skipped.
 //!
 //! **Prompts and errors.** ssh's stdin and stdout are ours (the instruction channel); its
 //! password and host-key prompts use the terminal directly, as with scp. Its stderr, and so

@@ -11,9 +11,12 @@
 //! owned by the user or root and writable by no one else, and `haul` and `<sha256>` below it
 //! are the user's own, mode 0700; the cached file must be the user's, mode 0700, and match
 //! its hash every time before it runs. Otherwise (and with `--no-cache`, or without
-//! `sha256sum`) the upload goes to a fresh `mktemp -d` directory that is removed when the
-//! far end exits. The copy run greets with the BLAKE3 of its own executable, which the
-//! local side compares with this one's in every case.
+//! `sha256sum`, `stat` or `$HOME`) the upload goes to a fresh `mktemp -d` directory under
+//! `$TMPDIR` or `/tmp` that is removed when the far end exits. An upload is read with
+//! `head -c` of exactly this executable's size into a `mktemp` file, checked, and renamed
+//! into place; the local side sends nothing after the binary until the copy greets, so
+//! `head` cannot read past it. The copy run greets with the BLAKE3 of its own executable,
+//! which the local side compares with this one's in every case.
 //!
 //! Not here: reading the far end's lines or what it says (`farend`).
 

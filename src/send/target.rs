@@ -4,10 +4,11 @@
 //!
 //! Each receiver has its own block key, so a data stream tags what it writes with the
 //! key of the connection it writes on, and numbers connections by target (`generation`)
-//! so that it notices when the target moved. A data stream that cannot reach the current
-//! receiver marks it broken and, when the chain has someone after it, waits for the
-//! control link to move on (instead of failing the run). Not here: deciding that a
-//! receiver failed, or which comes next (`link`, `session::Successors`).
+//! so that it notices when the target moved (a unit in hand is then hashed again for the
+//! new target). A data stream that cannot reach the current receiver marks it broken and,
+//! when the chain has someone after it, waits for the control link to move on (instead of
+//! failing the run). Not here: deciding that a receiver failed, or which comes next
+//! (`link`, `session::Successors`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};

@@ -13,7 +13,10 @@
 //! run), the chunks stay in memory, as everything did before.
 //!
 //! Reading back goes depth by depth, deepest first, each depth's chunks in the order they
-//! were written: every record once.
+//! were written: every record once. `Store::finish` first fsyncs every directory while
+//! all are still open to the receiving user, then sets the metadata deepest first (a
+//! directory its owner may not search is closed only after its children), then one
+//! `syncfs` per file system commits it.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs::File;

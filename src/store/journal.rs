@@ -2,10 +2,11 @@
 //! durable. It sits beside the partial file as `.haul-<hash>.journal`.
 //!
 //! Crash safety comes from ordering, not from fsyncing the journal: a record is appended
-//! only after the partial file's data covering it was `fdatasync`ed, so no record can claim
-//! bytes that are not on disk. A record that did not reach the disk only costs resending
-//! its bytes. Every record carries a check value, and reading stops at the first record
-//! that is torn or corrupt, so a truncated tail is ignored.
+//! only after the partial file's data covering it was `fdatasync`ed (every 64 MiB or 1 s,
+//! and when the transfer stops), so no record can claim bytes that are not on disk. A
+//! record that did not reach the disk only costs resending its bytes. Every record carries
+//! a check value, and reading stops at the first record that is torn or corrupt, so a
+//! truncated tail is ignored.
 //!
 //! The header is authenticated with the receiver's private key (see `key`) and binds the
 //! journal to one source version, one destination path and one partial file (its inode):

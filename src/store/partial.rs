@@ -4,6 +4,14 @@
 //! are durable, and finishing it (fsync, metadata, rename or link into place) — or
 //! discarding it.
 //!
+//! A named partial file (a file larger than one block, or sparse) is
+//! `.haul-<hex of 8 bytes of BLAKE3(name)>.part` in the file's own directory: deterministic
+//! and never longer than NAME_MAX, so a later run finds it; mode 0600, `O_EXCL`,
+//! `ftruncate`d to its size. A small file (dense, at most one block, so it arrives in one
+//! unit) is written to an anonymous `O_TMPFILE` file and linked in with
+//! `linkat(AT_EMPTY_PATH)`, else through `/proc/self/fd/N`, else written as a named partial
+//! file and renamed; a name already taken is linked beside it and renamed over it.
+//!
 //! A dense partial file is created sparse when its manifest entry arrives and reserved
 //! (`fallocate`) only when its first data arrives: a manifest alone costs an inode per
 //! file, never disk space, so a sender cannot fill the disk with promises. A sender can

@@ -11,6 +11,18 @@
 //! attributes only when that cannot bless someone else's content (see [`kept`]), and
 //! `--inplace` writes only into a file of the right owner with one link.
 //!
+//! Delta: for a dense file larger than one block whose older version exists, the old
+//! content is hashed in 16 KiB pieces (16 bytes of keyed BLAKE3 each; database pages of 8
+//! or 16 KiB do not move), the piece doubled while a file would have more than 262,144
+//! pieces and the piece still divides the block (4 MiB blocks: up to 1 TiB; larger files
+//! go whole), and the sender is asked with `Want::Delta`; it sends the pieces whose hash
+//! differs and marks the rest KEEP. The partial file starts as a `copy_file_range` copy of
+//! the old one (a reflink where offered); `--inplace` writes into the old file (no
+//! journal, no rename). With `--checksum` the file of the same size is hashed whole
+//! instead of the quick check (`codec::content_hash`, against the entry's `checksum`);
+//! equal hashes count as unchanged under the same rules ([`kept`]; a time that differs is
+//! applied like any metadata).
+//!
 //! It sets up the file's state and work file and then hands over to `partial`: it
 //! deliberately writes no unit data and finishes no file itself.
 

@@ -2,7 +2,10 @@
 //! files by it later with its own checks) and, for a plain child of a directory being
 //! walked, that directory's descriptor. The child is stat'ed and its symlink read through
 //! the descriptor: the kernel resolves one name, not the whole path again, and never
-//! through a directory that a symlink replaced after the walk opened it.
+//! through a directory that a symlink replaced after the walk opened it. Each directory is
+//! opened `O_DIRECTORY | O_NOFOLLOW` and checked to be the inode the walk stat'ed; below
+//! 100 levels (`HELD_DIRS`) the walk goes by path, so a deep tree does not hold more
+//! descriptors than the process may have.
 
 use std::ffi::OsString;
 use std::io;

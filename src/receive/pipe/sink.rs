@@ -1,6 +1,15 @@
 //! Where a pipe transfer's bytes go: standard output, a file (made durable and put in
 //! place only when the whole stream arrived and verified), or a command haul starts
 //! (whose exit status decides the transfer's).
+//!
+//! A file (`--stream FILE`, `> FILE`; not `>> FILE` or `--keep-cache`) gets its blocks'
+//! aligned bodies written `O_DIRECT` from where they lie (`store::direct`;
+//! `codec::aligned_start`, `FrameReader::align_payloads`); `> FILE` only through a
+//! description of haul's own, reopened by `/proc/self/fd/1` and checked by device and
+//! inode, never fd 1's, which the shell shares. It is `fdatasync`ed every 64 MiB by a
+//! thread of its own (`syncer`; an error fails the stream), so the final `fsync` commits
+//! only the last chunk, and (but `>> FILE`) reserved 64 MiB ahead (`fallocate`, size
+//! kept), so ext4 skips its delayed allocation per page.
 
 use std::fs::File;
 use std::io::{self, Write};
