@@ -36,7 +36,7 @@ use crate::error::{Error, Result};
 use crate::progress::{Counters, Printer, Progress};
 use crate::protocol::vouch::{self, ManifestDigest};
 use crate::protocol::{check_batch, Control, Item, Listing, ProtocolError, Summary, SyncOptions};
-use crate::session::watch::{Answers, SenderWatch, MAX_ROUNDS};
+use crate::session::watch::{self, Answers, SenderWatch, MAX_ROUNDS};
 use crate::session::{is_forged, is_tick, lost, Channel};
 use crate::store::Store;
 use crate::transport::{Accepted, Conn, Role};
@@ -282,9 +282,7 @@ impl Session<'_> {
                     check_batch(&entries)?;
                     let first = entries.first().map(|e| e.id);
                     if let Some(replies) = self.answers.repeat(first) {
-                        for reply in &replies {
-                            self.reply(reply)?;
-                        }
+                        watch::answer(&replies, |r| self.write_or_await(r))?;
                         continue;
                     }
                     self.manifest.batch(&entries);
@@ -313,9 +311,7 @@ impl Session<'_> {
                     }
                     replies.push(Control::Need(need));
                     self.answers.keep(first, &replies);
-                    for reply in &replies {
-                        self.reply(reply)?;
-                    }
+                    watch::answer(&replies, |r| self.write_or_await(r))?;
                 }
                 Control::Chain(chain) if self.relay.is_none() => {
                     relay::allowed(self.may_relay, &chain)?;
@@ -375,10 +371,13 @@ impl Session<'_> {
                         }
                         Ok::<_, Error>(missing)
                     })?;
-                    for reply in self.items(store.take_items()) {
-                        self.reply(&reply)?;
-                    }
+                    let mut replies = self.items(store.take_items());
                     if missing.is_empty() {
+                        // After a reconnect the rest goes on the new connection: the
+                        // sender's repeated Finish is answered Done again (`say_done`).
+                        for reply in &replies {
+                            self.reply(reply)?;
+                        }
                         if let Some(r) = &self.relay {
                             self.reply(&Control::Replicas(r.replicas()))?;
                         }
@@ -397,10 +396,9 @@ impl Session<'_> {
                         return Err(e);
                     }
                     self.answers.clear();
-                    for reply in self.arrived(store.take_arrived()) {
-                        self.reply(&reply)?;
-                    }
-                    self.reply(&Control::Need(missing))?;
+                    replies.extend(self.arrived(store.take_arrived()));
+                    replies.push(Control::Need(missing));
+                    watch::answer(&replies, |r| self.write_or_await(r))?;
                 }
                 Control::Error { code, message } => {
                     return Err(Error::Remote {
@@ -526,14 +524,20 @@ impl Session<'_> {
     /// Answers on the control stream; a failed write waits for a reconnect (the sender
     /// will repeat its request).
     fn reply(&mut self, msg: &Control) -> Result<()> {
+        self.write_or_await(msg).map(|_| ())
+    }
+
+    /// Writes `msg`: true when written, false when the write failed and a new control
+    /// connection replaced the old one.
+    fn write_or_await(&mut self, msg: &Control) -> Result<bool> {
         match self.control.write(msg) {
             Ok(()) => {
                 // The sender's turn starts now (this answer may have taken long).
                 let now = self.now();
                 self.watch.handle_heard(now);
-                Ok(())
+                Ok(true)
             }
-            Err(Error::Transport(_)) => self.await_control(),
+            Err(Error::Transport(_)) => self.await_control().map(|()| false),
             Err(e) => Err(e),
         }
     }
@@ -593,4 +597,3 @@ impl Session<'_> {
         }
     }
 }
-

@@ -302,6 +302,21 @@ impl<T: Clone> Answers<T> {
     }
 }
 
+/// Writes the messages of one answer with `write` (true: written; false: the write
+/// failed and a new control connection replaced the old one), stopping after a failed
+/// one: the sender repeats its request on its new connection and gets the whole answer
+/// again (from [`Answers`], or anew after `Finish`). Had the rest gone on the new
+/// connection too, the sender would read two answers to one request and take the second
+/// for the answer to its next one.
+pub fn answer<T, E>(replies: &[T], mut write: impl FnMut(&T) -> Result<bool, E>) -> Result<(), E> {
+    for reply in replies {
+        if !write(reply)? {
+            break;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
