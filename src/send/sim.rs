@@ -249,7 +249,7 @@ impl Sim {
             let upto = self.rcv[i - 1].applied;
             while self.rcv[i].end.is_none() && self.rcv[i].applied < upto {
                 let b = self.rcv[i].applied;
-                self.rcv[i].apply(b, &self.batches);
+                self.rcv[i].forwarded(b, &self.batches);
             }
         }
     }
@@ -292,7 +292,7 @@ impl Sim {
             }
             match kind {
                 // Control, data, or both cut (`ss -K`).
-                0 | 1 | 2 => {
+                0..=2 => {
                     if kind != 1 {
                         (0..n.ctls.len()).for_each(|c| n.cut(c));
                     }

@@ -97,6 +97,14 @@ impl Receiver {
         }
     }
 
+    /// Batch `b` as its relay passes it on: applied and answered (to the relay), so that
+    /// a sender that goes on with this receiver and repeats it gets that answer.
+    pub(super) fn forwarded(&mut self, b: u64, batches: &[Vec<u64>]) {
+        self.apply(b, batches);
+        let need = batches.get(b as usize).cloned().unwrap_or_default();
+        self.answers.keep(Some(b), &[Msg::Need(b, need)]);
+    }
+
     pub(super) fn missing(&self, batches: &[Vec<u64>]) -> Vec<u64> {
         let all = batches.iter().take(self.applied as usize).flatten();
         all.filter(|u| !self.got.contains(u)).copied().collect()
@@ -116,11 +124,9 @@ impl Receiver {
         }
         // The work on an answer runs to its end whatever became of the connection
         // (`heartbeat::busy`); only its replies find out.
-        if self.work.is_some() || self.settling.is_some() {
-            if now >= self.beat_at {
-                self.beat_at = now + BEAT;
-                let _ = net.send(c, false, Msg::Keepalive);
-            }
+        if (self.work.is_some() || self.settling.is_some()) && now >= self.beat_at {
+            self.beat_at = now + BEAT;
+            let _ = net.send(c, false, Msg::Keepalive);
         }
         if let Some((until, replies)) = self.work.take() {
             if now < until {
@@ -268,7 +274,7 @@ impl Receiver {
         if let Some(i) = taken {
             let c = self.incoming.remove(i);
             self.taken.push(c);
-            self.taken.extend(self.incoming.drain(..));
+            self.taken.append(&mut self.incoming);
             let _ = net.recv(c, true);
             if self.ctl.is_some() {
                 self.base = self.received;
