@@ -339,6 +339,16 @@ mod tests {
     }
 
     #[test]
+    fn an_answer_whose_write_failed_is_not_finished_on_the_new_connection() {
+        let mut written = Vec::new();
+        let r = answer(&["items", "arrived", "need"], |m| {
+            written.push(*m);
+            Ok::<_, ()>(*m != "items")
+        });
+        assert_eq!((r, written), (Ok(()), vec!["items"]));
+    }
+
+    #[test]
     fn the_sender_beats_only_while_something_moves() {
         let mut p = Patience::new(0);
         p.set_stall(Some(10_000), 0);
