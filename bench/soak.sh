@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # soak.sh: haul under faults between two real processes, for the liveness rule (docs/design.md
 # *Liveness*): random `ss -K` cuts of any or all connections (1-5 a run, any moment, also
-# during a reconnect), SIGSTOP/SIGCONT of either end for longer than --timeout, and link
-# outages (wanlab `--loss 100%` for 5-60 s). Modes: pipe (send - | recv -), file (send FILE
-# to recv DIR), and both as a chain of two receivers (--to T1 --to T2).
+# during a reconnect), SIGSTOP/SIGCONT of any end (the sender, a receiver, a chain's middle
+# hop) for longer than --timeout, and link outages (wanlab `--loss 100%` for 5-60 s). Modes:
+# pipe (send - | recv -), file (send FILE to recv DIR), and both as a chain of two receivers
+# (--to T1 --to T2). Not covered: push/pull over ssh (haul copy host:...).
 #
 # Every run must end, within BOUND seconds, with the output identical and exit 0 on every
 # side, or with a clean failure (a non-zero exit and a `haul: error` line) on the sides that
@@ -55,7 +56,7 @@ alive() { # any of the pids $@ still running
   local p; for p in "$@"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1
 }
 
-fault() { # one random fault against the receiver pids $@
+fault() { # one random fault: a cut or an outage, or a SIGSTOP of one of the pids $@ (either end)
   local r=$((RANDOM % 4))
   case $r in
     0) ip netns exec $B ss -HK -t state established >/dev/null; echo -n "cut-all " ;;
@@ -102,7 +103,7 @@ for run in $(seq 1 "$RUNS"); do
   for _ in $(seq "$nfaults"); do
     sleep "$((RANDOM % 2)).$((RANDOM % 10))$((RANDOM % 10))"
     kill -0 $spid 2>/dev/null || break
-    fault "${pids[@]}"
+    fault $spid "${pids[@]}"
   done
   hung=
   while alive $spid "${pids[@]}"; do

@@ -36,16 +36,14 @@ use crate::error::{Error, Result};
 use crate::progress::{Counters, Printer, Progress};
 use crate::protocol::vouch::{self, ManifestDigest};
 use crate::protocol::{check_batch, Control, Item, Listing, ProtocolError, Summary, SyncOptions};
+use crate::session::watch::{self, Answers, SenderWatch, MAX_ROUNDS};
 use crate::session::{is_forged, is_tick, lost, Channel};
 use crate::store::Store;
 use crate::transport::{Accepted, Conn, Role};
 use data::{settle, spawn_data_worker};
 use integrity::{read_start, Forgeries, DATA_CONN_SLACK};
 use relay::{union, Answer, Relay};
-use shared::{Shared, TICK};
-
-/// Most rounds of "Finish → here is what is still missing" before giving up.
-const MAX_ROUNDS: u32 = 50;
+use shared::{ms, Shared, TICK};
 
 /// The connections a listener accepts, as `receive` takes them: each with its role, in
 /// the order they arrive. Probes are closed at once: only a waiting `haul recv DIR`
@@ -122,7 +120,7 @@ pub fn receive(
         control,
         control_rx,
         timeout: opts.timeout,
-        cached: None,
+        answers: Answers::default(),
         listing: opts.listing,
         send_items: options.items,
         printer: bar.printer(),
@@ -134,7 +132,8 @@ pub fn receive(
         manifest: ManifestDigest::default(),
         finished: None,
         units_base: 0,
-        heard: Instant::now(),
+        watch: SenderWatch::new(ms(opts.timeout), 0),
+        clock: Instant::now(),
     };
     let result = session.run(&counters);
     if let (Err(e), Some(r)) = (&result, session.relay.as_mut()) {
@@ -213,8 +212,8 @@ struct Session<'a> {
     control: Channel,
     control_rx: Receiver<Conn>,
     timeout: Duration,
-    /// The last Entries batch answered (its first id) and the answer, for replays.
-    cached: Option<(u64, Vec<Control>)>,
+    /// The answers to the last Entries batch, for a sender that repeats it.
+    answers: Answers<Control>,
     /// What to print here per change.
     listing: Listing,
     /// Whether the sender asked for `Items`.
@@ -239,12 +238,18 @@ struct Session<'a> {
     /// `Finish` counts only the units it wrote (a relay that re-formed the chain around a
     /// failed hop, a sender that went on from a failed first receiver).
     units_base: u64,
-    /// When the sender was last heard on the control stream (or last answered): with no
-    /// data either for `timeout`, it is gone.
-    heard: Instant,
+    /// When a silent sender is gone and a dropped control connection given up on
+    /// (`session::watch`), on the clock of `clock`.
+    watch: SenderWatch,
+    clock: Instant,
 }
 
 impl Session<'_> {
+    /// Milliseconds on this session's clock, for `session::watch`.
+    fn now(&self) -> u64 {
+        ms(self.clock.elapsed())
+    }
+
     /// Handles requests until the transfer is complete; returns the summary and how many
     /// files the sender could not read.
     fn run(&mut self, counters: &Counters) -> Result<(Summary, u64)> {
@@ -276,13 +281,9 @@ impl Session<'_> {
                 Control::Entries(entries) => {
                     check_batch(&entries)?;
                     let first = entries.first().map(|e| e.id);
-                    if let (Some(f), Some((cf, replies))) = (first, &self.cached) {
-                        if f == *cf {
-                            for reply in replies.clone() {
-                                self.reply(&reply)?;
-                            }
-                            continue;
-                        }
+                    if let Some(replies) = self.answers.repeat(first) {
+                        watch::answer(&replies, |r| self.write_or_await(r))?;
+                        continue;
                     }
                     self.manifest.batch(&entries);
                     let relay = &mut self.relay;
@@ -309,12 +310,8 @@ impl Session<'_> {
                         replies.push(Control::Replicas(news));
                     }
                     replies.push(Control::Need(need));
-                    if let Some(f) = first {
-                        self.cached = Some((f, replies.clone()));
-                    }
-                    for reply in &replies {
-                        self.reply(reply)?;
-                    }
+                    self.answers.keep(first, &replies);
+                    watch::answer(&replies, |r| self.write_or_await(r))?;
                 }
                 Control::Chain(chain) if self.relay.is_none() => {
                     relay::allowed(self.may_relay, &chain)?;
@@ -374,10 +371,13 @@ impl Session<'_> {
                         }
                         Ok::<_, Error>(missing)
                     })?;
-                    for reply in self.items(store.take_items()) {
-                        self.reply(&reply)?;
-                    }
+                    let mut replies = self.items(store.take_items());
                     if missing.is_empty() {
+                        // After a reconnect the rest goes on the new connection: the
+                        // sender's repeated Finish is answered Done again (`say_done`).
+                        for reply in &replies {
+                            self.reply(reply)?;
+                        }
                         if let Some(r) = &self.relay {
                             self.reply(&Control::Replicas(r.replicas()))?;
                         }
@@ -395,11 +395,10 @@ impl Session<'_> {
                         self.say_error(&e);
                         return Err(e);
                     }
-                    self.cached = None;
-                    for reply in self.arrived(store.take_arrived()) {
-                        self.reply(&reply)?;
-                    }
-                    self.reply(&Control::Need(missing))?;
+                    self.answers.clear();
+                    replies.extend(self.arrived(store.take_arrived()));
+                    replies.push(Control::Need(missing));
+                    watch::answer(&replies, |r| self.write_or_await(r))?;
                 }
                 Control::Error { code, message } => {
                     return Err(Error::Remote {
@@ -441,17 +440,15 @@ impl Session<'_> {
     fn next_msg(&mut self) -> Result<Option<Control>> {
         match self.control.read(Some(TICK)) {
             Ok(m) => {
-                self.heard = Instant::now();
+                let now = self.now();
+                self.watch.handle_heard(now);
                 Ok(Some(m))
             }
             Err(ref e) if is_tick(e) => {
-                // A sender says `Keepalive` every second while it works; its data
-                // connections standing open prove nothing (a stopped sender keeps them).
-                // A unit being written here is this end's own work.
-                if self.heard.elapsed() > self.timeout
-                    && self.shared.idle_for() > self.timeout
-                    && self.shared.busy.load(Ordering::Acquire) == 0
-                {
+                // A sender says `Keepalive` every second while it works.
+                let idle = ms(self.shared.idle_for());
+                let busy = self.shared.busy.load(Ordering::Acquire) != 0;
+                if self.watch.poll_gone(self.now(), idle, busy) {
                     return Err(lost(io::Error::other(format!(
                         "the sender said nothing and sent no data for {} s (stopped, hung \
                          or cut off; --timeout): re-run to resume, what arrived is kept",
@@ -482,7 +479,8 @@ impl Session<'_> {
     /// The control connection dropped: waits up to `timeout` for the sender to open a
     /// new one, which starts with Start again.
     fn await_control(&mut self) -> Result<()> {
-        let deadline = Instant::now() + self.timeout;
+        let now = self.now();
+        self.watch.handle_dropped(now);
         loop {
             if let Some(e) = self.shared.take_fatal() {
                 return Err(e);
@@ -493,7 +491,8 @@ impl Session<'_> {
                     match read_start(&mut c) {
                         Ok(_) => {
                             self.control = c;
-                            self.heard = Instant::now();
+                            let now = self.now();
+                            self.watch.handle_reconnected(now);
                             self.units_base = self.shared.units.load(Ordering::Acquire);
                             crate::progress::warn("the sender reconnected its control stream");
                             return Ok(());
@@ -510,7 +509,7 @@ impl Session<'_> {
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,
             }
-            if Instant::now() > deadline {
+            if self.watch.poll_vanished(self.now()) {
                 break;
             }
         }
@@ -525,13 +524,20 @@ impl Session<'_> {
     /// Answers on the control stream; a failed write waits for a reconnect (the sender
     /// will repeat its request).
     fn reply(&mut self, msg: &Control) -> Result<()> {
+        self.write_or_await(msg).map(|_| ())
+    }
+
+    /// Writes `msg`: true when written, false when the write failed and a new control
+    /// connection replaced the old one.
+    fn write_or_await(&mut self, msg: &Control) -> Result<bool> {
         match self.control.write(msg) {
             Ok(()) => {
                 // The sender's turn starts now (this answer may have taken long).
-                self.heard = Instant::now();
-                Ok(())
+                let now = self.now();
+                self.watch.handle_heard(now);
+                Ok(true)
             }
-            Err(Error::Transport(_)) => self.await_control(),
+            Err(Error::Transport(_)) => self.await_control().map(|()| false),
             Err(e) => Err(e),
         }
     }

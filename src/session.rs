@@ -20,6 +20,7 @@ use crate::transport::{Conn, TransportError};
 
 pub mod stream;
 mod successors;
+pub mod watch;
 pub use successors::{check_not_self, Successors};
 
 /// How long to wait before re-dial `n` of a dropped connection: at once, then 0.25 s,

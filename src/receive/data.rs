@@ -14,19 +14,16 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::shared::{Shared, TICK};
+use super::shared::{ms, Shared, TICK};
 use crate::codec::Decoder;
 use crate::error::{unless_panicked, Error, Result};
 use crate::progress::Counters;
 use crate::protocol::{body_at, DataHeader, FrameKind, ProtocolError, ReadError};
-use crate::session::frame_reader;
+use crate::session::{frame_reader, watch};
 use crate::store::direct::ALIGN;
 use crate::store::WriterCache;
 use crate::transport::Conn;
 
-/// How long after the last data connection ended the receiver waits before concluding
-/// that data asked for after `Finish` was lost rather than late.
-const SETTLE: Duration = Duration::from_secs(3);
 /// Starts a worker for a data connection, unless that would exceed the streams the
 /// sender may have open.
 pub(super) fn spawn_data_worker(shared: &Arc<Shared>, conn: Conn) {
@@ -147,7 +144,7 @@ fn data_worker(mut conn: Conn, shared: &Shared) -> Result<()> {
 /// A data connection as its frame reader sees it: a read that brings bytes is activity.
 /// Without it only a finished unit counted, so a unit still arriving when `Finish` came
 /// (a slow link or a low cap, where one 4 MiB unit takes seconds, the previous one done
-/// more than `SETTLE` before) was taken for one lost with its connection and sent again.
+/// more than `watch::SETTLE` before) was taken for one lost with its connection and sent again.
 struct Arriving<'a>(&'a mut Conn, &'a Shared);
 
 impl Read for Arriving<'_> {
@@ -171,15 +168,18 @@ pub(super) fn settle(shared: &Shared, base: u64, timeout: Duration, units: u64) 
         if let Some(e) = shared.take_fatal() {
             return Err(e);
         }
-        if shared.store.incomplete() == 0 {
-            return Ok(());
-        }
         // Everything the sender wrote has arrived, or nothing has for a while: what is
         // still missing was lost with a dropped connection.
-        let received = shared.units.load(Ordering::Acquire);
-        let all_in = received.saturating_sub(base) >= units;
-        let quiet = shared.busy.load(Ordering::Acquire) == 0 && shared.idle_for() >= SETTLE;
-        if all_in || quiet || start.elapsed() > timeout {
+        let received = shared.units.load(Ordering::Acquire).saturating_sub(base);
+        if watch::settled(
+            shared.store.incomplete(),
+            received,
+            units,
+            ms(shared.idle_for()),
+            shared.busy.load(Ordering::Acquire) != 0,
+            ms(start.elapsed()),
+            ms(timeout),
+        ) {
             return Ok(());
         }
         std::thread::sleep(Duration::from_millis(20));

@@ -65,3 +65,9 @@ impl Shared {
         self.fatal.lock().ok().and_then(|mut f| f.take())
     }
 }
+
+/// A duration in milliseconds, for `session::watch` (saturating: `--timeout 0` waits
+/// for good).
+pub(super) fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

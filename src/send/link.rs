@@ -19,24 +19,12 @@ use crate::plan::walk::Source;
 use crate::progress::Counters;
 use crate::protocol::vouch::ManifestDigest;
 use crate::protocol::{Chain, Control, Item, Replica, Summary};
+use crate::session::watch::{Failure, Patience, Redial, Retries, Step, SILENCE};
 use crate::session::{is_tick, lost, Channel, Successors};
 use crate::transport::{self, Role, TransportError};
 
 /// How often a wait for an answer looks whether the data streams gave up on the receiver.
 const TICK: Duration = Duration::from_secs(1);
-/// Longest silence of the receiver while its answer is awaited: one busy on it says
-/// `Keepalive` every second (`receive::heartbeat`), so one silent this long is stopped,
-/// hung or cut off: the control stream is re-dialed (and the request repeated), and in a
-/// chain the link goes on with the next receiver when that fails.
-const SILENCE: Duration = Duration::from_secs(30);
-/// How often the sender says `Keepalive` while it works between requests (its walk, its
-/// data streams): the receiver takes a sender silent for its `--timeout` (30 s) with no
-/// data for a stopped or vanished one, whatever connections stand open.
-const HEARTBEAT: Duration = Duration::from_secs(1);
-/// With no `--timeout` (0), how long the sender still says `Keepalive` while nothing
-/// moves (a walk waiting on a hung file system): then it falls silent and the receiver's
-/// own silence rule decides. With one, the run ends at it first (`Link::check_stall`).
-const UNMOVED_BEATS: Duration = Duration::from_secs(300);
 
 /// What [`Link::poll`] found.
 pub(super) enum Polled {
@@ -65,17 +53,14 @@ pub(super) struct Link<'a> {
     succ: Option<Successors>,
     /// What a new first receiver is told after its start: `Protect`, every `Forget`.
     told: Vec<Control>,
-    /// `--timeout`: the run ends when nothing moved this long (None: never).
-    stall: Option<Duration>,
     /// The sources, as a stalled walk names them.
     sources: String,
-    /// When something last moved (a message heard, a reconnect, the chain going on),
-    /// and the wire bytes written and the steps walked then.
-    moved: (Instant, [u64; 2]),
+    /// When to beat, when the receiver is silent too long, when nothing moved for
+    /// `--timeout` (`session::watch`), on the clock of `clock`.
+    patience: Patience,
+    clock: Instant,
     /// Every `Entries` batch sent (once each), which a receiver's proof covers.
     manifest: ManifestDigest,
-    /// When the control stream was last written to (for [`Link::beat`]).
-    said: Instant,
 }
 
 impl<'a> Link<'a> {
@@ -132,11 +117,10 @@ impl<'a> Link<'a> {
             arrived: Vec::new(),
             succ,
             told: Vec::new(),
-            stall: None,
             sources: String::new(),
-            moved: (Instant::now(), [0; 2]),
+            patience: Patience::new(0),
+            clock: Instant::now(),
             manifest: ManifestDigest::default(),
-            said: Instant::now(),
         })
     }
 
@@ -144,43 +128,45 @@ impl<'a> Link<'a> {
     /// no step of the walk of `sources` and no word from the receiver. Checked while an
     /// answer is awaited and by [`Link::check_stall`] and [`Link::check_walk`].
     pub(super) fn set_stall(&mut self, limit: Option<Duration>, sources: &[Source]) {
-        self.stall = limit;
         let names: Vec<String> = sources
             .iter()
             .map(|s| crate::progress::shown_path(&s.path))
             .collect();
         self.sources = names.join(", ");
-        self.moved_now();
+        let now = self.now();
+        self.patience
+            .set_stall(limit.map(|l| l.as_millis() as u64), now);
     }
 
-    /// What moves: the wire bytes written and the steps of the walk so far.
-    fn movement(&self) -> [u64; 2] {
-        [
+    /// Milliseconds on this link's clock, for `session::watch`.
+    fn now(&self) -> u64 {
+        self.clock.elapsed().as_millis() as u64
+    }
+
+    /// Tells the watch what moved: the wire bytes written (a unit being written counts:
+    /// its write is bounded, see `Target::bound_writes`) and the steps of the walk so far.
+    fn look(&mut self) -> u64 {
+        let now = self.now();
+        let movement = [
             self.counters.wire_bytes.load(Ordering::Relaxed),
             self.counters.walked.load(Ordering::Relaxed),
-        ]
+        ];
+        let writing = self.target.writing();
+        self.patience.handle_progress(now, movement, writing);
+        now
     }
 
     /// Something moved: the stall limit counts from now.
     fn moved_now(&mut self) {
-        self.moved = (Instant::now(), self.movement());
+        let now = self.now();
+        self.patience.handle_moved(now);
     }
 
-    /// How long nothing has moved: no data byte written (a unit being written counts: its
-    /// write is bounded, see `Target::bound_writes`), no step of the walk, no word from
-    /// the receiver.
-    fn unmoved(&mut self) -> Duration {
-        let now = self.movement();
-        if now != self.moved.1 || self.target.writing() {
-            self.moved = (Instant::now(), now);
-        }
-        self.moved.0.elapsed()
-    }
-
-    /// `--timeout` in seconds, once nothing has moved for it.
+    /// `--timeout` in seconds, once nothing has moved for it (no data byte written, no
+    /// step of the walk, no word from the receiver).
     fn stalled(&mut self) -> Option<u64> {
-        let limit = self.stall?;
-        (self.unmoved() >= limit).then_some(limit.as_secs())
+        let now = self.look();
+        self.patience.poll_stalled(now)
     }
 
     /// The stall limit's error once nothing has moved for it.
@@ -207,20 +193,18 @@ impl<'a> Link<'a> {
         }
     }
 
-    /// Says `Keepalive` when nothing was said for [`HEARTBEAT`]: called wherever the sender
+    /// Says `Keepalive` when nothing was said for `watch::HEARTBEAT`: called wherever the sender
     /// waits on its own work (the walk, the work queue), never while an answer is awaited
     /// (the receiver is busy then and reads nothing). It speaks only for work that moves:
     /// a sender whose walk waits on a hung file system falls silent after `--timeout`
-    /// ([`UNMOVED_BEATS`] without one), so that the receiver does not wait on it for good.
+    /// (`watch::UNMOVED_BEATS` without one), so that the receiver does not wait on it for good.
     /// A broken control stream is re-dialed as for any message.
     pub(super) fn beat(&mut self) -> Result<()> {
-        if self.said.elapsed() < HEARTBEAT {
-            return Ok(());
+        let now = self.look();
+        match self.patience.poll_beat(now) {
+            true => self.tell(&Control::Keepalive),
+            false => Ok(()),
         }
-        if self.unmoved() >= self.stall.unwrap_or(UNMOVED_BEATS) {
-            return Ok(());
-        }
-        self.tell(&Control::Keepalive)
     }
 
     /// Hands the receiver's `Items` to `f` (they may precede any answer).
@@ -237,9 +221,8 @@ impl<'a> Link<'a> {
     /// The next message that is not `Items` (those go to `on_items`), `Arrived` (kept for
     /// `take_arrived`), `Replicas` (kept for the report) or `Keepalive` (the receiver is
     /// busy on the answer). A receiver whose data streams could not be re-established is
-    /// lost, whatever its control stream says; so is one silent for [`SILENCE`].
+    /// lost, whatever its control stream says; so is one silent for `watch::SILENCE`.
     fn read_answer(&mut self) -> Result<Control> {
-        let mut heard = Instant::now();
         loop {
             let msg = match self.chan.read(Some(TICK)) {
                 Ok(m) => m,
@@ -248,15 +231,15 @@ impl<'a> Link<'a> {
                         return Err(streams_broke());
                     }
                     self.check_stall()?;
-                    if heard.elapsed() >= SILENCE {
+                    if self.patience.poll_silent(self.now()) {
                         return Err(silent());
                     }
                     continue;
                 }
                 Err(e) => return Err(e),
             };
-            heard = Instant::now();
-            self.moved_now();
+            let now = self.now();
+            self.patience.handle_heard(now);
             match msg {
                 Control::Keepalive => {}
                 Control::Items(items) => {
@@ -348,12 +331,13 @@ impl<'a> Link<'a> {
         self.reconnect(&e)
     }
 
-    /// Re-dials after a failure, with backoff; goes on with the next receiver of a chain
-    /// when that fails.
+    /// Re-dials after a failure, with backoff (`watch::Redial`); goes on with the next
+    /// receiver of a chain when that fails.
     pub(super) fn reconnect(&mut self, why: &Error) -> Result<()> {
         let mut last = None;
-        for attempt in 0..self.retries {
-            std::thread::sleep(backoff(attempt));
+        let mut redial = Redial::new(self.retries);
+        while let Some(wait) = redial.poll_dial() {
+            std::thread::sleep(Duration::from_millis(wait));
             match self.target.dial(Role::Control).and_then(|d| {
                 let mut chan = Channel::new(d.conn);
                 chan.write(&self.start).map(|()| chan)
@@ -379,29 +363,23 @@ impl<'a> Link<'a> {
         self.fail_over(gave_up(why, last))
     }
 
-    /// After `msg` failed with `e` on the control stream (`attempts` so far on this
-    /// receiver): a new control stream, or the next receiver of a chain.
-    fn retry(&mut self, e: Error, attempts: &mut u32) -> Result<()> {
+    /// After a message failed with `e` on the control stream: what `tries` decides
+    /// (`watch::Retries`): a new control stream, the next receiver of a chain, or `e`.
+    fn retry(&mut self, e: Error, tries: &mut Retries) -> Result<()> {
         let before = self.target.generation();
-        match e {
-            e @ Error::Transport(_) if *attempts < self.retries => {
-                *attempts += 1;
-                self.recover(e)?;
-            }
-            e @ Error::Transport(_) => self.fail_over(e)?,
-            Error::Remote {
-                side,
-                message,
-                code,
-            } => self.fail_over(Error::Remote {
-                side,
-                message,
-                code,
-            })?,
-            e => return Err(e),
+        let failure = match &e {
+            Error::Transport(_) if self.target.is_broken() => Failure::Gone,
+            Error::Transport(_) => Failure::Lost,
+            Error::Remote { .. } => Failure::Refused,
+            _ => return Err(e),
+        };
+        match tries.handle_failure(failure, self.can_fail_over()) {
+            Step::Redial => self.reconnect(&e)?,
+            Step::GoOn => self.fail_over(e)?,
+            Step::Fail => return Err(e),
         }
         if self.target.generation() != before {
-            *attempts = 0;
+            tries.handle_new_receiver();
         }
         Ok(())
     }
@@ -412,10 +390,13 @@ impl<'a> Link<'a> {
         if let Control::Entries(entries) = msg {
             self.manifest.batch(entries);
         }
-        let mut attempts = 0;
+        let mut tries = Retries::new(self.retries);
         loop {
-            self.said = Instant::now();
-            let r = self.chan.write(msg).and_then(|()| self.read_answer());
+            let r = self.chan.write(msg).and_then(|()| {
+                let now = self.now();
+                self.patience.handle_asked(now);
+                self.read_answer()
+            });
             match r {
                 Ok(Control::Error { code, message }) if self.can_fail_over() => {
                     let e = Error::Remote {
@@ -423,10 +404,10 @@ impl<'a> Link<'a> {
                         message,
                         code,
                     };
-                    self.retry(e, &mut attempts)?;
+                    self.retry(e, &mut tries)?;
                 }
                 Ok(reply) => return Ok(reply),
-                Err(e) => self.retry(e, &mut attempts)?,
+                Err(e) => self.retry(e, &mut tries)?,
             }
         }
     }
@@ -436,12 +417,13 @@ impl<'a> Link<'a> {
         if self.succ.is_some() && matches!(msg, Control::Protect(_) | Control::Forget(_)) {
             self.told.push(msg.clone());
         }
-        let mut attempts = 0;
+        let mut tries = Retries::new(self.retries);
         loop {
-            self.said = Instant::now();
+            let now = self.now();
+            self.patience.handle_said(now);
             match self.chan.write(msg) {
                 Ok(()) => return Ok(()),
-                Err(e) => self.retry(e, &mut attempts)?,
+                Err(e) => self.retry(e, &mut tries)?,
             }
         }
     }
@@ -540,13 +522,13 @@ fn hello(start: &Control, rest: Chain) -> Vec<Control> {
     }
 }
 
-/// A receiver silent for [`SILENCE`] while its answer was awaited: a lost connection
+/// A receiver silent for `watch::SILENCE` while its answer was awaited: a lost connection
 /// (re-dialed; exit 5 when that does not help).
 fn silent() -> Error {
     lost(std::io::Error::other(format!(
         "the receiver said nothing for {} s while its answer was awaited (stopped, hung or \
          cut off)",
-        SILENCE.as_secs()
+        SILENCE / 1000
     )))
 }
 

@@ -32,6 +32,8 @@ pub mod probe;
 mod readbuf;
 mod report;
 mod sample;
+#[cfg(test)]
+mod sim;
 mod target;
 mod vouch;
 mod walker;

@@ -21,7 +21,7 @@
 
 mod flow;
 #[cfg(test)]
-mod sim;
+pub(super) mod sim;
 mod source;
 mod stream;
 

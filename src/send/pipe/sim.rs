@@ -28,7 +28,7 @@ use crate::codec::tree::block_cv;
 use crate::send::dial::backoff;
 use crate::session::stream::{Asks, Reorder};
 
-mod net;
+pub(in crate::send) mod net;
 use net::{Rng, Wire};
 
 /// Block size in the simulation (bytes; the logic does not depend on it).

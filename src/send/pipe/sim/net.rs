@@ -4,10 +4,10 @@
 use std::collections::VecDeque;
 
 /// splitmix64: small, seedable, the same on every machine.
-pub(super) struct Rng(pub(super) u64);
+pub(in crate::send) struct Rng(pub(in crate::send) u64);
 
 impl Rng {
-    pub(super) fn next(&mut self) -> u64 {
+    pub(in crate::send) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -15,24 +15,26 @@ impl Rng {
         z ^ (z >> 31)
     }
     /// In `lo..=hi`.
-    pub(super) fn range(&mut self, lo: u64, hi: u64) -> u64 {
+    pub(in crate::send) fn range(&mut self, lo: u64, hi: u64) -> u64 {
         lo + self.next() % (hi - lo + 1)
     }
-    pub(super) fn chance(&mut self, percent: u64) -> bool {
+    pub(in crate::send) fn chance(&mut self, percent: u64) -> bool {
         self.next() % 100 < percent
     }
 }
 
 /// One simulated TCP connection, either direction's frames in order.
-pub(super) struct Wire<M> {
+pub(in crate::send) struct Wire<M> {
     /// Frames on their way: (arrives at, frame).
-    pub(super) frames: VecDeque<(u64, M)>,
+    pub(in crate::send) frames: VecDeque<(u64, M)>,
     /// Cut at this time: undelivered frames are gone, later writes vanish.
-    pub(super) cut: Option<u64>,
+    pub(in crate::send) cut: Option<u64>,
     /// From when a write on it fails at the writer (its reset arrived).
     write_fails: u64,
     /// When the reader sees it broken.
     read_fails: u64,
+    /// Closed by the writer then: what it wrote still arrives, then the reader sees the end.
+    closed: Option<u64>,
 }
 
 impl<M> Default for Wire<M> {
@@ -42,12 +44,13 @@ impl<M> Default for Wire<M> {
             cut: None,
             write_fails: 0,
             read_fails: 0,
+            closed: None,
         }
     }
 }
 
 impl<M> Wire<M> {
-    pub(super) fn cut_at(&mut self, now: u64, rng: &mut Rng) {
+    pub(in crate::send) fn cut_at(&mut self, now: u64, rng: &mut Rng) {
         if self.cut.is_none() {
             self.cut = Some(now);
             self.frames.clear();
@@ -57,7 +60,7 @@ impl<M> Wire<M> {
         }
     }
     /// Writes `m`; false when the writer sees the connection broken.
-    pub(super) fn write(&mut self, now: u64, latency: u64, m: M) -> bool {
+    pub(in crate::send) fn write(&mut self, now: u64, latency: u64, m: M) -> bool {
         match self.cut {
             Some(_) if now >= self.write_fails => false,
             // Written into a connection already dead: accepted, never delivered.
@@ -68,7 +71,7 @@ impl<M> Wire<M> {
             }
         }
     }
-    pub(super) fn arrived(&mut self, now: u64) -> Option<M> {
+    pub(in crate::send) fn arrived(&mut self, now: u64) -> Option<M> {
         match self.frames.front() {
             Some((at, _)) if *at <= now && self.cut.is_none() => {
                 self.frames.pop_front().map(|f| f.1)
@@ -76,7 +79,12 @@ impl<M> Wire<M> {
             _ => None,
         }
     }
-    pub(super) fn read_broken(&self, now: u64) -> bool {
-        self.cut.is_some() && now >= self.read_fails
+    pub(in crate::send) fn read_broken(&self, now: u64) -> bool {
+        (self.cut.is_some() && now >= self.read_fails)
+            || (self.closed.is_some_and(|c| now >= c) && self.frames.is_empty())
+    }
+    /// The writer closes it (its process ended): frames on their way still arrive.
+    pub(in crate::send) fn close(&mut self, now: u64) {
+        self.closed.get_or_insert(now);
     }
 }
