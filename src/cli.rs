@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 mod habits;
+mod object;
 mod sst;
 pub mod unsupported;
 
@@ -162,6 +163,8 @@ pub enum CommandArgs {
         accept: AcceptArgs,
         #[command(flatten)]
         remote: RemoteArgs,
+        #[command(flatten)]
+        object: object::ObjectArgs,
     },
     /// Measure in about 15 s, changing nothing, what would bound `haul copy SRC... DST`
     /// or `haul send PATH... --to TICKET` (source read, durable write at DST, each codec
