@@ -55,7 +55,10 @@ fn a_hostile_tree_goes_up_and_comes_down_identical_and_re_runs_send_nothing() {
     let up = s3.copy(&[os(with_slash(&src)), os("s3://trees/backup/")]);
     up.assert_code(0);
     assert!(up.stderr.contains("manifest written"), "{}", up.describe());
-    assert!(bucket.join("backup/.haul-manifest").is_file(), "the manifest sits beside the tree");
+    assert!(
+        bucket.join("backup/.haul-manifest").is_file(),
+        "the manifest sits beside the tree"
+    );
 
     let dst = tmp.path().join("dst");
     let down = s3.copy(&[os("s3://trees/backup/"), os(&dst)]);
@@ -72,10 +75,18 @@ fn a_hostile_tree_goes_up_and_comes_down_identical_and_re_runs_send_nothing() {
         "a re-run sends nothing\n{}",
         again.describe()
     );
-    assert_eq!(stamps(&bucket), before, "a re-run rewrote objects in the bucket");
+    assert_eq!(
+        stamps(&bucket),
+        before,
+        "a re-run rewrote objects in the bucket"
+    );
     let again = s3.copy(&[os("s3://trees/backup/"), os(&dst)]);
     again.assert_code(0);
-    assert!(again.stderr.contains("received 0 files"), "{}", again.describe());
+    assert!(
+        again.stderr.contains("received 0 files"),
+        "{}",
+        again.describe()
+    );
     assert_trees_equal(&src, &dst);
 
     // One file changed: only it goes up again, and comes down again.
@@ -85,7 +96,11 @@ fn a_hostile_tree_goes_up_and_comes_down_identical_and_re_runs_send_nothing() {
     assert!(one.stderr.contains("sent 1 file,"), "{}", one.describe());
     let one = s3.copy(&[os("s3://trees/backup/"), os(&dst)]);
     one.assert_code(0);
-    assert!(one.stderr.contains("received 1 file,"), "{}", one.describe());
+    assert!(
+        one.stderr.contains("received 1 file,"),
+        "{}",
+        one.describe()
+    );
     assert_trees_equal(&src, &dst);
 }
 
@@ -99,11 +114,15 @@ fn a_corrupted_object_is_caught_on_download_and_its_file_is_not_written() {
     let content: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
     fs::write(src.join("data.bin"), &content).unwrap();
     fs::write(src.join("other.txt"), b"fine").unwrap();
-    s3.copy(&[os(with_slash(&src)), os("s3://corrupt/p/")]).assert_code(0);
+    s3.copy(&[os(with_slash(&src)), os("s3://corrupt/p/")])
+        .assert_code(0);
     let objects = objects_holding(&bucket, &content);
     assert_eq!(objects.len(), 1, "one object holds data.bin: {objects:?}");
     // Same size, one byte flipped: only the BLAKE3 can tell.
-    let f = fs::OpenOptions::new().write(true).open(&objects[0]).unwrap();
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .open(&objects[0])
+        .unwrap();
     f.write_all_at(&[content[5000] ^ 0x20], 5000).unwrap();
 
     let dst = tmp.path().join("dst");
@@ -112,11 +131,16 @@ fn a_corrupted_object_is_caught_on_download_and_its_file_is_not_written() {
     let line = out.stderr.trim();
     assert_eq!(line.lines().count(), 1, "one line\n{}", out.describe());
     assert!(
-        line.contains("s3://corrupt/p/data.bin") && line.contains("BLAKE3") && line.contains("not written"),
+        line.contains("s3://corrupt/p/data.bin")
+            && line.contains("BLAKE3")
+            && line.contains("not written"),
         "{}",
         out.describe()
     );
-    assert!(!dst.join("data.bin").exists(), "a corrupted object took its name");
+    assert!(
+        !dst.join("data.bin").exists(),
+        "a corrupted object took its name"
+    );
     assert_no_part_files(&dst);
 }
 
@@ -126,7 +150,10 @@ fn wrong_credentials_are_one_clear_line_and_exit_6() {
     s3.bucket("locked");
     let tmp = tempfile::tempdir().unwrap();
     fs::write(tmp.path().join("f"), b"x").unwrap();
-    let wrong = [("AWS_ACCESS_KEY_ID", ACCESS_KEY), ("AWS_SECRET_ACCESS_KEY", "not-the-secret")];
+    let wrong = [
+        ("AWS_ACCESS_KEY_ID", ACCESS_KEY),
+        ("AWS_SECRET_ACCESS_KEY", "not-the-secret"),
+    ];
     for args in [
         vec![os(tmp.path().join("f")), os("s3://locked/p/")],
         vec![os("s3://locked/p/"), os(tmp.path().join("d"))],
@@ -135,8 +162,17 @@ fn wrong_credentials_are_one_clear_line_and_exit_6() {
         out.assert_code(6);
         let line = out.stderr.trim();
         assert_eq!(line.lines().count(), 1, "{}", out.describe());
-        assert!(line.contains("s3://locked") && line.contains("access denied") && line.contains("AWS_SECRET_ACCESS_KEY"), "{}", out.describe());
-        assert!(!line.contains("not-the-secret"), "the secret is never printed");
+        assert!(
+            line.contains("s3://locked")
+                && line.contains("access denied")
+                && line.contains("AWS_SECRET_ACCESS_KEY"),
+            "{}",
+            out.describe()
+        );
+        assert!(
+            !line.contains("not-the-secret"),
+            "the secret is never printed"
+        );
     }
 }
 
@@ -153,9 +189,16 @@ fn a_missing_bucket_is_one_clear_line_exit_4_up_and_3_down() {
         out.assert_code(code);
         let line = out.stderr.trim();
         assert_eq!(line.lines().count(), 1, "{}", out.describe());
-        assert!(line.contains("s3://nowhere") && line.contains("no such bucket"), "{}", out.describe());
+        assert!(
+            line.contains("s3://nowhere") && line.contains("no such bucket"),
+            "{}",
+            out.describe()
+        );
     }
-    assert!(!tmp.path().join("d").exists(), "nothing made for a missing bucket");
+    assert!(
+        !tmp.path().join("d").exists(),
+        "nothing made for a missing bucket"
+    );
 }
 
 #[test]
@@ -175,21 +218,46 @@ fn a_large_file_goes_as_parts_and_comes_back_by_ranges_with_credentials_from_a_p
     let src = tmp.path().join("big.bin");
     write_random_file(&src, 40 * MIB + 3, 42);
     let f = fs::OpenOptions::new().write(true).open(&src).unwrap();
-    f.write_all_at(&vec![0u8; 4 * MIB as usize], 16 * MIB).unwrap();
+    f.write_all_at(&vec![0u8; 4 * MIB as usize], 16 * MIB)
+        .unwrap();
     // `file` to `s3://b/key`: the object is named key.
-    s3.copy_with(&[os(&src), os("s3://big/dumps/today.bin"), os("--streams"), os("4")], &profile).assert_code(0);
-    assert_eq!(fs::metadata(bucket.join("dumps/today.bin")).unwrap().len(), 40 * MIB + 3);
-    assert_eq!(fs::read(bucket.join("dumps/today.bin")).unwrap(), fs::read(&src).unwrap());
+    s3.copy_with(
+        &[
+            os(&src),
+            os("s3://big/dumps/today.bin"),
+            os("--streams"),
+            os("4"),
+        ],
+        &profile,
+    )
+    .assert_code(0);
+    assert_eq!(
+        fs::metadata(bucket.join("dumps/today.bin")).unwrap().len(),
+        40 * MIB + 3
+    );
+    assert_eq!(
+        fs::read(bucket.join("dumps/today.bin")).unwrap(),
+        fs::read(&src).unwrap()
+    );
     // And back under a new name, and into a directory under its own.
     let named = tmp.path().join("restored.bin");
-    s3.copy_with(&[os("s3://big/dumps/today.bin"), os(&named)], &profile).assert_code(0);
+    s3.copy_with(&[os("s3://big/dumps/today.bin"), os(&named)], &profile)
+        .assert_code(0);
     assert_contents_equal(&src, &named);
     let into = tmp.path().join("into");
     fs::create_dir(&into).unwrap();
-    s3.copy_with(&[os("s3://big/dumps/today.bin"), os(&into)], &profile).assert_code(0);
+    s3.copy_with(&[os("s3://big/dumps/today.bin"), os(&into)], &profile)
+        .assert_code(0);
     assert_contents_equal(&src, &into.join("today.bin"));
     let allocated = fs::metadata(&named).unwrap().blocks() * 512;
-    assert!(allocated <= 37 * MIB, "the 4 MiB of zeros came down as a hole: {allocated} bytes allocated");
+    assert!(
+        allocated <= 37 * MIB,
+        "the 4 MiB of zeros came down as a hole: {allocated} bytes allocated"
+    );
     // The default profile's keys are wrong: without AWS_PROFILE the server refuses.
-    s3.copy_with(&[os("s3://big/dumps/today.bin"), os(tmp.path().join("x"))], &[]).assert_code(6);
+    s3.copy_with(
+        &[os("s3://big/dumps/today.bin"), os(tmp.path().join("x"))],
+        &[],
+    )
+    .assert_code(6);
 }

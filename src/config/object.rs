@@ -46,14 +46,19 @@ impl ObjectUrl {
                 .bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
         if !bucket_ok {
-            return Err(bad("a bucket name is 3 to 63 lowercase letters, digits, '-' or '.'"));
+            return Err(bad(
+                "a bucket name is 3 to 63 lowercase letters, digits, '-' or '.'",
+            ));
         }
         if key.len() > MAX_KEY {
             return Err(bad("a key is at most 1024 bytes"));
         }
         let dotted = key.split('/').any(|c| c == "." || c == "..");
-        if dotted || key.starts_with('/') || key.contains("//") || key.chars().any(char::is_control) {
-            return Err(bad("a key has no empty, '.' or '..' parts and no control characters"));
+        if dotted || key.starts_with('/') || key.contains("//") || key.chars().any(char::is_control)
+        {
+            return Err(bad(
+                "a key has no empty, '.' or '..' parts and no control characters",
+            ));
         }
         Ok(ObjectUrl {
             bucket: bucket.to_string(),
@@ -104,7 +109,11 @@ pub struct ObjectCopy {
 }
 
 /// `copy PATH... DST` where a path is `s3://`: the plan, or None when none is.
-pub fn object_copy(paths: &[PathBuf], endpoint: Option<String>, streams: usize) -> Result<Option<ObjectCopy>> {
+pub fn object_copy(
+    paths: &[PathBuf],
+    endpoint: Option<String>,
+    streams: usize,
+) -> Result<Option<ObjectCopy>> {
     if !paths.iter().any(|p| ObjectUrl::is_one(p.as_os_str())) {
         return Ok(None);
     }
@@ -118,7 +127,10 @@ pub fn object_copy(paths: &[PathBuf], endpoint: Option<String>, streams: usize) 
             )));
         }
     }
-    let remote = srcs.iter().filter(|p| ObjectUrl::is_one(p.as_os_str())).count();
+    let remote = srcs
+        .iter()
+        .filter(|p| ObjectUrl::is_one(p.as_os_str()))
+        .count();
     let plan = match (ObjectUrl::is_one(dst.as_os_str()), remote, srcs.len()) {
         (true, 0, _) => ObjectPlan::Up {
             sources: srcs.to_vec(),
@@ -144,7 +156,9 @@ pub fn object_copy(paths: &[PathBuf], endpoint: Option<String>, streams: usize) 
         }
     };
     if srcs.iter().any(|p| p.as_os_str() == "-") || dst.as_os_str() == "-" {
-        return Err(Error::Usage("copy with s3://: streams (-) are not supported yet".into()));
+        return Err(Error::Usage(
+            "copy with s3://: streams (-) are not supported yet".into(),
+        ));
     }
     Ok(Some(ObjectCopy {
         plan,
@@ -154,7 +168,11 @@ pub fn object_copy(paths: &[PathBuf], endpoint: Option<String>, streams: usize) 
 }
 
 /// Options a copy with an object store does not take (yet): refused, never ignored.
-pub fn refuse_options(t: &TransferArgs, commands: (&Option<String>, &Option<String>), r: &RemoteArgs) -> Result<()> {
+pub fn refuse_options(
+    t: &TransferArgs,
+    commands: (&Option<String>, &Option<String>),
+    r: &RemoteArgs,
+) -> Result<()> {
     let f = &t.filter;
     let given = [
         (t.checksum, "--checksum"),
@@ -169,13 +187,22 @@ pub fn refuse_options(t: &TransferArgs, commands: (&Option<String>, &Option<Stri
         (t.cc.is_some(), "--cc"),
         (t.retries.is_some(), "--retries"),
         (t.timeout.is_some(), "--timeout"),
-        (!f.exclude.is_empty() || !f.include.is_empty(), "--exclude/--include"),
-        (!f.exclude_from.is_empty() || !f.include_from.is_empty(), "--exclude-from/--include-from"),
+        (
+            !f.exclude.is_empty() || !f.include.is_empty(),
+            "--exclude/--include",
+        ),
+        (
+            !f.exclude_from.is_empty() || !f.include_from.is_empty(),
+            "--exclude-from/--include-from",
+        ),
         (f.files_from.is_some(), "--files-from"),
         (f.one_file_system, "--one-file-system"),
         (f.copy_links || f.copy_unsafe_links, "--copy-links"),
         (f.shard.is_some(), "--shard"),
-        (commands.0.is_some() || commands.1.is_some(), "--from-command/--to-command"),
+        (
+            commands.0.is_some() || commands.1.is_some(),
+            "--from-command/--to-command",
+        ),
         (!r.also.is_empty(), "--also"),
     ];
     match given.iter().find(|(g, _)| *g) {
@@ -197,16 +224,29 @@ mod tests {
     #[test]
     fn a_url_is_a_bucket_and_a_key_and_a_trailing_slash_means_a_prefix() {
         let u = url("s3://my-bucket/a/b/").unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!((u.bucket.as_str(), u.key.as_str(), u.is_prefix()), ("my-bucket", "a/b/", true));
+        assert_eq!(
+            (u.bucket.as_str(), u.key.as_str(), u.is_prefix()),
+            ("my-bucket", "a/b/", true)
+        );
         let u = url("s3://my-bucket/a/obj").unwrap_or_else(|e| panic!("{e}"));
         assert!(!u.is_prefix());
-        assert!(url("s3://my-bucket").map(|u| u.is_prefix()).unwrap_or(false));
+        assert!(url("s3://my-bucket")
+            .map(|u| u.is_prefix())
+            .unwrap_or(false));
         assert_eq!(u.to_string(), "s3://my-bucket/a/obj");
     }
 
     #[test]
     fn bad_buckets_and_keys_are_usage_errors() {
-        for bad in ["s3://", "s3://A/x", "s3://ab/x", "s3://b_b/x", "s3://bkt//x", "s3://bkt/a/../x", "s3://bkt/a\nb"] {
+        for bad in [
+            "s3://",
+            "s3://A/x",
+            "s3://ab/x",
+            "s3://b_b/x",
+            "s3://bkt//x",
+            "s3://bkt/a/../x",
+            "s3://bkt/a\nb",
+        ] {
             assert!(matches!(url(bad), Err(Error::Usage(_))), "{bad}");
         }
     }
@@ -214,13 +254,29 @@ mod tests {
     #[test]
     fn a_copy_goes_up_or_down_but_not_both_or_between_buckets() {
         let p = |v: &[&str]| v.iter().map(PathBuf::from).collect::<Vec<_>>();
-        let up = object_copy(&p(&["a", "b/", "s3://bkt/p/"]), None, 4).ok().flatten();
-        assert!(matches!(up.map(|c| c.plan), Some(ObjectPlan::Up { sources, .. }) if sources.len() == 2));
-        let down = object_copy(&p(&["s3://bkt/p/", "dir"]), None, 4).ok().flatten();
-        assert!(matches!(down.map(|c| c.plan), Some(ObjectPlan::Down { .. })));
+        let up = object_copy(&p(&["a", "b/", "s3://bkt/p/"]), None, 4)
+            .ok()
+            .flatten();
+        assert!(
+            matches!(up.map(|c| c.plan), Some(ObjectPlan::Up { sources, .. }) if sources.len() == 2)
+        );
+        let down = object_copy(&p(&["s3://bkt/p/", "dir"]), None, 4)
+            .ok()
+            .flatten();
+        assert!(matches!(
+            down.map(|c| c.plan),
+            Some(ObjectPlan::Down { .. })
+        ));
         assert!(matches!(object_copy(&p(&["a", "b"]), None, 4), Ok(None)));
-        for bad in [&["s3://bkt/a", "s3://bkt/b"][..], &["s3://bkt/a", "b", "c"], &["s3://bkt/a", "host:b"]] {
-            assert!(matches!(object_copy(&p(bad), None, 4), Err(Error::Usage(_))), "{bad:?}");
+        for bad in [
+            &["s3://bkt/a", "s3://bkt/b"][..],
+            &["s3://bkt/a", "b", "c"],
+            &["s3://bkt/a", "host:b"],
+        ] {
+            assert!(
+                matches!(object_copy(&p(bad), None, 4), Err(Error::Usage(_))),
+                "{bad:?}"
+            );
         }
         let ep = object_copy(&p(&["a", "s3://bkt/p/"]), Some("ftp://x".into()), 4);
         assert!(matches!(ep, Err(Error::Usage(_))));

@@ -35,7 +35,12 @@ pub enum Side {
 impl Bucket {
     /// Connects to `bucket` (checking that it exists and that the credentials work, with
     /// one listing request) with room for `streams` requests at once.
-    pub fn open(bucket: &str, endpoint: Option<&str>, streams: usize, side: Side) -> Result<Bucket> {
+    pub fn open(
+        bucket: &str,
+        endpoint: Option<&str>,
+        streams: usize,
+        side: Side,
+    ) -> Result<Bucket> {
         // reqwest's rustls takes the process's provider; haul's own TLS names its own.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let region = std::env::var("AWS_REGION")
@@ -60,7 +65,9 @@ impl Bucket {
         let bucket = Bucket { op, rt, name };
         bucket.run(async {
             let probe = bucket.op.list_with("/").limit(1).await;
-            probe.map(|_| ()).map_err(|e| object_error(&bucket.name, "list", &e, side))
+            probe
+                .map(|_| ())
+                .map_err(|e| object_error(&bucket.name, "list", &e, side))
         })?;
         Ok(bucket)
     }
@@ -118,11 +125,9 @@ impl Bucket {
     /// Writes `bytes` as the object `key`.
     pub fn put(&self, key: &str, bytes: Vec<u8>) -> Result<()> {
         self.run(async {
-            self.op
-                .write(key, bytes)
-                .await
-                .map(|_| ())
-                .map_err(|e| object_error(&self.name, &format!("write {key}"), &e, Side::Destination))
+            self.op.write(key, bytes).await.map(|_| ()).map_err(|e| {
+                object_error(&self.name, &format!("write {key}"), &e, Side::Destination)
+            })
         })
     }
 
@@ -132,7 +137,14 @@ impl Bucket {
         let entries = match listed {
             Ok(e) => e,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(HashMap::new()),
-            Err(e) => return Err(object_error(&self.name, &format!("list {prefix}"), &e, Side::Destination)),
+            Err(e) => {
+                return Err(object_error(
+                    &self.name,
+                    &format!("list {prefix}"),
+                    &e,
+                    Side::Destination,
+                ))
+            }
         };
         Ok(entries
             .into_iter()
@@ -144,26 +156,45 @@ impl Bucket {
 
 /// An OpenDAL error as one line: what failed where, and what to do.
 pub fn object_error(bucket: &str, what: &str, e: &opendal::Error, side: Side) -> Error {
-    let (reason, code) = match e.kind() {
-        ErrorKind::PermissionDenied => (
+    let full = e.to_string();
+    let missing = match side {
+        Side::Source => exit::SOURCE,
+        Side::Destination => exit::DESTINATION,
+    };
+    // OpenDAL files a missing bucket under ConfigInvalid (404 NoSuchBucket) or NotFound.
+    let no_bucket =
+        full.contains("NoSuchBucket") || (what == "list" && e.kind() == ErrorKind::NotFound);
+    let (reason, code) = if e.kind() == ErrorKind::PermissionDenied {
+        (
             "access denied: check the credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, \
              or ~/.aws/credentials and AWS_PROFILE) and the bucket's policy"
                 .to_string(),
             exit::AUTH,
-        ),
-        ErrorKind::NotFound if what == "list" => (
+        )
+    } else if no_bucket {
+        (
             "no such bucket: create it first, or check its name and --s3-endpoint".to_string(),
-            match side {
-                Side::Source => exit::SOURCE,
-                Side::Destination => exit::DESTINATION,
-            },
-        ),
-        ErrorKind::NotFound => ("not found".to_string(), exit::SOURCE),
-        ErrorKind::ConfigInvalid => (brief(e), exit::USAGE),
-        _ => (
-            format!("{}: check --s3-endpoint and that the server is up", brief(e)),
+            missing,
+        )
+    } else if full.contains("signing credential") {
+        (
+            "no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or write \
+             ~/.aws/credentials (and set AWS_PROFILE for a profile other than default)"
+                .to_string(),
+            exit::AUTH,
+        )
+    } else if e.kind() == ErrorKind::NotFound {
+        ("not found".to_string(), exit::SOURCE)
+    } else if e.kind() == ErrorKind::ConfigInvalid {
+        (brief(e), exit::USAGE)
+    } else {
+        (
+            format!(
+                "{}: check --s3-endpoint and that the server is up",
+                brief(e)
+            ),
             exit::NETWORK,
-        ),
+        )
     };
     Error::Object {
         message: format!("{bucket}: {what}: {reason}"),
@@ -171,10 +202,17 @@ pub fn object_error(bucket: &str, what: &str, e: &opendal::Error, side: Side) ->
     }
 }
 
-/// The first line of an OpenDAL error, at most 300 characters: its display carries the
-/// request's whole context and, at times, the server's response body.
+/// What went wrong, without the request's context OpenDAL's display carries (and, at
+/// times, the server's whole response): its message and its cause, at most 300 characters.
 fn brief(e: &opendal::Error) -> String {
-    let s = e.to_string();
-    let first = s.lines().next().unwrap_or_default();
-    first.chars().take(300).collect()
+    let cause = std::error::Error::source(e)
+        .map(|c| format!(": {c}"))
+        .unwrap_or_default();
+    let s = format!("{}{cause}", e.message());
+    s.lines()
+        .next()
+        .unwrap_or_default()
+        .chars()
+        .take(300)
+        .collect()
 }

@@ -17,10 +17,9 @@ use rustix::io::Errno;
 use tokio::task::JoinSet;
 
 use super::bucket::{object_error, Bucket, Side};
+use super::common::{bad_manifest, manifest_key, Report, PART};
 use super::manifest::{Entry, Kind, Manifest, MAX_MANIFEST};
-use super::up::bad_manifest;
 use super::walk::join;
-use super::{manifest_key, Report, PART};
 use crate::config::ObjectUrl;
 use crate::error::{exit, Error, Result};
 
@@ -30,22 +29,39 @@ const WINDOW: u64 = 64 << 20;
 const HOLE: usize = 64 << 10;
 
 /// Downloads `source` to `dest` (see README, *Object stores*, for the naming rules).
-pub fn download(source: &ObjectUrl, dest: &Path, bucket: &Bucket, streams: usize) -> Result<Report> {
+pub fn download(
+    source: &ObjectUrl,
+    dest: &Path,
+    bucket: &Bucket,
+    streams: usize,
+) -> Result<Report> {
     let dest_is_dir = dest.as_os_str().as_bytes().ends_with(b"/") || dest.is_dir();
     let (prefix, sel, base, top) = match source.is_prefix() {
-        true => (source.key.clone(), Vec::new(), dest.to_path_buf(), Vec::new()),
+        true => (
+            source.key.clone(),
+            Vec::new(),
+            dest.to_path_buf(),
+            Vec::new(),
+        ),
         false => {
             let (parent, name) = match source.key.rsplit_once('/') {
                 Some((p, n)) => (format!("{p}/"), n),
                 None => (String::new(), &source.key[..]),
             };
             let as_prefix = format!("{}/", source.key);
-            let (prefix, sel) = match bucket.get_small(&manifest_key(&as_prefix), MAX_MANIFEST, Side::Source)? {
-                Some(_) => (as_prefix, Vec::new()),
-                None => (parent, name.as_bytes().to_vec()),
-            };
+            let (prefix, sel) =
+                match bucket.get_small(&manifest_key(&as_prefix), MAX_MANIFEST, Side::Source)? {
+                    Some(_) => (as_prefix, Vec::new()),
+                    None => (parent, name.as_bytes().to_vec()),
+                };
             let (base, top) = match (dest_is_dir, dest.file_name()) {
-                (false, Some(n)) => (dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf(), n.as_bytes().to_vec()),
+                (false, Some(n)) => (
+                    dest.parent()
+                        .filter(|p| !p.as_os_str().is_empty())
+                        .unwrap_or(Path::new("."))
+                        .to_path_buf(),
+                    n.as_bytes().to_vec(),
+                ),
                 _ => (dest.to_path_buf(), name.as_bytes().to_vec()),
             };
             (prefix, sel, base, top)
@@ -76,15 +92,23 @@ pub fn download(source: &ObjectUrl, dest: &Path, bucket: &Bucket, streams: usize
         });
     }
     std::fs::create_dir_all(&base).map_err(|e| Error::destination(&base, e))?;
-    let root = rfs::open(&base, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
-        .map_err(|e| Error::destination(&base, e.into()))?;
+    let root = rfs::open(
+        &base,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| Error::destination(&base, e.into()))?;
     let root = Arc::new(root);
     let owners = rustix::process::geteuid().is_root();
-    let mut report = Report { entries: chosen.len() as u64, ..Report::default() };
+    let mut report = Report {
+        entries: chosen.len() as u64,
+        ..Report::default()
+    };
     let mut set: JoinSet<Result<Option<u64>>> = JoinSet::new();
     let mut results = Vec::new();
     for (rel, e) in &chosen {
-        let de = |err: std::io::Error| Error::destination(PathBuf::from(OsStr::from_bytes(rel)), err);
+        let de =
+            |err: std::io::Error| Error::destination(PathBuf::from(OsStr::from_bytes(rel)), err);
         match &e.kind {
             Kind::Dir if rel.is_empty() => {}
             Kind::Dir => make_dir(&root, rel).map_err(de)?,
@@ -114,15 +138,24 @@ pub fn download(source: &ObjectUrl, dest: &Path, bucket: &Bucket, streams: usize
     }
     for r in results {
         match r {
-            Some(Ok(Ok(Some(n)))) => (report.sent_objects, report.sent_bytes) = (report.sent_objects + 1, report.sent_bytes + n),
+            Some(Ok(Ok(Some(n)))) => {
+                (report.sent_objects, report.sent_bytes) =
+                    (report.sent_objects + 1, report.sent_bytes + n)
+            }
             Some(Ok(Ok(None))) => report.unchanged += 1,
             Some(Ok(Err(e))) => return Err(e),
-            Some(Err(e)) => return Err(Error::io("a download task", std::io::Error::other(e.to_string()))),
+            Some(Err(e)) => {
+                return Err(Error::io(
+                    "a download task",
+                    std::io::Error::other(e.to_string()),
+                ))
+            }
             None => {}
         }
     }
     for (rel, e) in &chosen {
-        let de = |err: std::io::Error| Error::destination(PathBuf::from(OsStr::from_bytes(rel)), err);
+        let de =
+            |err: std::io::Error| Error::destination(PathBuf::from(OsStr::from_bytes(rel)), err);
         match &e.kind {
             Kind::Symlink { target } => make_symlink(&root, rel, target, e, owners).map_err(de)?,
             Kind::Hardlink { to } => {
@@ -140,9 +173,15 @@ pub fn download(source: &ObjectUrl, dest: &Path, bucket: &Bucket, streams: usize
     }
     for (rel, e) in chosen.iter().rev() {
         if e.kind == Kind::Dir {
-            let fd = crate::resolve::open(root.as_fd(), rel, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty())
-                .map_err(|err| Error::destination(PathBuf::from(OsStr::from_bytes(rel)), err.into()))?;
-            apply_meta(&fd, e, owners).map_err(|err| Error::destination(PathBuf::from(OsStr::from_bytes(rel)), err))?;
+            let fd = crate::resolve::open(
+                root.as_fd(),
+                rel,
+                OFlags::RDONLY | OFlags::DIRECTORY,
+                Mode::empty(),
+            )
+            .map_err(|err| Error::destination(PathBuf::from(OsStr::from_bytes(rel)), err.into()))?;
+            apply_meta(&fd, e, owners)
+                .map_err(|err| Error::destination(PathBuf::from(OsStr::from_bytes(rel)), err))?;
         }
     }
     Ok(report)
@@ -166,16 +205,26 @@ impl Fetch {
     /// Fetches, checks and places the file: its size, or None when the local one already
     /// matched.
     async fn run(self) -> Result<Option<u64>> {
-        let de = |err: std::io::Error| Error::destination(PathBuf::from(OsStr::from_bytes(&self.rel)), err);
+        let de = |err: std::io::Error| {
+            Error::destination(PathBuf::from(OsStr::from_bytes(&self.rel)), err)
+        };
         let (dir, name) = parent_and_name(&self.root, &self.rel).map_err(de)?;
         if let Some(f) = same_file(&dir, name, self.size, &self.blake3) {
             apply_meta(&f, &self.entry, self.owners).map_err(de)?;
             return Ok(None);
         }
-        let tmp = format!(".haul-{}.part", &blake3::hash(name.as_bytes()).to_hex()[..16]);
+        let tmp = format!(
+            ".haul-{}.part",
+            &blake3::hash(name.as_bytes()).to_hex()[..16]
+        );
         let _ = rfs::unlinkat(&dir, tmp.as_str(), AtFlags::empty());
-        let fd = rfs::openat(&dir, tmp.as_str(), OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::from_raw_mode(0o600))
-            .map_err(|e| de(e.into()))?;
+        let fd = rfs::openat(
+            &dir,
+            tmp.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| de(e.into()))?;
         let file = File::from(fd);
         let r = self.fill(&file).await;
         let placed = r.and_then(|()| {
@@ -192,7 +241,9 @@ impl Fetch {
     /// Writes the object into `file` (zero blocks left as holes), checking its length and
     /// BLAKE3 against the manifest.
     async fn fill(&self, file: &File) -> Result<()> {
-        let de = |err: std::io::Error| Error::destination(PathBuf::from(OsStr::from_bytes(&self.rel)), err);
+        let de = |err: std::io::Error| {
+            Error::destination(PathBuf::from(OsStr::from_bytes(&self.rel)), err)
+        };
         let oe = |e: opendal::Error| object_error(&self.shown, "read", &e, Side::Source);
         let mut hasher = blake3::Hasher::new();
         let mut off = 0u64;
@@ -208,7 +259,13 @@ impl Fetch {
             if meta.content_length() != self.size {
                 return Err(self.mismatch("its length differs from the manifest's"));
             }
-            let reader = self.op.reader_with(&self.key).chunk(PART).concurrent(self.streams).await.map_err(oe)?;
+            let reader = self
+                .op
+                .reader_with(&self.key)
+                .chunk(PART)
+                .concurrent(self.streams)
+                .await
+                .map_err(oe)?;
             while off < self.size {
                 let end = (off + WINDOW).min(self.size);
                 let buf = reader.read(off..end).await.map_err(oe)?;
@@ -259,7 +316,13 @@ fn write_sparse(file: &File, buf: &[u8], off: u64) -> std::io::Result<()> {
 /// The local file `name` in `dir`, opened, when it is a regular file of `size` bytes whose
 /// BLAKE3 is `hash`.
 fn same_file(dir: &OwnedFd, name: &OsStr, size: u64, hash: &[u8; 32]) -> Option<File> {
-    let fd = rfs::openat(dir, name, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC, Mode::empty()).ok()?;
+    let fd = rfs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
     let st = rfs::fstat(&fd).ok()?;
     if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile || st.st_size as u64 != size {
         return None;
@@ -283,7 +346,12 @@ fn parent_and_name<'a>(root: &OwnedFd, rel: &'a [u8]) -> std::io::Result<(OwnedF
         Some(i) => (&rel[..i], &rel[i + 1..]),
         None => (&b""[..], rel),
     };
-    let dir = crate::resolve::open(root.as_fd(), parent, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty())?;
+    let dir = crate::resolve::open(
+        root.as_fd(),
+        parent,
+        OFlags::RDONLY | OFlags::DIRECTORY,
+        Mode::empty(),
+    )?;
     Ok((dir, OsStr::from_bytes(name)))
 }
 
@@ -295,7 +363,10 @@ fn make_dir(root: &OwnedFd, rel: &[u8]) -> std::io::Result<()> {
             let st = rfs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
             match FileType::from_raw_mode(st.st_mode) {
                 FileType::Directory => Ok(()),
-                _ => Err(std::io::Error::new(std::io::ErrorKind::AlreadyExists, "exists and is not a directory")),
+                _ => Err(std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    "exists and is not a directory",
+                )),
             }
         }
         r => Ok(r?),
@@ -304,7 +375,13 @@ fn make_dir(root: &OwnedFd, rel: &[u8]) -> std::io::Result<()> {
 
 /// Makes the symlink `rel` (replacing what had the name, unless a directory) with its owner
 /// and mtime.
-fn make_symlink(root: &OwnedFd, rel: &[u8], target: &[u8], e: &Entry, owners: bool) -> std::io::Result<()> {
+fn make_symlink(
+    root: &OwnedFd,
+    rel: &[u8],
+    target: &[u8],
+    e: &Entry,
+    owners: bool,
+) -> std::io::Result<()> {
     let (dir, name) = parent_and_name(root, rel)?;
     match rfs::readlinkat(&dir, name, Vec::new()) {
         Ok(t) if t.as_bytes() == target => {}
@@ -314,7 +391,13 @@ fn make_symlink(root: &OwnedFd, rel: &[u8], target: &[u8], e: &Entry, owners: bo
         }
     }
     if owners {
-        rfs::chownat(&dir, name, Some(rfs::Uid::from_raw(e.uid)), Some(rfs::Gid::from_raw(e.gid)), AtFlags::SYMLINK_NOFOLLOW)?;
+        rfs::chownat(
+            &dir,
+            name,
+            Some(rfs::Uid::from_raw(e.uid)),
+            Some(rfs::Gid::from_raw(e.gid)),
+            AtFlags::SYMLINK_NOFOLLOW,
+        )?;
     }
     rfs::utimensat(&dir, name, &times(e), AtFlags::SYMLINK_NOFOLLOW)?;
     Ok(())
@@ -331,7 +414,13 @@ fn make_link(root: &OwnedFd, to: &[u8], rel: &[u8]) -> std::io::Result<()> {
         }
     }
     remove_file(&dir, name)?;
-    Ok(rfs::linkat(&from_dir, from_name, &dir, name, AtFlags::empty())?)
+    Ok(rfs::linkat(
+        &from_dir,
+        from_name,
+        &dir,
+        name,
+        AtFlags::empty(),
+    )?)
 }
 
 /// Removes the non-directory `name` in `dir`, if there is one.
@@ -347,7 +436,11 @@ fn apply_meta(fd: impl AsFd, e: &Entry, owners: bool) -> std::io::Result<()> {
     let fd = fd.as_fd();
     if owners {
         // Before chmod: chown clears the set-id bits.
-        rfs::fchown(fd, Some(rfs::Uid::from_raw(e.uid)), Some(rfs::Gid::from_raw(e.gid)))?;
+        rfs::fchown(
+            fd,
+            Some(rfs::Uid::from_raw(e.uid)),
+            Some(rfs::Gid::from_raw(e.gid)),
+        )?;
     }
     rfs::fchmod(fd, Mode::from_raw_mode(e.mode & 0o7777))?;
     rfs::futimens(fd, &times(e))?;

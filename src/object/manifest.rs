@@ -124,7 +124,8 @@ impl Manifest {
     /// Parses and checks a manifest's bytes.
     pub fn decode(bytes: &[u8]) -> Result<Manifest, ManifestError> {
         let body = bytes.strip_prefix(MAGIC).ok_or(ManifestError::Magic)?;
-        let m: Manifest = postcard::from_bytes(body).map_err(|e| ManifestError::Decode(e.to_string()))?;
+        let m: Manifest =
+            postcard::from_bytes(body).map_err(|e| ManifestError::Decode(e.to_string()))?;
         m.check()?;
         Ok(m)
     }
@@ -145,7 +146,10 @@ impl Manifest {
             if p.is_root() && e.kind != Kind::Dir {
                 return bad("the prefix itself is not a directory");
             }
-            let parent = p.split_last().map(|(d, _)| d.as_bytes().to_vec()).unwrap_or_default();
+            let parent = p
+                .split_last()
+                .map(|(d, _)| d.as_bytes().to_vec())
+                .unwrap_or_default();
             if !p.is_root() && !dirs.contains(&parent[..]) {
                 return bad("its directory is not listed before it");
             }
@@ -190,10 +194,16 @@ impl Manifest {
     pub fn merged(self, names: &[Vec<u8>], new: Vec<Entry>) -> Manifest {
         let under = |path: &[u8]| {
             names.iter().any(|n| {
-                n.is_empty() || path == &n[..] || (path.starts_with(n) && path.get(n.len()) == Some(&b'/'))
+                n.is_empty()
+                    || path == &n[..]
+                    || (path.starts_with(n) && path.get(n.len()) == Some(&b'/'))
             })
         };
-        let kept: Vec<Entry> = self.entries.into_iter().filter(|e| !under(&e.path)).collect();
+        let kept: Vec<Entry> = self
+            .entries
+            .into_iter()
+            .filter(|e| !under(&e.path))
+            .collect();
         let kept_files: HashSet<Vec<u8>> = kept
             .iter()
             .filter(|e| matches!(e.kind, Kind::File { .. }))
@@ -208,7 +218,8 @@ impl Manifest {
         if root_new {
             entries.retain(|e| !e.path.is_empty());
         }
-        let (root, rest): (Vec<Entry>, Vec<Entry>) = new.into_iter().partition(|e| e.path.is_empty());
+        let (root, rest): (Vec<Entry>, Vec<Entry>) =
+            new.into_iter().partition(|e| e.path.is_empty());
         let mut out = root;
         out.extend(entries);
         out.extend(rest);
@@ -223,7 +234,9 @@ fn key_is_safe(key: &str) -> bool {
         && !key.starts_with('/')
         && !key.chars().any(char::is_control)
         && key != MANIFEST_NAME
-        && key.split('/').all(|c| !c.is_empty() && c != "." && c != "..")
+        && key
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != "..")
 }
 
 #[cfg(test)]
@@ -244,7 +257,14 @@ mod tests {
 
     fn file(path: &str) -> Entry {
         let key = key_for(path.as_bytes());
-        entry(path, Kind::File { size: 3, blake3: [7; 32], key })
+        entry(
+            path,
+            Kind::File {
+                size: 3,
+                blake3: [7; 32],
+                key,
+            },
+        )
     }
 
     #[test]
@@ -254,8 +274,18 @@ mod tests {
                 entry("", Kind::Dir),
                 entry("d", Kind::Dir),
                 file("d/f"),
-                entry("d/h", Kind::Hardlink { to: b"d/f".to_vec() }),
-                entry("l", Kind::Symlink { target: b"../x".to_vec() }),
+                entry(
+                    "d/h",
+                    Kind::Hardlink {
+                        to: b"d/f".to_vec(),
+                    },
+                ),
+                entry(
+                    "l",
+                    Kind::Symlink {
+                        target: b"../x".to_vec(),
+                    },
+                ),
             ],
         };
         assert_eq!(Manifest::decode(&m.encode()), Ok(m));
@@ -263,23 +293,56 @@ mod tests {
 
     #[test]
     fn hostile_manifests_are_refused_with_the_rule_they_break() {
-        let refused = |entries: Vec<Entry>| Manifest::decode(&Manifest { entries }.encode()).is_err();
+        let refused =
+            |entries: Vec<Entry>| Manifest::decode(&Manifest { entries }.encode()).is_err();
         assert!(refused(vec![file("../x")]));
         assert!(refused(vec![file("/etc/passwd")]));
         assert!(refused(vec![file("d/f")]), "parent not listed");
         assert!(refused(vec![file("f"), file("f")]));
-        assert!(refused(vec![entry("h", Kind::Hardlink { to: b"nowhere".to_vec() })]));
-        assert!(refused(vec![entry("f", Kind::File { size: 1, blake3: [0; 32], key: "../../other".into() })]));
-        assert!(refused(vec![entry("f", Kind::File { size: 1, blake3: [0; 32], key: MANIFEST_NAME.into() })]));
-        assert!(refused(vec![entry("l", Kind::Symlink { target: b"a\0b".to_vec() })]));
+        assert!(refused(vec![entry(
+            "h",
+            Kind::Hardlink {
+                to: b"nowhere".to_vec()
+            }
+        )]));
+        assert!(refused(vec![entry(
+            "f",
+            Kind::File {
+                size: 1,
+                blake3: [0; 32],
+                key: "../../other".into()
+            }
+        )]));
+        assert!(refused(vec![entry(
+            "f",
+            Kind::File {
+                size: 1,
+                blake3: [0; 32],
+                key: MANIFEST_NAME.into()
+            }
+        )]));
+        assert!(refused(vec![entry(
+            "l",
+            Kind::Symlink {
+                target: b"a\0b".to_vec()
+            }
+        )]));
         assert_eq!(Manifest::decode(b"not one"), Err(ManifestError::Magic));
-        assert!(matches!(Manifest::decode(b"haul-manifest 1\n\xff\xff\xff"), Err(ManifestError::Decode(_))));
+        assert!(matches!(
+            Manifest::decode(b"haul-manifest 1\n\xff\xff\xff"),
+            Err(ManifestError::Decode(_))
+        ));
     }
 
     #[test]
     fn names_that_cannot_be_keys_get_hashed_keys() {
         assert_eq!(key_for(b"a/b c.txt"), "a/b c.txt");
-        for odd in [&b"a/\xff"[..], b"new\nline", b".haul-manifest", b"d/.haul-x"] {
+        for odd in [
+            &b"a/\xff"[..],
+            b"new\nline",
+            b".haul-manifest",
+            b"d/.haul-x",
+        ] {
             let k = key_for(odd);
             assert!(k.starts_with(HASHED_KEYS) && key_is_safe(&k), "{k}");
         }
@@ -288,7 +351,17 @@ mod tests {
     #[test]
     fn a_merge_replaces_what_the_new_upload_names_and_keeps_the_rest() {
         let old = Manifest {
-            entries: vec![entry("a", Kind::Dir), file("a/x"), file("b"), entry("c", Kind::Hardlink { to: b"a/x".to_vec() })],
+            entries: vec![
+                entry("a", Kind::Dir),
+                file("a/x"),
+                file("b"),
+                entry(
+                    "c",
+                    Kind::Hardlink {
+                        to: b"a/x".to_vec(),
+                    },
+                ),
+            ],
         };
         let m = old.merged(&[b"a".to_vec()], vec![entry("a", Kind::Dir), file("a/y")]);
         let paths: Vec<&[u8]> = m.entries.iter().map(|e| &e.path[..]).collect();

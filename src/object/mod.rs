@@ -10,10 +10,11 @@
 //! holes. Either way, an object whose size and BLAKE3 already match is not sent again.
 //!
 //! Children: `bucket` (the requests, through OpenDAL), `manifest` (sans-IO), `walk`
-//! (the local tree through descriptors), `up` and `down`. Not here yet: streams (`-`),
+//! (the local tree through descriptors), `up` and `down`, and `common`, what those share. Not here yet: streams (`-`),
 //! resuming a multipart upload, `--delete`, filters, objects haul did not write.
 
 mod bucket;
+mod common;
 mod down;
 mod manifest;
 mod up;
@@ -23,41 +24,29 @@ use crate::config::{ObjectCopy, ObjectPlan};
 use crate::error::Result;
 
 pub use bucket::Side;
-
-/// The smallest part of a multipart upload and the size of one range read.
-const PART: usize = 8 << 20;
-
-/// What a copy with an object store did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Report {
-    /// Entries in the tree (directories, files, links).
-    pub entries: u64,
-    /// Objects sent or fetched.
-    pub sent_objects: u64,
-    /// Their bytes.
-    pub sent_bytes: u64,
-    /// Files whose object (or local copy) already had the same size and BLAKE3.
-    pub unchanged: u64,
-    /// Whether the manifest was written (an upload whose manifest is unchanged writes none).
-    pub manifest_written: bool,
-}
+pub use common::Report;
 
 /// Runs the copy `job`.
 pub fn copy(job: &ObjectCopy) -> Result<Report> {
     let streams = job.streams.max(1);
     match &job.plan {
         ObjectPlan::Up { sources, dest } => {
-            let b = bucket::Bucket::open(&dest.bucket, job.endpoint.as_deref(), streams, Side::Destination)?;
+            let b = bucket::Bucket::open(
+                &dest.bucket,
+                job.endpoint.as_deref(),
+                streams,
+                Side::Destination,
+            )?;
             up::upload(sources, dest, &b, streams)
         }
         ObjectPlan::Down { source, dest } => {
-            let b = bucket::Bucket::open(&source.bucket, job.endpoint.as_deref(), streams, Side::Source)?;
+            let b = bucket::Bucket::open(
+                &source.bucket,
+                job.endpoint.as_deref(),
+                streams,
+                Side::Source,
+            )?;
             down::download(source, dest, &b, streams)
         }
     }
-}
-
-/// The manifest's key beneath `prefix` (empty, or ending with `/`).
-fn manifest_key(prefix: &str) -> String {
-    format!("{prefix}{}", manifest::MANIFEST_NAME)
 }

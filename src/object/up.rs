@@ -15,13 +15,23 @@ use tokio::task::JoinSet;
 
 use super::bucket::{object_error, Bucket, Side};
 use super::manifest::{Kind, Manifest, ManifestError, MAX_MANIFEST};
+
+/// A sent (or found unchanged) file: its entry's index, its BLAKE3, whether it was sent.
+type Sent = (usize, [u8; 32], bool);
+/// A finished upload task, as the runtime hands it back.
+type Joined = Option<std::result::Result<Result<Sent>, tokio::task::JoinError>>;
+use super::common::{bad_manifest, manifest_key, Report, PART};
 use super::walk::{walk, Pending, Walked};
-use super::{manifest_key, Report, PART};
 use crate::config::ObjectUrl;
-use crate::error::{exit, Error, Result};
+use crate::error::{Error, Result};
 
 /// Uploads `sources` to `dest` (see README, *Object stores*, for the naming rules).
-pub fn upload(sources: &[PathBuf], dest: &ObjectUrl, bucket: &Bucket, streams: usize) -> Result<Report> {
+pub fn upload(
+    sources: &[PathBuf],
+    dest: &ObjectUrl,
+    bucket: &Bucket,
+    streams: usize,
+) -> Result<Report> {
     let (prefix, rename) = match dest.is_prefix() {
         true => (dest.key.clone(), None),
         // `dir/` to `s3://b/p`: p is the prefix; `file` to `s3://b/p/obj`: obj's name is its own.
@@ -32,7 +42,11 @@ pub fn upload(sources: &[PathBuf], dest: &ObjectUrl, bucket: &Bucket, streams: u
             Some((p, n)) => (format!("{p}/"), Some(n.as_bytes().to_vec())),
             None => (String::new(), Some(dest.key.as_bytes().to_vec())),
         },
-        false => return Err(Error::Usage(format!("{dest}: several sources go to a prefix; end it with '/'"))),
+        false => {
+            return Err(Error::Usage(format!(
+                "{dest}: several sources go to a prefix; end it with '/'"
+            )))
+        }
     };
     let mut walked = Walked::default();
     let mut links = HashMap::new();
@@ -41,7 +55,11 @@ pub fn upload(sources: &[PathBuf], dest: &ObjectUrl, bucket: &Bucket, streams: u
         let name = match (&rename, contents) {
             (_, true) => None,
             (Some(n), false) => Some(n.clone()),
-            (None, false) => Some(s.file_name().map(|n| n.as_bytes().to_vec()).unwrap_or_default()),
+            (None, false) => Some(
+                s.file_name()
+                    .map(|n| n.as_bytes().to_vec())
+                    .unwrap_or_default(),
+            ),
         };
         walk(s, name.as_deref(), &mut walked, &mut links)?;
     }
@@ -70,7 +88,9 @@ pub fn upload(sources: &[PathBuf], dest: &ObjectUrl, bucket: &Bucket, streams: u
         }
         let op = bucket.op().clone();
         let name = bucket.name().to_string();
-        bucket.spawn(&mut set, async move { send_file(op, &name, full, f, before, streams).await });
+        bucket.spawn(&mut set, async move {
+            send_file(op, &name, full, f, before, streams).await
+        });
     }
     while let Some(r) = set.join_next_blocking(bucket) {
         done.push(joined(Some(r))?);
@@ -79,7 +99,10 @@ pub fn upload(sources: &[PathBuf], dest: &ObjectUrl, bucket: &Bucket, streams: u
         if let Kind::File { blake3, size, .. } = &mut walked.entries[index].kind {
             *blake3 = hash;
             match sent {
-                true => (report.sent_objects, report.sent_bytes) = (report.sent_objects + 1, report.sent_bytes + *size),
+                true => {
+                    (report.sent_objects, report.sent_bytes) =
+                        (report.sent_objects + 1, report.sent_bytes + *size)
+                }
                 false => report.unchanged += 1,
             }
         }
@@ -90,7 +113,13 @@ pub fn upload(sources: &[PathBuf], dest: &ObjectUrl, bucket: &Bucket, streams: u
     Manifest::decode(&bytes).map_err(|e| match e {
         ManifestError::Entry { index, why } => Error::Usage(format!(
             "{dest}: the sources do not make one tree (entry {index}, {}: {why})",
-            crate::progress::escape_bytes(&merged.entries.get(index).map(|e| e.path.clone()).unwrap_or_default())
+            crate::progress::escape_bytes(
+                &merged
+                    .entries
+                    .get(index)
+                    .map(|e| e.path.clone())
+                    .unwrap_or_default()
+            )
         )),
         e => bad_manifest(bucket, &mkey, e),
     })?;
@@ -101,30 +130,34 @@ pub fn upload(sources: &[PathBuf], dest: &ObjectUrl, bucket: &Bucket, streams: u
     Ok(report)
 }
 
-/// A manifest in the bucket that cannot be read as one.
-pub fn bad_manifest(bucket: &Bucket, key: &str, e: ManifestError) -> Error {
-    Error::Object {
-        message: format!("{}/{key}: {e}; it is not a manifest haul wrote (remove it to start afresh)", bucket.name()),
-        code: exit::INTEGRITY,
-    }
-}
-
 /// A task's outcome, a panic included.
-fn joined(r: Option<std::result::Result<Result<(usize, [u8; 32], bool)>, tokio::task::JoinError>>) -> Result<(usize, [u8; 32], bool)> {
+fn joined(r: Joined) -> Result<Sent> {
     match r {
         Some(Ok(r)) => r,
-        Some(Err(e)) => Err(Error::io("an upload task", std::io::Error::other(e.to_string()))),
-        None => Err(Error::io("an upload task", std::io::Error::other("vanished"))),
+        Some(Err(e)) => Err(Error::io(
+            "an upload task",
+            std::io::Error::other(e.to_string()),
+        )),
+        None => Err(Error::io(
+            "an upload task",
+            std::io::Error::other("vanished"),
+        )),
     }
 }
 
 /// Blocking joins on the bucket's runtime.
 trait JoinBlocking<T> {
-    fn join_next_blocking(&mut self, b: &Bucket) -> Option<std::result::Result<T, tokio::task::JoinError>>;
+    fn join_next_blocking(
+        &mut self,
+        b: &Bucket,
+    ) -> Option<std::result::Result<T, tokio::task::JoinError>>;
 }
 
 impl<T: 'static> JoinBlocking<T> for JoinSet<T> {
-    fn join_next_blocking(&mut self, b: &Bucket) -> Option<std::result::Result<T, tokio::task::JoinError>> {
+    fn join_next_blocking(
+        &mut self,
+        b: &Bucket,
+    ) -> Option<std::result::Result<T, tokio::task::JoinError>> {
         b.run(self.join_next())
     }
 }
@@ -132,10 +165,25 @@ impl<T: 'static> JoinBlocking<T> for JoinSet<T> {
 /// Sends one file as the object `key`, hashing what it reads; with `before` (the hash the
 /// manifest holds for an object of the same size), hashes first and sends nothing if the
 /// file still has it. Returns (index, BLAKE3, whether it was sent).
-async fn send_file(op: Operator, bucket: &str, key: String, f: Pending, before: Option<[u8; 32]>, streams: usize) -> Result<(usize, [u8; 32], bool)> {
-    let src = |e: std::io::Error| Error::Source { path: f.shown.clone(), source: e };
-    let fd = crate::resolve::open(f.base.as_fd(), &f.rel, OFlags::RDONLY | OFlags::NOFOLLOW, Mode::empty())
-        .map_err(|e| src(e.into()))?;
+async fn send_file(
+    op: Operator,
+    bucket: &str,
+    key: String,
+    f: Pending,
+    before: Option<[u8; 32]>,
+    streams: usize,
+) -> Result<Sent> {
+    let src = |e: std::io::Error| Error::Source {
+        path: f.shown.clone(),
+        source: e,
+    };
+    let fd = crate::resolve::open(
+        f.base.as_fd(),
+        &f.rel,
+        OFlags::RDONLY | OFlags::NOFOLLOW,
+        Mode::empty(),
+    )
+    .map_err(|e| src(e.into()))?;
     let st = rustix::fs::fstat(&fd).map_err(|e| src(e.into()))?;
     if st.st_ino != f.ino || st.st_size as u64 != f.size {
         return Err(changed(&f));
@@ -148,14 +196,20 @@ async fn send_file(op: Operator, bucket: &str, key: String, f: Pending, before: 
     }
     let part = part_size(f.size);
     let mut hasher = blake3::Hasher::new();
-    let err = |e: opendal::Error| object_error(bucket, &format!("write {key}"), &e, Side::Destination);
+    let err =
+        |e: opendal::Error| object_error(bucket, &format!("write {key}"), &e, Side::Destination);
     if f.size <= part as u64 {
         let mut buf = vec![0u8; f.size as usize];
         read_exact(&file, &mut buf, 0, &f)?;
         hasher.update(&buf);
         op.write(&key, buf).await.map_err(err)?;
     } else {
-        let mut w = op.writer_with(&key).chunk(part).concurrent(streams).await.map_err(err)?;
+        let mut w = op
+            .writer_with(&key)
+            .chunk(part)
+            .concurrent(streams)
+            .await
+            .map_err(err)?;
         let mut off = 0u64;
         while off < f.size {
             let n = (f.size - off).min(part as u64) as usize;
@@ -175,7 +229,10 @@ async fn send_file(op: Operator, bucket: &str, key: String, f: Pending, before: 
         w.close().await.map_err(err)?;
     }
     let after = rustix::fs::fstat(&file).map_err(|e| src(e.into()))?;
-    if after.st_size as u64 != f.size || after.st_mtime != st.st_mtime || after.st_mtime_nsec != st.st_mtime_nsec {
+    if after.st_size as u64 != f.size
+        || after.st_mtime != st.st_mtime
+        || after.st_mtime_nsec != st.st_mtime_nsec
+    {
         return Err(changed(&f));
     }
     Ok((f.index, *hasher.finalize().as_bytes(), true))
@@ -185,7 +242,10 @@ async fn send_file(op: Operator, bucket: &str, key: String, f: Pending, before: 
 fn read_exact(file: &File, buf: &mut [u8], off: u64, f: &Pending) -> Result<()> {
     file.read_exact_at(buf, off).map_err(|e| match e.kind() {
         std::io::ErrorKind::UnexpectedEof => changed(f),
-        _ => Error::Source { path: f.shown.clone(), source: e },
+        _ => Error::Source {
+            path: f.shown.clone(),
+            source: e,
+        },
     })
 }
 

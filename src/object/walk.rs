@@ -45,7 +45,12 @@ pub struct Walked {
 }
 
 /// Walks `source` (`dir/`: its contents under `""`; else itself, under `name`).
-pub fn walk(source: &Path, name: Option<&[u8]>, out: &mut Walked, links: &mut HashMap<(u64, u64), Vec<u8>>) -> Result<()> {
+pub fn walk(
+    source: &Path,
+    name: Option<&[u8]>,
+    out: &mut Walked,
+    links: &mut HashMap<(u64, u64), Vec<u8>>,
+) -> Result<()> {
     let contents = name.is_none();
     let src_err = |e: std::io::Error| Error::Source {
         path: source.to_path_buf(),
@@ -57,10 +62,20 @@ pub fn walk(source: &Path, name: Option<&[u8]>, out: &mut Walked, links: &mut Ha
         let n = source.file_name().ok_or_else(|| {
             Error::Usage(format!("{}: name a file or directory", source.display()))
         })?;
-        (source.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")), n.as_bytes())
+        (
+            source
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new(".")),
+            n.as_bytes(),
+        )
     };
-    let base = rustix::fs::open(base_path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
-        .map_err(|e| src_err(e.into()))?;
+    let base = rustix::fs::open(
+        base_path,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| src_err(e.into()))?;
     let base = Arc::new(base);
     let top = name.unwrap_or_default().to_vec();
     out.names.push(top.clone());
@@ -68,7 +83,10 @@ pub fn walk(source: &Path, name: Option<&[u8]>, out: &mut Walked, links: &mut Ha
     let mut stack: Vec<(Vec<u8>, Vec<u8>)> = vec![(first.to_vec(), top)];
     while let Some((rel, path)) = stack.pop() {
         if out.entries.len() >= MAX_ENTRIES {
-            return Err(Error::Usage(format!("{}: more than {MAX_ENTRIES} entries in one upload", source.display())));
+            return Err(Error::Usage(format!(
+                "{}: more than {MAX_ENTRIES} entries in one upload",
+                source.display()
+            )));
         }
         let st = stat_beneath(&base, &rel).map_err(|e| Error::Source {
             path: source.join(OsStr::from_bytes(&rel)),
@@ -87,8 +105,16 @@ pub fn walk(source: &Path, name: Option<&[u8]>, out: &mut Walked, links: &mut Ha
         match FileType::from_raw_mode(st.st_mode) {
             FileType::Directory => {
                 out.entries.push(meta(Kind::Dir));
-                let dir = crate::resolve::open(base.as_fd(), &rel, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty())
-                    .map_err(|e| Error::Source { path: source.join(OsStr::from_bytes(&rel)), source: e.into() })?;
+                let dir = crate::resolve::open(
+                    base.as_fd(),
+                    &rel,
+                    OFlags::RDONLY | OFlags::DIRECTORY,
+                    Mode::empty(),
+                )
+                .map_err(|e| Error::Source {
+                    path: source.join(OsStr::from_bytes(&rel)),
+                    source: e.into(),
+                })?;
                 let mut names = Vec::new();
                 let mut d = rustix::fs::Dir::read_from(&dir).map_err(|e| src_err(e.into()))?;
                 while let Some(ent) = d.read() {
@@ -121,14 +147,29 @@ pub fn walk(source: &Path, name: Option<&[u8]>, out: &mut Walked, links: &mut Ha
                     index: out.entries.len(),
                     size,
                     ino: st.st_ino,
-                    shown: source.join(OsStr::from_bytes(rel.strip_prefix(first).unwrap_or(&rel).strip_prefix(b"/").unwrap_or_default())),
+                    shown: source.join(OsStr::from_bytes(
+                        rel.strip_prefix(first)
+                            .unwrap_or(&rel)
+                            .strip_prefix(b"/")
+                            .unwrap_or_default(),
+                    )),
                 });
-                out.entries.push(meta(Kind::File { size, blake3: [0; 32], key }));
+                out.entries.push(meta(Kind::File {
+                    size,
+                    blake3: [0; 32],
+                    key,
+                }));
             }
             FileType::Symlink => {
-                let target = rustix::fs::readlinkat(&parent_fd(&base, &rel).map_err(src_err)?, last(&rel), Vec::new())
-                    .map_err(|e| src_err(e.into()))?;
-                out.entries.push(meta(Kind::Symlink { target: target.into_bytes() }));
+                let target = rustix::fs::readlinkat(
+                    &parent_fd(&base, &rel).map_err(src_err)?,
+                    last(&rel),
+                    Vec::new(),
+                )
+                .map_err(|e| src_err(e.into()))?;
+                out.entries.push(meta(Kind::Symlink {
+                    target: target.into_bytes(),
+                }));
             }
             _ => {
                 return Err(Error::Usage(format!(
@@ -148,7 +189,11 @@ fn stat_beneath(base: &OwnedFd, rel: &[u8]) -> std::io::Result<rustix::fs::Stat>
         return Ok(rustix::fs::fstat(base)?);
     }
     let dir = parent_fd(base, rel)?;
-    Ok(rustix::fs::statat(&dir, last(rel), AtFlags::SYMLINK_NOFOLLOW)?)
+    Ok(rustix::fs::statat(
+        &dir,
+        last(rel),
+        AtFlags::SYMLINK_NOFOLLOW,
+    )?)
 }
 
 /// The directory that holds `rel` beneath `base`.
@@ -157,7 +202,12 @@ fn parent_fd(base: &OwnedFd, rel: &[u8]) -> std::io::Result<OwnedFd> {
         Some(i) => &rel[..i],
         None => b"",
     };
-    Ok(crate::resolve::open(base.as_fd(), parent, OFlags::PATH | OFlags::DIRECTORY, Mode::empty())?)
+    Ok(crate::resolve::open(
+        base.as_fd(),
+        parent,
+        OFlags::PATH | OFlags::DIRECTORY,
+        Mode::empty(),
+    )?)
 }
 
 /// The last name of `rel`.

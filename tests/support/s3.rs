@@ -77,7 +77,10 @@ impl S3Server {
             if let Ok(Some(st)) = s.child.try_wait() {
                 panic!("s3s-fs exited before listening: {st}");
             }
-            assert!(started.elapsed() < START_TIMEOUT, "s3s-fs did not listen within {START_TIMEOUT:?}");
+            assert!(
+                started.elapsed() < START_TIMEOUT,
+                "s3s-fs did not listen within {START_TIMEOUT:?}"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         Some(s)
@@ -93,19 +96,28 @@ impl S3Server {
     /// `haul copy ARGS --s3-endpoint …` with the server's key pair in the environment
     /// (and nothing else of the caller's AWS settings).
     pub fn copy<S: AsRef<OsStr>>(&self, args: &[S]) -> Outcome {
-        self.copy_with(args, &[("AWS_ACCESS_KEY_ID", ACCESS_KEY), ("AWS_SECRET_ACCESS_KEY", SECRET_KEY)])
+        self.copy_with(
+            args,
+            &[
+                ("AWS_ACCESS_KEY_ID", ACCESS_KEY),
+                ("AWS_SECRET_ACCESS_KEY", SECRET_KEY),
+            ],
+        )
     }
 
     /// `haul copy ARGS --s3-endpoint …` with only `env` of the AWS settings.
     pub fn copy_with<S: AsRef<OsStr>>(&self, args: &[S], env: &[(&str, &str)]) -> Outcome {
         let mut cmd = Command::new(haul_bin());
-        cmd.arg("copy").args(args).args(["--s3-endpoint", &self.endpoint]);
+        cmd.arg("copy")
+            .args(args)
+            .args(["--s3-endpoint", &self.endpoint]);
         for (k, _) in std::env::vars_os() {
             if k.to_string_lossy().starts_with("AWS_") {
                 cmd.env_remove(k);
             }
         }
-        cmd.env("HOME", self.home.path()).env("AWS_REGION", "us-east-1");
+        cmd.env("HOME", self.home.path())
+            .env("AWS_REGION", "us-east-1");
         for (k, v) in env {
             cmd.env(k, v);
         }
