@@ -216,10 +216,10 @@ fn last(rel: &[u8]) -> &OsStr {
     OsStr::from_bytes(&rel[i..])
 }
 
-/// `a/b` from `a` and `b` (`b` alone when `a` is empty).
+/// `a/b` from `a` and `b` (either alone when the other is empty).
 pub fn join(a: &[u8], b: &[u8]) -> Vec<u8> {
     let mut v = a.to_vec();
-    if !v.is_empty() {
+    if !v.is_empty() && !b.is_empty() {
         v.push(b'/');
     }
     v.extend_from_slice(b);
