@@ -141,7 +141,7 @@ pub enum CommandArgs {
     /// [user@]host:path (the far end is started over ssh; the data flows directly).
     #[command(override_usage = "haul copy [OPTIONS] SRC... DST")]
     Copy {
-        /// Sources, then the destination (SRC... DST). `-` as the only SRC reads one
+        /// Sources, then the destination (SRC... DST; s3://BUCKET/PREFIX too). `-` as the only SRC reads one
         /// stream from stdin; `-` as DST writes one stream to stdout.
         #[arg(required = true, num_args = 1.., value_name = "PATH")]
         paths: Vec<PathBuf>,

@@ -6,7 +6,7 @@ use clap::Args;
 /// the environment and `~/.aws/credentials`, as the AWS CLI reads them).
 #[derive(Debug, Args)]
 pub struct ObjectArgs {
-    /// The S3-compatible server to use instead of AWS (e.g. http://127.0.0.1:9000);
+    /// An S3-compatible store to use instead of AWS (e.g. http://127.0.0.1:9000);
     /// default: $AWS_ENDPOINT_URL, else AWS's own for $AWS_REGION.
     #[arg(long, value_name = "URL", help_heading = "Remote")]
     pub s3_endpoint: Option<String>,
