@@ -3,7 +3,7 @@
 //! identical through the manifest, re-runs that send nothing, a corrupted object caught on
 //! download, wrong credentials and a missing bucket as one clear line and a documented
 //! exit code, a multipart object and parallel range reads, a single file renamed both
-//! ways with credentials from ~/.aws/credentials.
+//! ways with credentials from ~/.aws/credentials, a file or directory of a tree alone.
 
 mod support;
 
@@ -260,4 +260,30 @@ fn a_large_file_goes_as_parts_and_comes_back_by_ranges_with_credentials_from_a_p
         &[],
     )
     .assert_code(6);
+}
+
+#[test]
+fn a_file_or_a_directory_inside_an_uploaded_tree_comes_down_alone() {
+    let Some(s3) = S3Server::start() else { return };
+    s3.bucket("part");
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    fs::create_dir_all(src.join("d/e")).unwrap();
+    fs::write(src.join("d/f"), b"inside").unwrap();
+    s3.copy(&[os(with_slash(&src)), os("s3://part/t/")])
+        .assert_code(0);
+    // The manifest is at t/, above the key asked for.
+    let one = tmp.path().join("one");
+    s3.copy(&[os("s3://part/t/d/f"), os(&one)]).assert_code(0);
+    assert_eq!(fs::read(&one).unwrap(), b"inside");
+    let into = tmp.path().join("into/");
+    s3.copy(&[os("s3://part/t/d"), os(&into)]).assert_code(0);
+    assert_trees_equal(&src.join("d"), &into.join("d"));
+    let out = s3.copy(&[os("s3://part/none/"), os(tmp.path().join("x"))]);
+    out.assert_code(3);
+    assert!(
+        out.stderr.contains("no .haul-manifest"),
+        "{}",
+        out.describe()
+    );
 }

@@ -309,7 +309,7 @@ impl Config {
                 remote,
                 ..
             } if paths.iter().any(|p| ObjectUrl::is_one(p.as_os_str())) => {
-                object::refuse_options(&transfer, (&from_command, &to_command), &remote)?;
+                object::refuse_options(&transfer, (&from_command, &to_command), &remote, cli.json)?;
                 let streams = transfer.streams.unwrap_or_else(default_streams);
                 let o = object_copy(&paths, object.s3_endpoint, streams)?;
                 Command::Object(o.ok_or_else(|| Error::Usage("copy needs SRC... DST".into()))?)

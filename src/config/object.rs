@@ -172,6 +172,7 @@ pub fn refuse_options(
     t: &TransferArgs,
     commands: (&Option<String>, &Option<String>),
     r: &RemoteArgs,
+    json: bool,
 ) -> Result<()> {
     let f = &t.filter;
     let given = [
@@ -204,6 +205,7 @@ pub fn refuse_options(
             "--from-command/--to-command",
         ),
         (!r.also.is_empty(), "--also"),
+        (json, "--json"),
     ];
     match given.iter().find(|(g, _)| *g) {
         Some((_, name)) => Err(Error::Usage(format!(

@@ -18,7 +18,7 @@ use tokio::task::JoinSet;
 
 use super::bucket::{object_error, Bucket, Side};
 use super::common::{bad_manifest, manifest_key, Report, PART};
-use super::manifest::{Entry, Kind, Manifest, MAX_MANIFEST};
+use super::manifest::{Entry, Kind, Manifest, MANIFEST_NAME, MAX_MANIFEST};
 use super::walk::join;
 use crate::config::ObjectUrl;
 use crate::error::{exit, Error, Result};
@@ -36,45 +36,28 @@ pub fn download(
     streams: usize,
 ) -> Result<Report> {
     let dest_is_dir = dest.as_os_str().as_bytes().ends_with(b"/") || dest.is_dir();
-    let (prefix, sel, base, top) = match source.is_prefix() {
-        true => (
-            source.key.clone(),
-            Vec::new(),
-            dest.to_path_buf(),
-            Vec::new(),
+    let (prefix, sel, bytes) = locate(bucket, &source.key)?;
+    let name = source
+        .key
+        .trim_end_matches('/')
+        .rsplit('/')
+        .next()
+        .unwrap_or_default();
+    let (base, top) = match (source.is_prefix(), dest_is_dir, dest.file_name()) {
+        // `s3://b/p/`: the contents of p into DEST.
+        (true, _, _) => (dest.to_path_buf(), Vec::new()),
+        // `s3://b/p/x` to a new name.
+        (false, false, Some(n)) => (
+            dest.parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."))
+                .to_path_buf(),
+            n.as_bytes().to_vec(),
         ),
-        false => {
-            let (parent, name) = match source.key.rsplit_once('/') {
-                Some((p, n)) => (format!("{p}/"), n),
-                None => (String::new(), &source.key[..]),
-            };
-            let as_prefix = format!("{}/", source.key);
-            let (prefix, sel) =
-                match bucket.get_small(&manifest_key(&as_prefix), MAX_MANIFEST, Side::Source)? {
-                    Some(_) => (as_prefix, Vec::new()),
-                    None => (parent, name.as_bytes().to_vec()),
-                };
-            let (base, top) = match (dest_is_dir, dest.file_name()) {
-                (false, Some(n)) => (
-                    dest.parent()
-                        .filter(|p| !p.as_os_str().is_empty())
-                        .unwrap_or(Path::new("."))
-                        .to_path_buf(),
-                    n.as_bytes().to_vec(),
-                ),
-                _ => (dest.to_path_buf(), name.as_bytes().to_vec()),
-            };
-            (prefix, sel, base, top)
-        }
+        // Into DEST, under its own name.
+        _ => (dest.to_path_buf(), name.as_bytes().to_vec()),
     };
     let mkey = manifest_key(&prefix);
-    let bytes = bucket.get_small(&mkey, MAX_MANIFEST, Side::Source)?.ok_or_else(|| Error::Object {
-        message: format!(
-            "{}/{mkey}: not found: haul downloads what haul uploaded (the manifest holds each object's BLAKE3)",
-            bucket.name()
-        ),
-        code: exit::SOURCE,
-    })?;
     let m = Manifest::decode(&bytes).map_err(|e| bad_manifest(bucket, &mkey, e))?;
     let mut chosen: Vec<(Vec<u8>, &Entry)> = Vec::new();
     for e in &m.entries {
@@ -185,6 +168,32 @@ pub fn download(
         }
     }
     Ok(report)
+}
+
+/// The manifest that holds `key` (a file or directory beneath its prefix, or the prefix
+/// itself): the nearest one at or above it. Returns the manifest's prefix, the path of
+/// `key` beneath it (`""`: all of it) and the manifest's bytes.
+fn locate(bucket: &Bucket, key: &str) -> Result<(String, Vec<u8>, Vec<u8>)> {
+    let trimmed = key.trim_end_matches('/');
+    let parts: Vec<&str> = trimmed.split('/').filter(|p| !p.is_empty()).collect();
+    // At most one request per part of a key of at most 1024 bytes.
+    for i in (0..=parts.len()).rev() {
+        let prefix = match i {
+            0 => String::new(),
+            _ => format!("{}/", parts[..i].join("/")),
+        };
+        if let Some(b) = bucket.get_small(&manifest_key(&prefix), MAX_MANIFEST, Side::Source)? {
+            return Ok((prefix, parts[i..].join("/").into_bytes(), b));
+        }
+    }
+    Err(Error::Object {
+        message: format!(
+            "{}/{key}: no {MANIFEST_NAME} at or above it: haul downloads what haul uploaded \
+             (the manifest holds each object's BLAKE3)",
+            bucket.name()
+        ),
+        code: exit::SOURCE,
+    })
 }
 
 /// One file to fetch.
