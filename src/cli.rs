@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 mod habits;
+mod object;
 mod sst;
 pub mod unsupported;
 
@@ -140,7 +141,7 @@ pub enum CommandArgs {
     /// [user@]host:path (the far end is started over ssh; the data flows directly).
     #[command(override_usage = "haul copy [OPTIONS] SRC... DST")]
     Copy {
-        /// Sources, then the destination (SRC... DST). `-` as the only SRC reads one
+        /// Sources, then the destination (SRC... DST; s3://BUCKET/PREFIX too). `-` as the only SRC reads one
         /// stream from stdin; `-` as DST writes one stream to stdout.
         #[arg(required = true, num_args = 1.., value_name = "PATH")]
         paths: Vec<PathBuf>,
@@ -162,6 +163,8 @@ pub enum CommandArgs {
         accept: AcceptArgs,
         #[command(flatten)]
         remote: RemoteArgs,
+        #[command(flatten)]
+        object: object::ObjectArgs,
     },
     /// Measure in about 15 s, changing nothing, what would bound `haul copy SRC... DST`
     /// or `haul send PATH... --to TICKET` (source read, durable write at DST, each codec

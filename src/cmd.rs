@@ -7,6 +7,7 @@ mod docs;
 mod fanout;
 mod json_out;
 mod local;
+mod object;
 mod pipe;
 mod probe;
 mod shards;
@@ -138,6 +139,7 @@ fn run_command(cfg: &Config) -> Result<()> {
             };
             finish_send(&report, states, cfg)
         }
+        Command::Object(job) => object::run(job, cfg),
         Command::Remote {
             plan,
             transfer,

@@ -170,6 +170,16 @@ pub enum Error {
         /// The exit-code class (the step's own when it was haul).
         code: i32,
     },
+    /// A request to an object store failed, or what it returned failed verification:
+    /// which object, what happened, what to do; with the exit-code class (access denied
+    /// is AUTH, a missing bucket SOURCE or DESTINATION, a changed object INTEGRITY).
+    #[error("{message}")]
+    Object {
+        /// What failed, where, what to do.
+        message: String,
+        /// The exit-code class.
+        code: i32,
+    },
     /// An I/O error on our own side that fits nowhere else.
     #[error("{context}: {source}")]
     Io {
@@ -193,7 +203,8 @@ impl Error {
             Error::Remote { code, .. }
             | Error::Host { code, .. }
             | Error::Reported { code }
-            | Error::StateTransfer { code, .. } => *code,
+            | Error::StateTransfer { code, .. }
+            | Error::Object { code, .. } => *code,
             Error::Transport(t) => t.exit_code(),
             Error::TimedOut(_) => exit::NETWORK,
             Error::Partial { .. } => exit::PARTIAL,

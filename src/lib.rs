@@ -9,6 +9,7 @@ pub mod cmd;
 pub mod codec;
 pub mod config;
 pub mod error;
+pub mod object;
 pub mod pagecache;
 pub mod plan;
 pub mod probe;

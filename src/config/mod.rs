@@ -9,6 +9,7 @@
 mod accept;
 mod fanout;
 mod location;
+mod object;
 mod pipe;
 mod probe;
 mod select;
@@ -30,6 +31,7 @@ pub use fanout::TicketFrom;
 pub use location::{
     parse_listen, parse_location, split_command, Location, RemoteCopy, RemotePath, SpecError,
 };
+pub use object::{object_copy, ObjectCopy, ObjectPlan, ObjectUrl, MAX_KEY};
 pub use pipe::{Pipe, PipeCopy, DEFAULT_PIPE_BUFFER, MAX_PIPE_BUFFER};
 pub use probe::{Probe, ProbeDest};
 pub use shard::{read_shard_file, PlanJob};
@@ -146,6 +148,8 @@ pub enum Command {
         /// on to, and how to start them (None without).
         also: Option<(Vec<RemotePath>, SshOptions)>,
     },
+    /// Copy to or from an object store (`s3://`).
+    Object(ObjectCopy),
     /// Copy where the source or the destination is on another host.
     Remote {
         /// Which way.
@@ -298,12 +302,27 @@ impl Config {
             }
             CommandArgs::Copy {
                 paths,
+                transfer,
+                object,
+                from_command,
+                to_command,
+                remote,
+                ..
+            } if paths.iter().any(|p| ObjectUrl::is_one(p.as_os_str())) => {
+                object::refuse_options(&transfer, (&from_command, &to_command), &remote, cli.json)?;
+                let streams = transfer.streams.unwrap_or_else(default_streams);
+                let o = object_copy(&paths, object.s3_endpoint, streams)?;
+                Command::Object(o.ok_or_else(|| Error::Usage("copy needs SRC... DST".into()))?)
+            }
+            CommandArgs::Copy {
+                paths,
                 from_command,
                 to_command,
                 force,
                 transfer,
                 accept,
                 remote,
+                object: _,
             } => match pipe::copy_pipe(&paths, from_command, to_command)? {
                 Some(mut plan) => {
                     let to = match &plan {

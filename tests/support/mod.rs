@@ -8,6 +8,7 @@
 //! - [`pipe_harness`]: pipe-mode runs with a ticket file, JSON fields, namespaces to cut
 //!   connections in, a peak-RSS watcher.
 //! - [`sshd`]: a throwaway OpenSSH server for the remote-copy tests.
+//! - [`s3`]: a throwaway S3 server (s3s-fs) for the object-store tests.
 //! - [`seccomp`]: `haul` with one system call failing, as an older kernel's would.
 //! - [`netbed`]: the shared netlab test bed under a test's own names.
 //! - [`fanout_pipe`]: a stream chain's receivers and sender, its JSON's digest.
@@ -29,6 +30,7 @@ pub mod netbed;
 pub mod pipe_harness;
 pub mod piped;
 pub mod process;
+pub mod s3;
 pub mod seccomp;
 pub mod sshd;
 pub mod tree;
