@@ -41,8 +41,6 @@
 //! doubles the interval (8 up to 64 units); a switch, or a current ratio that moved by a
 //! fifth since the last probe, resets it. Only measured levels are chosen: priors stood
 //! against measurements (zstd:6's 0.35 against lz4's 1.0 on random data).
-//! A level that spends more CPU is chosen only when predicted more than 2% faster
-//! (`MARGIN`); one that spends less whenever it is predicted no slower.
 //!
 //! Ratios. Levels are measured on different bytes (a probe's slice, units sent before the
 //! data changed; the pg set's units shrink to 95 KB in one table, 600-940 KB in the next):
@@ -146,7 +144,7 @@ const START: usize = 1;
 const FIRST_PROBE: u32 = 2;
 /// The same at each probe (probes are rarer: each one counts more).
 const PROBE_KEEP: f64 = 0.7;
-/// A switch needs the new level to be predicted this much faster (hysteresis).
+/// Hysteresis: a costlier level must be predicted this much faster (a cheaper one: no slower).
 const MARGIN: f64 = 0.02;
 /// The data changed when a ratio moves by `CHANGED` (a share) or a probe's cost per byte
 /// by `CPU_CHANGED` (a factor); old measurements then count `STALE` probes (`forget`).
