@@ -30,6 +30,7 @@ use crate::protocol::{Accept, Chain, Listing, Replica, SyncOptions};
 use crate::transport::PROTOCOL_VERSION;
 
 /// Version of this line protocol; bumped whenever `Request` or `Reply` change shape.
+/// 15: `Send`'s `SyncOptions` carry rsync's transfer rules (`rules`).
 /// 14: the `Send` selection's `--files-from` list holds its paths by base (the part
 /// before a `/./`) and says whether `-r` was given.
 /// 13: `Receive`'s `Accept` says `xattrs` (the receiver's `--no-xattrs`).
@@ -45,7 +46,7 @@ use crate::transport::PROTOCOL_VERSION;
 /// `Go` carries a fan-out's chain and first receiver's label, `Done` the replicas.
 /// 7: `ProbeSource`, `SourceProbed` (a far source's probe). 6: `Request::ReceiveStream`
 /// says `everywhere` (a stream's fan-out); `Probe`, `Probed`.
-pub const SERVE_VERSION: u16 = 14;
+pub const SERVE_VERSION: u16 = 15;
 /// Every message line starts with this.
 const MSG_PREFIX: &str = "haul-msg ";
 /// Greeting lines start with this.

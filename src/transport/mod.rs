@@ -83,7 +83,9 @@ pub use tunnel::Tunnel;
 /// `Summary` carries what the receiver resumed (`resumed_files`, `resumed_bytes`).
 /// 12: a file-mode sender says `Control::Keepalive` while it works between requests (a
 /// version-11 receiver took it for a protocol violation).
-pub const PROTOCOL_VERSION: u16 = 12;
+/// 13: `SyncOptions` in `Start` carries rsync's transfer rules (`Rules`: `-u`,
+/// `--existing`, `--ignore-existing`, `--size-only`).
+pub const PROTOCOL_VERSION: u16 = 13;
 
 /// Which kind of connection this is within one transfer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
