@@ -260,3 +260,31 @@ fn hardlink_groups_follow_the_rules_as_rsync_s_do() {
         assert_same(args, None, true);
     }
 }
+
+/// Where the destination has only the first name of a group, newer, and a rule leaves it:
+/// rsync sends the group to the next name as a file of its own; haul, which has the data
+/// only for the first name, leaves the other name as it is. Before, `--ignore-existing`
+/// linked it to the destination's first name: content the source never had there.
+#[test]
+fn a_group_whose_first_name_is_left_keeps_its_other_names_as_they_are() {
+    for args in [&["-u"][..], &["--ignore-existing"]] {
+        let tmp = tempfile::tempdir().unwrap();
+        let (src, h) = (tmp.path().join("src"), tmp.path().join("h"));
+        fs::create_dir_all(&src).unwrap();
+        fs::create_dir_all(&h).unwrap();
+        write(&src, "a", "source\n", T);
+        fs::hard_link(src.join("a"), src.join("b")).unwrap();
+        write(&h, "a", "newer destination\n", T + 100);
+        let (ours, out) = haul(args, &src, &h, None);
+        assert_eq!(ours.code, Some(0), "{args:?}\n{out}");
+        assert_eq!(fs::read(h.join("a")).unwrap(), b"newer destination\n");
+        assert!(!h.join("b").exists(), "{args:?}: b was made\n{out}");
+        assert!(
+            ours.items
+                .iter()
+                .all(|l| !l.contains(" a") && !l.contains(" b")),
+            "{args:?}: {:?}",
+            ours.items
+        );
+    }
+}

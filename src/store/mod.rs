@@ -145,6 +145,7 @@ impl Store {
                 }
             }
         }
+        let now = rustix::time::clock_gettime(rustix::time::ClockId::RealtimeCoarse);
         let (tx, rx) = crossbeam_channel::bounded::<Completed>(1024);
         // A dry run makes nothing at the destination, not even an anonymous file.
         let log_dir = match dry {
@@ -196,6 +197,7 @@ impl Store {
             keep_cache: AtomicBool::new(false),
             refused_direct: Default::default(),
             ruled_dirs: Mutex::new(Vec::new()),
+            opened: (now.tv_sec, now.tv_nsec),
         })
     }
 

@@ -11,7 +11,8 @@
 //! file with a later mtime in whole seconds (an equal one goes to the quick check), never a
 //! directory, link or special. Another name of a hardlink group is left when its first
 //! name was (rsync then sends the group to the next name; haul, which has the data only
-//! for the first, leaves the group's other names as they are).
+//! for the first, leaves the group's other names as they are, never links them to what
+//! the destination kept).
 //!
 //! What the decision looks at is not trusted for anything else: a name swapped after it
 //! is only skipped or written as without the rule, through `resume`'s own checks.
@@ -50,8 +51,18 @@ impl Store {
         let first = self.lookup(&target);
         match first {
             None => rules.existing,
-            Some(st) => rules.update && newer_file(e, &st),
+            Some(st) => {
+                (rules.update && newer_file(e, &st))
+                    || (rules.ignore_existing && self.before_run(&st))
+            }
         }
+    }
+
+    /// Whether the inode `st` was last changed before this store opened: a first name
+    /// `--ignore-existing` left (one this run wrote was renamed since, which sets its
+    /// ctime). Both times come from the clock the kernel stamps inodes with.
+    fn before_run(&self, st: &Stat) -> bool {
+        (st.st_ctime, st.st_ctime_nsec as i64) < self.opened
     }
 
     /// Whether `path` lies beneath a directory `--ignore-existing` left out (a name the
