@@ -6,8 +6,8 @@
 //! --numeric-ids -i OPTS src/ r/` into one copy and `haul copy -i OPTS src/ h/` into the
 //! other, and compares exit codes, `-i` listings and the trees that arrived, stat for stat
 //! (types, contents, modes, ns mtimes, owners as root, hardlink groups, link targets).
-//! Locally and as a push over the test sshd (the receiver applies the rules, so they
-//! travel to it).
+//! Locally, and as a push and a pull over the test sshd (the receiver applies the rules,
+//! so they travel to it).
 //!
 //! A case prints `SKIPPED` when rsync (or sshd, for the push) is missing; under CI that is
 //! a failure.
@@ -134,36 +134,51 @@ fn copy_tree(from: &Path, to: &Path) {
     assert!(ok.success(), "cp -a {from:?} {to:?}");
 }
 
-/// `rsync -aHAX --numeric-ids -i ARGS src/ DST` (`far`: DST on the test sshd's host).
-fn rsync(args: &[&str], src: &Path, dst: &Path, far: Option<&Sshd>) -> (Run, String) {
+/// Across hosts: the test sshd, and which side is far.
+#[derive(Clone, Copy)]
+enum Far<'a> {
+    Push(&'a Sshd),
+    Pull(&'a Sshd),
+}
+
+/// `SRC/ DST/` as arguments, the far one as `127.0.0.1:PATH/`.
+fn ends(src: &Path, dst: &Path, far: Option<Far>) -> [String; 2] {
+    let at = |p: &Path| format!("127.0.0.1:{}/", p.display());
+    let here = |p: &Path| format!("{}/", p.display());
+    match far {
+        None => [here(src), here(dst)],
+        Some(Far::Push(_)) => [here(src), at(dst)],
+        Some(Far::Pull(_)) => [at(src), here(dst)],
+    }
+}
+
+fn sshd_of(far: Option<Far>) -> Option<&Sshd> {
+    match far? {
+        Far::Push(s) | Far::Pull(s) => Some(s),
+    }
+}
+
+/// `rsync -aHAX --numeric-ids -i ARGS src/ DST/`, with `far` across the test sshd.
+fn rsync(args: &[&str], src: &Path, dst: &Path, far: Option<Far>) -> (Run, String) {
     let mut cmd = Command::new("rsync");
     cmd.args(["-aHAX", "--numeric-ids", "-i"]).args(args);
-    match far {
-        Some(sshd) => cmd
-            .arg("-e")
-            .arg(sshd.rsh())
-            .arg(with_slash(src))
-            .arg(format!("127.0.0.1:{}/", dst.display())),
-        None => cmd.arg(with_slash(src)).arg(with_slash(dst)),
-    };
+    if let Some(sshd) = sshd_of(far) {
+        cmd.arg("-e").arg(sshd.rsh());
+    }
+    cmd.args(ends(src, dst, far));
     let out = Running::spawn("(rsync)", cmd).wait();
     (run_of(&out), out.describe())
 }
 
-/// `haul copy -i ARGS src/ DST` (`far`: DST on the test sshd's host).
-fn haul(args: &[&str], src: &Path, dst: &Path, far: Option<&Sshd>) -> (Run, String) {
+/// `haul copy -i ARGS src/ DST/`, with `far` across the test sshd.
+fn haul(args: &[&str], src: &Path, dst: &Path, far: Option<Far>) -> (Run, String) {
     let mut all: Vec<String> = vec!["copy".into(), "-i".into()];
-    let dst = match far {
-        Some(sshd) => {
-            all.extend(["-e".into(), sshd.rsh(), "--remote-haul".into()]);
-            all.push(haul_bin().into());
-            format!("127.0.0.1:{}/", dst.display())
-        }
-        None => format!("{}/", dst.display()),
-    };
+    if let Some(sshd) = sshd_of(far) {
+        all.extend(["-e".into(), sshd.rsh(), "--remote-haul".into()]);
+        all.push(haul_bin().into());
+    }
     all.extend(args.iter().map(|a| a.to_string()));
-    all.push(format!("{}/", src.display()));
-    all.push(dst);
+    all.extend(ends(src, dst, far));
     let all: Vec<&OsStr> = all.iter().map(OsStr::new).collect();
     let out = Haul::new().run(&all);
     (run_of(&out), out.describe())
@@ -171,13 +186,17 @@ fn haul(args: &[&str], src: &Path, dst: &Path, far: Option<&Sshd>) -> (Run, Stri
 
 /// Runs rsync and haul with `args` on copies of one destination and asserts the same
 /// exit code, listing and resulting tree.
-fn assert_same(args: &[&str], far: Option<&Sshd>, links: bool) {
+fn assert_same(args: &[&str], far: Option<Far>, links: bool) {
     let tmp = tempfile::tempdir().unwrap();
     let (src, dst) = trees(tmp.path(), links);
     let (r, h) = (tmp.path().join("r"), tmp.path().join("h"));
     copy_tree(&dst, &r);
     copy_tree(&dst, &h);
-    let what = format!("{args:?}{}", if far.is_some() { " (push)" } else { "" });
+    let what = match far {
+        None => format!("{args:?}"),
+        Some(Far::Push(_)) => format!("{args:?} (push)"),
+        Some(Far::Pull(_)) => format!("{args:?} (pull)"),
+    };
     let (mut theirs, rsync_out) = rsync(args, &src, &r, far);
     let (mut ours, haul_out) = haul(args, &src, &h, far);
     if links {
@@ -235,15 +254,13 @@ fn transfer_rules_travel_to_a_far_receiver() {
     let Some(sshd) = Sshd::start("transfer_rules_travel_to_a_far_receiver") else {
         return;
     };
-    for args in [
-        &["-u"][..],
-        &["--existing"],
-        &["--ignore-existing"],
-        &["--size-only"],
-    ] {
-        assert_same(args, Some(&sshd), false);
+    for far in [Far::Push(&sshd), Far::Pull(&sshd)] {
+        for args in [&["-u"][..], &["--existing"], &["--ignore-existing"], &["--size-only"]] {
+            assert_same(args, Some(far), false);
+        }
+        assert_same(&["-u", "-n"], Some(far), false);
+        assert_same(&["-u"], Some(far), true);
     }
-    assert_same(&["-u"], Some(&sshd), true);
 }
 
 #[test]
