@@ -255,7 +255,12 @@ fn transfer_rules_travel_to_a_far_receiver() {
         return;
     };
     for far in [Far::Push(&sshd), Far::Pull(&sshd)] {
-        for args in [&["-u"][..], &["--existing"], &["--ignore-existing"], &["--size-only"]] {
+        for args in [
+            &["-u"][..],
+            &["--existing"],
+            &["--ignore-existing"],
+            &["--size-only"],
+        ] {
             assert_same(args, Some(far), false);
         }
         assert_same(&["-u", "-n"], Some(far), false);
@@ -303,5 +308,67 @@ fn a_group_whose_first_name_is_left_keeps_its_other_names_as_they_are() {
             "{args:?}: {:?}",
             ours.items
         );
+    }
+}
+
+/// A fan-out: every destination applies the rules to what it has (here two copies of one
+/// destination, so each ends as rsync's one does), and the sender reads the source once.
+#[test]
+fn every_destination_of_a_fan_out_applies_the_rules() {
+    if !have_rsync() {
+        return;
+    }
+    let Some(sshd) = Sshd::start("every_destination_of_a_fan_out_applies_the_rules") else {
+        return;
+    };
+    for args in [
+        &["-u"][..],
+        &["--existing"],
+        &["--ignore-existing"],
+        &["--size-only"],
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let (src, dst) = trees(tmp.path(), true);
+        let (r, h1, h2) = (
+            tmp.path().join("r"),
+            tmp.path().join("h1"),
+            tmp.path().join("h2"),
+        );
+        for d in [&r, &h1, &h2] {
+            copy_tree(&dst, d);
+        }
+        let (theirs, _) = rsync(args, &src, &r, None);
+        assert_eq!(theirs.code, Some(0));
+        let mut cmd = support::fanout_ssh::copy_cmd(&sshd, args, &[support::fanout_ssh::far(&h2)]);
+        cmd.arg(with_slash(&src)).arg(with_slash(&h1));
+        let out = Running::spawn("copy --also", cmd).wait();
+        assert_eq!(out.code(), Some(0), "{args:?}\n{}", out.describe());
+        for h in [&h1, &h2] {
+            let diffs = Compare::new().differences(&r, h);
+            assert!(
+                diffs.is_empty(),
+                "{args:?}: {h:?} differs from rsync's:\n  {}\n{}",
+                diffs.join("\n  "),
+                out.describe()
+            );
+        }
+    }
+}
+
+/// A stream has no destination files to compare: the rules are refused in one line.
+#[test]
+fn the_rules_are_refused_for_a_stream() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out_file = tmp.path().join("out");
+    for opt in ["-u", "--existing", "--ignore-existing", "--size-only"] {
+        let mut cmd = Command::new(haul_bin());
+        cmd.args(["copy", opt, "-"])
+            .arg(&out_file)
+            .stdin(std::process::Stdio::null());
+        let out = Running::spawn("copy -", cmd).wait();
+        assert_eq!(out.code(), Some(2), "{opt}\n{}", out.describe());
+        assert!(out.stderr.contains("not to a stream"), "{}", out.stderr);
+        assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
+        assert!(!out_file.exists());
     }
 }
