@@ -152,7 +152,7 @@ fn ends(src: &Path, dst: &Path, far: Option<Far>) -> [String; 2] {
     }
 }
 
-fn sshd_of(far: Option<Far>) -> Option<&Sshd> {
+fn sshd_of(far: Option<Far<'_>>) -> Option<&Sshd> {
     match far? {
         Far::Push(s) | Far::Pull(s) => Some(s),
     }

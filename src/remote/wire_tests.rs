@@ -29,6 +29,11 @@ fn messages_round_trip_as_single_safe_lines() {
                 delete: true,
                 dry_run: true,
                 items: true,
+                rules: crate::protocol::Rules {
+                    update: true,
+                    size_only: true,
+                    ..Default::default()
+                },
             },
             listen: true,
             advertise: None,
@@ -194,7 +199,7 @@ fn greetings() {
     let g = parse_greeting(&greeting(Some("ab12"))).unwrap();
     assert_eq!(g.hash.as_deref(), Some("ab12"));
     assert!(!parse_greeting("haul-serve 11 1").unwrap().compatible());
-    // Version 14: the selection's --files-from list holds bases and `-r`; 12: `Go`'s chain has a nonce, `Done`'s replicas a proof; 11:
+    // Version 15: `Send`'s options carry the transfer rules; 14: the selection's --files-from list holds bases and `-r`; 12: `Go`'s chain has a nonce, `Done`'s replicas a proof; 11:
     // `Receive`/`ReceiveStream` say `relay`; 10: `Stats` carries `--stats`' totals; 9: `Done` carries `Stats`; 8: `Probe` says `everywhere`, `ProbeSource` `listen`, `Go` a chain, `Done`
     // the replicas; 7:
     // `ProbeSource`/`SourceProbed`; 6: ReceiveStream says `everywhere`, and
@@ -202,7 +207,7 @@ fn greetings() {
     // may be "auto" and every request carries keep_cache; 4 added dry_run, a listing, a
     // cap and deleted; 3 the walk's selection); an older far end cannot read them and is
     // replaced by an upload.
-    assert_eq!(SERVE_VERSION, 14);
+    assert_eq!(SERVE_VERSION, 15);
     for old in 2..SERVE_VERSION {
         let line = format!("haul-serve {old} {PROTOCOL_VERSION}");
         assert!(!parse_greeting(&line).unwrap().compatible());
