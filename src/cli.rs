@@ -426,8 +426,8 @@ fn heading(sub: &str, id: &str) -> Option<&'static str> {
     Some(match id {
         "timeout" if sub == "recv" => "Where",
         "from_command" | "to_command" | "force" | "checksum" | "delete" | "dry_run" | "inplace"
-        | "update" | "existing" | "ignore_existing" | "size_only" | "size" | "stream"
-        | "shards" | "out" | "check" => "What",
+        | "delete_excluded" | "update" | "existing" | "ignore_existing" | "size_only" | "size"
+        | "stream" | "shards" | "out" | "check" => "What",
         "to" | "ticket_file" | "listen" | "relay" => "Where",
         "exclude" | "include" | "exclude_from" | "include_from" | "files_from" | "from0"
         | "one_file_system" | "copy_links" | "copy_unsafe_links" | "shard" => "Filters",

@@ -372,3 +372,48 @@ fn the_rules_are_refused_for_a_stream() {
         assert!(!out_file.exists());
     }
 }
+
+/// `--delete-excluded`: --delete that also removes what the filters exclude at the
+/// destination (files and whole directories), locally, pushed and pulled.
+#[test]
+fn delete_excluded_removes_what_the_filters_exclude_as_rsync_does() {
+    if !have_rsync() {
+        return;
+    }
+    let sshd = Sshd::start("delete_excluded_removes_what_the_filters_exclude_as_rsync_does");
+    let mut routes = vec![None];
+    if let Some(s) = &sshd {
+        routes.extend([Some(Far::Push(s)), Some(Far::Pull(s))]);
+    }
+    let args = [
+        "--delete-excluded",
+        "--exclude",
+        "*.tmp",
+        "--exclude",
+        "cache/",
+    ];
+    for far in routes {
+        let tmp = tempfile::tempdir().unwrap();
+        let (src, dst) = trees(tmp.path(), false);
+        for d in [&src, &dst] {
+            fs::create_dir_all(d.join("dir/cache")).unwrap();
+            write(d, "dir/cache/blob", "cached\n", T);
+            write(d, "x.tmp", "scratch\n", T);
+            set_mtime(&d.join("dir"), T + 1, 0);
+            set_mtime(d, T + 1, 0);
+        }
+        write(&dst, "dir/only_dst.tmp", "scratch\n", T);
+        let (r, h) = (tmp.path().join("r"), tmp.path().join("h"));
+        copy_tree(&dst, &r);
+        copy_tree(&dst, &h);
+        let (theirs, rsync_out) = rsync(&args, &src, &r, far);
+        let (ours, haul_out) = haul(&args, &src, &h, far);
+        assert_eq!(
+            ours, theirs,
+            "haul (left), rsync (right)\n{haul_out}\n{rsync_out}"
+        );
+        assert!(!h.join("x.tmp").exists() && !h.join("dir/cache").exists());
+        let diffs = Compare::new().differences(&r, &h);
+        assert!(diffs.is_empty(), "{}\n{haul_out}", diffs.join("\n  "));
+    }
+}

@@ -15,6 +15,9 @@ pub struct SyncArgs {
     /// directories sent; never outside the destination).
     #[arg(long)]
     pub delete: bool,
+    /// --delete, and also delete at the destination what the filters exclude (rsync's).
+    #[arg(long)]
+    pub delete_excluded: bool,
     /// Show what would change (with -v or -i, each change) but send, create, write and
     /// delete nothing.
     #[arg(short = 'n', long)]

@@ -26,7 +26,6 @@ pub const RSYNC_ONLY: &[(&[&str], &str)] = &[
     (&["-b", "--backup", "--backup-dir", "--suffix"], "{LATER}"),
     (&["--remove-source-files"], "{LATER}; remove the sources once haul has exited 0"),
     (&["--del", "--delete-before", "--delete-during", "--delete-delay", "--delete-after"], "use --delete (haul chooses when to delete)"),
-    (&["--delete-excluded"], "{LATER}; --delete keeps what the filters exclude"),
     (&["--delete-missing-args", "--ignore-missing-args", "--max-delete", "--ignore-errors"], "{LATER}"),
     (&["-f", "--filter", "-F"], "{LATER}; --exclude and --include take rsync's patterns, --exclude-from a file of them"),
     (&["-C", "--cvs-exclude"], "{LATER}; use --exclude PATTERN"),

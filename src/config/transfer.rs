@@ -114,7 +114,7 @@ pub(super) fn transfer_config(
         sync: SyncOptions {
             checksum: a.sync.checksum,
             inplace: a.sync.inplace,
-            delete: a.sync.delete,
+            delete: a.sync.delete || a.sync.delete_excluded,
             dry_run: a.sync.dry_run,
             items: false,
             rules: Rules {
@@ -125,7 +125,10 @@ pub(super) fn transfer_config(
             },
         },
         retries: a.retries.unwrap_or(DEFAULT_RETRIES),
-        select: select::selection(&a.filter, a.sync.delete)?,
+        select: Selection {
+            delete_excluded: a.sync.delete_excluded,
+            ..select::selection(&a.filter, a.sync.delete || a.sync.delete_excluded)?
+        },
         limit: match (&a.limit, &a.bwlimit) {
             (Some(r), _) => parse_limit(r, 1)?,
             // rsync's --bwlimit: a bare number is KiB per second.

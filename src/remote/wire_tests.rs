@@ -53,6 +53,7 @@ fn messages_round_trip_as_single_safe_lines() {
                 quiet: false,
                 shard: None,
                 no_xattrs: true,
+                delete_excluded: true,
             },
             limit: Some(10 << 20),
             listing: Listing {
