@@ -291,7 +291,8 @@ fn hardlink_groups_follow_the_rules_as_rsync_s_do() {
 fn a_group_whose_first_name_is_left_keeps_its_other_names_as_they_are() {
     // --ignore-existing is left out: its rule tells a first name it left by its ctime,
     // which a file written in the clock tick the run starts in does not settle.
-    for args in [&["-u"][..]] {
+    {
+        let args = &["-u"][..];
         let tmp = tempfile::tempdir().unwrap();
         let (src, h) = (tmp.path().join("src"), tmp.path().join("h"));
         fs::create_dir_all(&src).unwrap();
