@@ -10,10 +10,12 @@ use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 mod habits;
 mod object;
 mod sst;
+mod sync;
 pub mod unsupported;
 
 pub use habits::RsyncHabits;
 pub use sst::SstArgs;
+pub use sync::SyncArgs;
 
 /// Move very large data between hosts over parallel, encrypted, verified streams.
 #[derive(Debug, Parser)]
@@ -288,22 +290,8 @@ pub struct RemoteArgs {
 /// Options shared by `send` and `copy`.
 #[derive(Debug, Args)]
 pub struct TransferArgs {
-    /// Compare block hashes of existing destination files even when size and mtime
-    /// match (otherwise such files are skipped as unchanged).
-    #[arg(short = 'c', long)]
-    pub checksum: bool,
-    /// Delete destination entries that do not exist at the source (inside the
-    /// directories sent; never outside the destination).
-    #[arg(long)]
-    pub delete: bool,
-    /// Show what would change (with -v or -i, each change) but send, create, write and
-    /// delete nothing.
-    #[arg(short = 'n', long)]
-    pub dry_run: bool,
-    /// Update changed destination files in place instead of building a new copy and
-    /// renaming it (saves space and I/O; an interrupted run leaves a mixed file).
-    #[arg(long)]
-    pub inplace: bool,
+    #[command(flatten)]
+    pub sync: SyncArgs,
     /// Streams: the expected size in bytes, for percent and ETA (like pv -s).
     #[arg(long, value_name = "BYTES")]
     pub size: Option<String>,
@@ -441,7 +429,8 @@ fn heading(sub: &str, id: &str) -> Option<&'static str> {
     Some(match id {
         "timeout" if sub == "recv" => "Where",
         "from_command" | "to_command" | "force" | "checksum" | "delete" | "dry_run" | "inplace"
-        | "size" | "stream" | "shards" | "out" | "check" => "What",
+        | "delete_excluded" | "update" | "existing" | "ignore_existing" | "size_only" | "size"
+        | "stream" | "shards" | "out" | "check" => "What",
         "to" | "ticket_file" | "listen" | "relay" => "Where",
         "exclude" | "include" | "exclude_from" | "include_from" | "files_from" | "from0"
         | "one_file_system" | "copy_links" | "copy_unsafe_links" | "shard" => "Filters",

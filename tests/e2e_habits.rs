@@ -394,8 +394,8 @@ fn rsync_options_haul_lacks_get_their_own_advice_not_a_lookalike() {
     // clap used to suggest --size, --links, --remote-haul, --files-from.
     for (args, want, lookalike) in [
         (
-            &["copy", "--size-only", a, b][..],
-            "rsync's --size-only: not supported yet (issue 39)",
+            &["copy", "--max-size=1M", a, b][..],
+            "rsync's --max-size: not supported yet (issue 39)",
             "--size'",
         ),
         (
@@ -414,8 +414,8 @@ fn rsync_options_haul_lacks_get_their_own_advice_not_a_lookalike() {
             "--files-from",
         ),
         (
-            &["copy", "-avu", a, b],
-            "rsync's -u: not supported yet",
+            &["copy", "-avO", a, b],
+            "rsync's -O: not supported yet",
             "tip",
         ),
         (
@@ -469,8 +469,8 @@ fn a_bad_command_line_is_told_haul_error_as_every_other_failure() {
     // Before: "error: rsync's --size-only: not supported yet (issue 39)…", where every
     // other message of haul begins "haul: error: ".
     for args in [
-        &["copy", "--size-only", a, b][..],
-        &["copy", "-avu", a, b],
+        &["copy", "--max-size=1M", a, b][..],
+        &["copy", "-avO", a, b],
         &["probe", "--delete", a, b],
         &["copy", "--no-such-option", a, b],
         &["copy", "--limit", "fast", a, b],

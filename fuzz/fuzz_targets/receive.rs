@@ -44,7 +44,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use haul::codec::unit_hash;
-use haul::protocol::{Codec, Control, DataHeader, EntryKind, FrameKind, SyncOptions};
+use haul::protocol::{Codec, Control, DataHeader, EntryKind, FrameKind, Rules, SyncOptions};
 use haul::protocol::{ReadError, Sealer, DATA_FIXED_LEN};
 use haul::receive::{receive, ReceiveOptions};
 use haul::session::{frame_reader, sealer};
@@ -283,6 +283,13 @@ fuzz_target!(|data: &[u8]| {
             // Bit 0x40 is taken below; dry runs and itemized answers share it.
             dry_run: flags & 0x41 == 0x41,
             items: flags & 0x40 != 0,
+            // The bits are all taken: rsync's transfer rules ride on pairs of them.
+            rules: Rules {
+                update: flags & 0x12 == 0x12,
+                existing: flags & 0x24 == 0x24,
+                ignore_existing: flags & 0x28 == 0x28,
+                size_only: flags & 0x06 == 0x06,
+            },
         },
     };
 

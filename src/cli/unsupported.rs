@@ -1,5 +1,5 @@
 //! rsync options haul does not have: one line each saying what to use instead, in place of
-//! clap's nearest-spelling guess (`--size-only` → "did you mean --size", `--link-dest` →
+//! clap's nearest-spelling guess (`--max-size` → "did you mean --size", `--link-dest` →
 //! `--links`), which points an rsync user at an option that does something else. The
 //! table is the one README's "rsync option → haul" table copies.
 //!
@@ -15,11 +15,8 @@ const LATER: &str = "not supported yet (issue 39)";
 /// rsync's spellings (long and short) → what a haul user does instead. `{LATER}` marks
 /// one that may come.
 pub const RSYNC_ONLY: &[(&[&str], &str)] = &[
-    (&["--size-only"], "{LATER}; haul's quick check compares size and mtime, --checksum (-c) the contents"),
     (&["-I", "--ignore-times"], "use --checksum (-c): compare contents even where size and mtime match"),
     (&["--modify-window"], "{LATER}; haul compares mtimes to the nanosecond the file systems keep"),
-    (&["-u", "--update"], "{LATER}"),
-    (&["--existing", "--ignore-existing"], "{LATER}"),
     (&["--append", "--append-verify"], "leave it out: haul resumes partial files by itself, verified"),
     (&["--partial-dir", "--delay-updates"], "leave it out: haul keeps its partial files beside the target and resumes them"),
     (&["-T", "--temp-dir"], "{LATER}"),
@@ -29,7 +26,6 @@ pub const RSYNC_ONLY: &[(&[&str], &str)] = &[
     (&["-b", "--backup", "--backup-dir", "--suffix"], "{LATER}"),
     (&["--remove-source-files"], "{LATER}; remove the sources once haul has exited 0"),
     (&["--del", "--delete-before", "--delete-during", "--delete-delay", "--delete-after"], "use --delete (haul chooses when to delete)"),
-    (&["--delete-excluded"], "{LATER}; --delete keeps what the filters exclude"),
     (&["--delete-missing-args", "--ignore-missing-args", "--max-delete", "--ignore-errors"], "{LATER}"),
     (&["-f", "--filter", "-F"], "{LATER}; --exclude and --include take rsync's patterns, --exclude-from a file of them"),
     (&["-C", "--cvs-exclude"], "{LATER}; use --exclude PATTERN"),
@@ -94,7 +90,7 @@ pub fn explain(e: &clap::Error, cmd: &clap::Command) -> Option<String> {
     }
 }
 
-/// The advice for rsync's option `name` (`--size-only`, `-u`).
+/// The advice for rsync's option `name` (`--max-size`, `-O`).
 pub fn advice(name: &str) -> Option<String> {
     RSYNC_ONLY
         .iter()

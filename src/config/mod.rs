@@ -570,9 +570,18 @@ fn stream_options(a: &TransferArgs, t: &Transfer) -> Result<Pipe> {
                 .into(),
         ));
     }
-    if a.checksum || a.inplace || a.delete || a.dry_run {
+    let s = &a.sync;
+    if s.checksum || s.inplace || s.delete || s.delete_excluded || s.dry_run {
         return Err(Error::Usage(
-            "--checksum, --inplace, --delete and --dry-run apply to files, not to a stream".into(),
+            "--checksum, --inplace, --delete(-excluded) and --dry-run apply to files, not to a \
+             stream"
+                .into(),
+        ));
+    }
+    if s.update || s.existing || s.ignore_existing || s.size_only {
+        return Err(Error::Usage(
+            "-u, --existing, --ignore-existing and --size-only apply to files, not to a stream"
+                .into(),
         ));
     }
     if t.select.selects() {

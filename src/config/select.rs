@@ -62,6 +62,8 @@ pub(super) fn selection(a: &FilterArgs, delete: bool) -> Result<Selection> {
         quiet: false,
         shard: None,
         no_xattrs: a.no_xattrs,
+        // Set by `transfer` (an option of --delete's, not of the walk).
+        delete_excluded: false,
     })
 }
 

@@ -80,7 +80,7 @@ pub(super) fn take(mut cli: Cli) -> Result<(Cli, Option<Shard>)> {
     let Some(file) = transfer.filter.shard.clone() else {
         return Ok((cli, None));
     };
-    if transfer.delete {
+    if transfer.sync.delete || transfer.sync.delete_excluded {
         return Err(Error::Usage(
             "--delete with --shard is refused: each shard holds part of the tree, so it \
              would delete what the other shards bring"

@@ -9,7 +9,7 @@ use crate::cli::TransferArgs;
 use crate::codec::Compression;
 use crate::error::{Error, Result};
 use crate::plan::select::Selection;
-use crate::protocol::{SyncOptions, DEFAULT_BLOCK_SIZE, MAX_BLOCK, MAX_STREAMS};
+use crate::protocol::{Rules, SyncOptions, DEFAULT_BLOCK_SIZE, MAX_BLOCK, MAX_STREAMS};
 
 const MIN_BLOCK_SIZE: u64 = 64 << 10;
 
@@ -112,14 +112,23 @@ pub(super) fn transfer_config(
         block_size,
         encrypt,
         sync: SyncOptions {
-            checksum: a.checksum,
-            inplace: a.inplace,
-            delete: a.delete,
-            dry_run: a.dry_run,
+            checksum: a.sync.checksum,
+            inplace: a.sync.inplace,
+            delete: a.sync.delete || a.sync.delete_excluded,
+            dry_run: a.sync.dry_run,
             items: false,
+            rules: Rules {
+                update: a.sync.update,
+                existing: a.sync.existing,
+                ignore_existing: a.sync.ignore_existing,
+                size_only: a.sync.size_only,
+            },
         },
         retries: a.retries.unwrap_or(DEFAULT_RETRIES),
-        select: select::selection(&a.filter, a.delete)?,
+        select: Selection {
+            delete_excluded: a.sync.delete_excluded,
+            ..select::selection(&a.filter, a.sync.delete || a.sync.delete_excluded)?
+        },
         limit: match (&a.limit, &a.bwlimit) {
             (Some(r), _) => parse_limit(r, 1)?,
             // rsync's --bwlimit: a bare number is KiB per second.

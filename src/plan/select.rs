@@ -33,6 +33,9 @@ pub struct Selection {
     pub shard: Option<Arc<ShardList>>,
     /// `--no-xattrs`: send no extended attributes (the receiver leaves its own alone).
     pub no_xattrs: bool,
+    /// `--delete-excluded`: the receiver's `--delete` is not told the rules, so it removes
+    /// what they exclude too.
+    pub delete_excluded: bool,
 }
 
 /// Which symlinks the walk follows (sending what they point to) instead of sending them.

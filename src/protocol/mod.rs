@@ -66,7 +66,8 @@ pub use limits::{
     MAX_STREAMS,
 };
 pub use msg::{
-    Chain, Control, Entry, EntryKind, Hop, Outcome, Replica, Summary, SyncOptions, Want, WantKind,
+    Chain, Control, Entry, EntryKind, Hop, Outcome, Replica, Rules, Summary, SyncOptions, Want,
+    WantKind,
 };
 pub use path::{PathError, SafeRelPath};
 pub use reader::FrameReader;

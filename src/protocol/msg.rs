@@ -218,6 +218,31 @@ pub struct SyncOptions {
     pub dry_run: bool,
     /// Send `Control::Items` (what changes, for the sender's `-v`/`-i`).
     pub items: bool,
+    /// rsync's transfer rules: which destination entries are left as they are.
+    pub rules: Rules,
+}
+
+/// rsync's transfer rules, applied by the receiver (the one side that sees the
+/// destination): an entry they skip is neither written nor listed nor deleted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rules {
+    /// `-u`: leave a regular file whose destination is a regular file with a later mtime
+    /// (whole seconds, as rsync compares them).
+    pub update: bool,
+    /// `--existing`: create nothing that the destination lacks.
+    pub existing: bool,
+    /// `--ignore-existing`: leave every entry the destination has (a directory still
+    /// has its contents looked at).
+    pub ignore_existing: bool,
+    /// `--size-only`: a regular file of the same size is up to date, whatever its mtime.
+    pub size_only: bool,
+}
+
+impl Rules {
+    /// Whether any rule is set (then each entry's destination is looked at first).
+    pub fn any(&self) -> bool {
+        self.update || self.existing || self.ignore_existing
+    }
 }
 
 /// What the receiver wants of one regular file.

@@ -31,7 +31,8 @@ use crate::transport::PROTOCOL_VERSION;
 
 /// Version of this line protocol; bumped whenever `Request` or `Reply` change shape.
 /// 15: `Stats` carries `transferred_size` (`--stats`' "Total transferred file size");
-/// `Send` and `SendStream` carry `congestion` (`--cc` for a pull's far sender).
+/// `Send` and `SendStream` carry `congestion` (`--cc` for a pull's far sender); `Send`'s
+/// `SyncOptions` carry rsync's transfer rules (`rules`).
 /// 14: the `Send` selection's `--files-from` list holds its paths by base (the part
 /// before a `/./`) and says whether `-r` was given.
 /// 13: `Receive`'s `Accept` says `xattrs` (the receiver's `--no-xattrs`).

@@ -29,6 +29,11 @@ fn messages_round_trip_as_single_safe_lines() {
                 delete: true,
                 dry_run: true,
                 items: true,
+                rules: crate::protocol::Rules {
+                    update: true,
+                    size_only: true,
+                    ..Default::default()
+                },
             },
             listen: true,
             advertise: None,
@@ -48,6 +53,7 @@ fn messages_round_trip_as_single_safe_lines() {
                 quiet: false,
                 shard: None,
                 no_xattrs: true,
+                delete_excluded: true,
             },
             limit: Some(10 << 20),
             listing: Listing {
@@ -197,7 +203,7 @@ fn greetings() {
     let g = parse_greeting(&greeting(Some("ab12"))).unwrap();
     assert_eq!(g.hash.as_deref(), Some("ab12"));
     assert!(!parse_greeting("haul-serve 11 1").unwrap().compatible());
-    // Version 15: `Stats` carries `transferred_size`; 14: the selection's --files-from list holds bases and `-r`; 12: `Go`'s chain has a nonce, `Done`'s replicas a proof; 11:
+    // Version 15: `Stats` carries `transferred_size`, `Send` `congestion` and the transfer rules; 14: the selection's --files-from list holds bases and `-r`; 12: `Go`'s chain has a nonce, `Done`'s replicas a proof; 11:
     // `Receive`/`ReceiveStream` say `relay`; 10: `Stats` carries `--stats`' totals; 9: `Done` carries `Stats`; 8: `Probe` says `everywhere`, `ProbeSource` `listen`, `Go` a chain, `Done`
     // the replicas; 7:
     // `ProbeSource`/`SourceProbed`; 6: ReceiveStream says `everywhere`, and

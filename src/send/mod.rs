@@ -97,7 +97,7 @@ where
         }
     };
     link.on_items(&print);
-    if opts.sync.delete && !opts.select.filter.is_empty() {
+    if opts.sync.delete && !opts.select.filter.is_empty() && !opts.select.delete_excluded {
         link.tell(&Control::Protect(opts.select.filter.clone()))?;
     }
     let queue = WorkQueue::new(opts.block_size);

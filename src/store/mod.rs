@@ -23,6 +23,7 @@
 //! - `resume`: what to ask for per regular file (quick check, resume, delta), on `partial`;
 //! - `other`: directories, symlinks, FIFOs, devices and hardlinks;
 //! - `dirlink`: -K, the one destination symlink followed, checked on its descriptor;
+//! - `rules`: rsync's transfer rules (`-u`, `--existing`, `--ignore-existing`);
 //! - `mirror`: `--delete`;
 //! - `report`: what each entry changes (`-v`, `-i`) and a dry run's account (`-n`);
 //! - `fsops`, `journal` and `key`: file-system calls beneath the root, the resume journal,
@@ -43,6 +44,7 @@ mod other;
 mod partial;
 mod report;
 mod resume;
+mod rules;
 mod state;
 mod stopping;
 #[cfg(test)]
@@ -143,6 +145,7 @@ impl Store {
                 }
             }
         }
+        let now = rustix::time::clock_gettime(rustix::time::ClockId::RealtimeCoarse);
         let (tx, rx) = crossbeam_channel::bounded::<Completed>(1024);
         // A dry run makes nothing at the destination, not even an anonymous file.
         let log_dir = match dry {
@@ -193,6 +196,8 @@ impl Store {
             made: Mutex::new(made),
             keep_cache: AtomicBool::new(false),
             refused_direct: Default::default(),
+            ruled_dirs: Mutex::new(Vec::new()),
+            opened: (now.tv_sec, now.tv_nsec),
         })
     }
 
@@ -298,6 +303,11 @@ impl Store {
                 if let Ok(mut seen) = self.seen.lock() {
                     seen.insert(mirror::seen_key(&path));
                 }
+            }
+            // Left as the destination has it by rsync's transfer rules (`rules`): seen,
+            // but neither made, listed nor counted.
+            if self.ruled_out(&path, &e) {
+                continue;
             }
             if let Some((parent, _)) = path.split_last() {
                 if let Ok(mut d) = self.dirs.lock() {

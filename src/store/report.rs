@@ -77,7 +77,7 @@ impl Store {
 
     /// What is at `path` now (not following a symlink); `None` when nothing is, or the
     /// destination root itself does not exist yet (a dry run).
-    fn lookup(&self, path: &SafeRelPath) -> Option<Stat> {
+    pub(super) fn lookup(&self, path: &SafeRelPath) -> Option<Stat> {
         if self.absent || (self.fresh && path.is_root()) {
             return None;
         }
@@ -158,7 +158,9 @@ impl Store {
                 change.time = mtime_differs;
                 // The quick check (`resume`): same size and mtime is up to date; with
                 // --checksum, same size and content (whatever the time).
-                change.sent = match self.options().checksum {
+                let opts = self.options();
+                change.sent = match opts.checksum {
+                    false if opts.rules.size_only => change.size,
                     false => change.size || change.time,
                     true => change.size || !self.same_content_here(path, *size, e),
                 };

@@ -112,6 +112,7 @@ impl Store {
         if let Some((st, f)) = &existing {
             // --checksum: same size and content (the sender's hash of it), whatever the time.
             let same = match opts.checksum {
+                false if opts.rules.size_only => st.st_size as u64 == size,
                 false => st.st_size as u64 == size && same_mtime(st, &e),
                 true => st.st_size as u64 == size && same_content(f, size, &e, &self.key()),
             };

@@ -108,6 +108,11 @@ pub struct Store {
     pub(super) keep_cache: AtomicBool,
     /// Devices whose file system refused `O_DIRECT` (written buffered from then on).
     pub(super) refused_direct: super::direct::Refused,
+    /// Directories `--ignore-existing` left out: nothing beneath them is made (`rules`).
+    pub(super) ruled_dirs: Mutex<Vec<Vec<u8>>>,
+    /// When the store opened (seconds, nanoseconds; the kernel's coarse real-time clock,
+    /// which stamps inode times): what is older was not written by this run.
+    pub(super) opened: (i64, i64),
 }
 
 /// A data stream's open partial file, kept between units of the same file.

@@ -84,7 +84,8 @@ pub use tunnel::Tunnel;
 /// 12: a file-mode sender says `Control::Keepalive` while it works between requests (a
 /// version-11 receiver took it for a protocol violation).
 /// 13: a `Summary` carries `transferred_size` (the lengths of the files written, holes
-/// included: `--stats`' "Total transferred file size").
+/// included: `--stats`' "Total transferred file size"); `SyncOptions` in `Start` carries
+/// rsync's transfer rules (`Rules`: `-u`, `--existing`, `--ignore-existing`, `--size-only`).
 pub const PROTOCOL_VERSION: u16 = 13;
 
 /// Which kind of connection this is within one transfer.

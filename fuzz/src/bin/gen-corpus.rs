@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 
 use haul::codec::{unit_hash, Compression, Encoder};
 use haul::protocol::{
-    encode_data_header, hashed_parts, set_hash, Chain, Codec, Control, Entry, EntryKind,
-    FrameKind, Hop, Outcome, Replica, Sealer, Segment, Summary, SyncOptions, Want, WantKind,
-    Xattr, Xattrs,
+    encode_data_header, hashed_parts, set_hash, Chain, Codec, Control, Entry, EntryKind, FrameKind,
+    Hop, Outcome, Replica, Rules, Sealer, Segment, Summary, SyncOptions, Want, WantKind, Xattr,
+    Xattrs,
 };
 use haul::transport::{Secret, Ticket};
 
@@ -73,6 +73,10 @@ fn messages() -> Vec<(&'static str, Control)> {
                     checksum: true,
                     inplace: false,
                     delete: true,
+                    rules: Rules {
+                        update: true,
+                        ..Rules::default()
+                    },
                     ..SyncOptions::default()
                 },
             },
@@ -401,7 +405,11 @@ fn tickets() {
     put("ticket", "v4-v6", t2.as_bytes());
     put("ticket", "v4", mk(addrs[..1].to_vec()).encode().as_bytes());
     // What a chain fan-out's relay is given for the hop after it.
-    put("ticket", "hop", mk(addrs[..1].to_vec()).for_hop().encode().as_bytes());
+    put(
+        "ticket",
+        "hop",
+        mk(addrs[..1].to_vec()).for_hop().encode().as_bytes(),
+    );
     put(
         "ticket",
         "upper-spaces",
