@@ -176,10 +176,14 @@ pub fn refuse_options(
 ) -> Result<()> {
     let f = &t.filter;
     let given = [
-        (t.checksum, "--checksum"),
-        (t.delete, "--delete"),
-        (t.dry_run, "--dry-run"),
-        (t.inplace, "--inplace"),
+        (t.sync.checksum, "--checksum"),
+        (t.sync.delete || t.sync.delete_excluded, "--delete"),
+        (t.sync.dry_run, "--dry-run"),
+        (t.sync.inplace, "--inplace"),
+        (t.sync.update, "--update"),
+        (t.sync.existing, "--existing"),
+        (t.sync.ignore_existing, "--ignore-existing"),
+        (t.sync.size_only, "--size-only"),
         (t.size.is_some(), "--size"),
         (t.compress.is_some(), "--compress"),
         (t.block_size.is_some(), "--block-size"),
