@@ -149,6 +149,7 @@ impl MariaTools {
                 .command(&self.install_db)
                 .arg("--no-defaults")
                 .arg(format!("--datadir={}", data.display()))
+                .arg(format!("--tmpdir={}", server_tmp(account, data).display()))
                 .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
                 .current_dir(cwd),
             "mariadb-install-db",
@@ -161,6 +162,7 @@ impl MariaTools {
         cmd.arg("--no-defaults")
             .arg(format!("--datadir={}", data.display()))
             .arg(format!("--socket={}", sock.display()))
+            .arg(format!("--tmpdir={}", server_tmp(account, data).display()))
             .arg(format!(
                 "--pid-file={}",
                 data.join("mariadbd.pid").display()
@@ -331,6 +333,21 @@ impl Scratch {
         }
         path
     }
+}
+
+/// A server's own temporary directory beside its data directory (`DATA-tmp`, made for
+/// `account`): with /tmp shared by every test and process on the machine, a bootstrap once
+/// failed on "Error on delete of '/tmp/#sql-temptable-…'" (a file removed under it).
+fn server_tmp(account: &Account, data: &Path) -> PathBuf {
+    let mut name = data.file_name().unwrap_or_default().to_os_string();
+    name.push("-tmp");
+    let path = data.with_file_name(name);
+    if !path.exists() {
+        fs::create_dir_all(&path).unwrap_or_else(|e| panic!("mkdir {}: {e}", path.display()));
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o700)).unwrap();
+        account.own(&path);
+    }
+    path
 }
 
 /// The path of `tool` on PATH or in the sbin directories; panics naming its package.
