@@ -512,31 +512,14 @@ impl Sim {
     }
 }
 
-/// Runs `seeds` seeds from `first`; the failures, each with its seed.
-fn run_seeds(first: u64, seeds: u64) -> Vec<(u64, String)> {
-    (first..first + seeds)
-        .filter_map(|seed| Sim::new(seed).run().err().map(|e| (seed, e)))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Names the failed seeds (all of them: each is a regression test to keep).
-    fn verdict(failed: &[(u64, String)], of: u64) {
-        assert!(
-            failed.is_empty(),
-            "{} of {of} seeds failed: {:?}; the first: {}",
-            failed.len(),
-            failed.iter().map(|f| f.0).collect::<Vec<_>>(),
-            failed[0].1
-        );
-    }
+    use crate::send::pipe::sim::net::{check_seeds, soak_seeds};
 
     #[test]
     fn ten_thousand_seeded_runs_end_with_the_whole_stream_or_a_clean_failure() {
-        verdict(&run_seeds(0, 10_000), 10_000);
+        check_seeds(0..10_000, |s| Sim::new(s).run().map(drop));
     }
 
     /// Seeds that hung before the receiver asked again after a new control connection
@@ -549,20 +532,12 @@ mod tests {
             66, 117, 179, 187, 436, 658, 696, 883, 934, 1028, 1191, 1238, 1357, 1389, 1464, 1595,
             1625, 1774, 1912, 2376, 2609, 2663, 2886, 2909, 2913,
         ];
-        let failed: Vec<(u64, String)> = seeds
-            .iter()
-            .filter_map(|&s| Sim::new(s).run().err().map(|e| (s, e)))
-            .collect();
-        verdict(&failed, seeds.len() as u64);
+        check_seeds(seeds, |s| Sim::new(s).run().map(drop));
     }
 
     #[test]
     #[ignore = "a soak: HAUL_SIM_SEEDS=N (default 100000)"]
     fn soak() {
-        let n = std::env::var("HAUL_SIM_SEEDS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(100_000);
-        verdict(&run_seeds(1 << 32, n), n);
+        check_seeds(soak_seeds(), |s| Sim::new(s).run().map(drop));
     }
 }

@@ -88,3 +88,33 @@ impl<M> Wire<M> {
         self.closed.get_or_insert(now);
     }
 }
+
+/// Runs `run` on every seed and fails naming each seed that failed (all of them: each is a
+/// regression test to keep) and the first one's reason.
+pub(in crate::send) fn check_seeds(
+    seeds: impl IntoIterator<Item = u64>,
+    run: impl Fn(u64) -> Result<(), String>,
+) {
+    let mut of = 0u64;
+    let failed: Vec<(u64, String)> = seeds
+        .into_iter()
+        .inspect(|_| of += 1)
+        .filter_map(|seed| run(seed).err().map(|e| (seed, e)))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {of} seeds failed: {:?}; the first: {}",
+        failed.len(),
+        failed.iter().map(|f| f.0).collect::<Vec<_>>(),
+        failed[0].1
+    );
+}
+
+/// A soak's seeds: `HAUL_SIM_SEEDS` of them (default 100,000), beyond the CI seeds.
+pub(in crate::send) fn soak_seeds() -> std::ops::Range<u64> {
+    let n: u64 = std::env::var("HAUL_SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100_000);
+    (1 << 32)..(1 << 32) + n
+}
