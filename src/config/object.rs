@@ -106,6 +106,8 @@ pub struct ObjectCopy {
     pub endpoint: Option<String>,
     /// Objects (and parts of one object) in flight at once (`--streams`).
     pub streams: usize,
+    /// `--timeout`: a request whose server says nothing this long fails (None: never).
+    pub silence: Option<std::time::Duration>,
 }
 
 /// `copy PATH... DST` where a path is `s3://`: the plan, or None when none is.
@@ -113,6 +115,7 @@ pub fn object_copy(
     paths: &[PathBuf],
     endpoint: Option<String>,
     streams: usize,
+    silence: Option<std::time::Duration>,
 ) -> Result<Option<ObjectCopy>> {
     if !paths.iter().any(|p| ObjectUrl::is_one(p.as_os_str())) {
         return Ok(None);
@@ -164,6 +167,7 @@ pub fn object_copy(
         plan,
         endpoint,
         streams,
+        silence,
     }))
 }
 
@@ -191,7 +195,6 @@ pub fn refuse_options(
         (t.limit.is_some() || t.bwlimit.is_some(), "--limit"),
         (t.cc.is_some(), "--cc"),
         (t.retries.is_some(), "--retries"),
-        (t.timeout.is_some(), "--timeout"),
         (
             !f.exclude.is_empty() || !f.include.is_empty(),
             "--exclude/--include",
@@ -260,31 +263,34 @@ mod tests {
     #[test]
     fn a_copy_goes_up_or_down_but_not_both_or_between_buckets() {
         let p = |v: &[&str]| v.iter().map(PathBuf::from).collect::<Vec<_>>();
-        let up = object_copy(&p(&["a", "b/", "s3://bkt/p/"]), None, 4)
+        let up = object_copy(&p(&["a", "b/", "s3://bkt/p/"]), None, 4, None)
             .ok()
             .flatten();
         assert!(
             matches!(up.map(|c| c.plan), Some(ObjectPlan::Up { sources, .. }) if sources.len() == 2)
         );
-        let down = object_copy(&p(&["s3://bkt/p/", "dir"]), None, 4)
+        let down = object_copy(&p(&["s3://bkt/p/", "dir"]), None, 4, None)
             .ok()
             .flatten();
         assert!(matches!(
             down.map(|c| c.plan),
             Some(ObjectPlan::Down { .. })
         ));
-        assert!(matches!(object_copy(&p(&["a", "b"]), None, 4), Ok(None)));
+        assert!(matches!(
+            object_copy(&p(&["a", "b"]), None, 4, None),
+            Ok(None)
+        ));
         for bad in [
             &["s3://bkt/a", "s3://bkt/b"][..],
             &["s3://bkt/a", "b", "c"],
             &["s3://bkt/a", "host:b"],
         ] {
             assert!(
-                matches!(object_copy(&p(bad), None, 4), Err(Error::Usage(_))),
+                matches!(object_copy(&p(bad), None, 4, None), Err(Error::Usage(_))),
                 "{bad:?}"
             );
         }
-        let ep = object_copy(&p(&["a", "s3://bkt/p/"]), Some("ftp://x".into()), 4);
+        let ep = object_copy(&p(&["a", "s3://bkt/p/"]), Some("ftp://x".into()), 4, None);
         assert!(matches!(ep, Err(Error::Usage(_))));
     }
 }

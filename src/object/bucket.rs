@@ -34,11 +34,13 @@ pub enum Side {
 
 impl Bucket {
     /// Connects to `bucket` (checking that it exists and that the credentials work, with
-    /// one listing request) with room for `streams` requests at once.
+    /// one listing request) with room for `streams` requests at once; a request whose
+    /// server says nothing for `silence` fails (`http`).
     pub fn open(
         bucket: &str,
         endpoint: Option<&str>,
         streams: usize,
+        silence: Option<std::time::Duration>,
         side: Side,
     ) -> Result<Bucket> {
         // reqwest's rustls takes the process's provider; haul's own TLS names its own.
@@ -56,6 +58,9 @@ impl Bucket {
         let name = format!("s3://{bucket}");
         let op = Operator::new(b)
             .map_err(|e| object_error(&name, "configure", &e, side))?
+            .layer(opendal::layers::HttpClientLayer::new(super::http::client(
+                silence,
+            )?))
             .finish();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(streams.clamp(2, 16))

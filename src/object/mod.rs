@@ -10,12 +10,14 @@
 //! holes. Either way, an object whose size and BLAKE3 already match is not sent again.
 //!
 //! Children: `bucket` (the requests, through OpenDAL), `manifest` (sans-IO), `walk`
-//! (the local tree through descriptors), `up` and `down`, and `common`, what those share. Not here yet: streams (`-`),
+//! (the local tree through descriptors), `up` and `down`, `common`, what those share, and
+//! `http`, the HTTP client with the silence rule (`--timeout`). Not here yet: streams (`-`),
 //! resuming a multipart upload, `--delete`, filters, objects haul did not write.
 
 mod bucket;
 mod common;
 mod down;
+mod http;
 mod manifest;
 mod up;
 mod walk;
@@ -35,6 +37,7 @@ pub fn copy(job: &ObjectCopy) -> Result<Report> {
                 &dest.bucket,
                 job.endpoint.as_deref(),
                 streams,
+                job.silence,
                 Side::Destination,
             )?;
             up::upload(sources, dest, &b, streams)
@@ -44,6 +47,7 @@ pub fn copy(job: &ObjectCopy) -> Result<Report> {
                 &source.bucket,
                 job.endpoint.as_deref(),
                 streams,
+                job.silence,
                 Side::Source,
             )?;
             down::download(source, dest, &b, streams)

@@ -107,6 +107,11 @@ impl S3Server {
 
     /// `haul copy ARGS --s3-endpoint …` with only `env` of the AWS settings.
     pub fn copy_with<S: AsRef<OsStr>>(&self, args: &[S], env: &[(&str, &str)]) -> Outcome {
+        Running::spawn("copy", self.copy_command(args, env)).wait()
+    }
+
+    /// The command `copy_with` runs, for a test that acts while it runs.
+    pub fn copy_command<S: AsRef<OsStr>>(&self, args: &[S], env: &[(&str, &str)]) -> Command {
         let mut cmd = Command::new(haul_bin());
         cmd.arg("copy")
             .args(args)
@@ -121,7 +126,12 @@ impl S3Server {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        Running::spawn("copy", cmd).wait()
+        cmd
+    }
+
+    /// The server's process id (to stop it with SIGSTOP).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 }
 
