@@ -311,11 +311,10 @@ impl Config {
             } if paths.iter().any(|p| ObjectUrl::is_one(p.as_os_str())) => {
                 object::refuse_options(&transfer, (&from_command, &to_command), &remote, cli.json)?;
                 let streams = transfer.streams.unwrap_or_else(default_streams);
-                let silence = match transfer.timeout {
-                    Some(0) => None,
-                    Some(s) => Some(Duration::from_secs(s)),
-                    None => Some(DEFAULT_TIMEOUT),
-                };
+                // `--timeout SECS` (0: never), else the silence bound every wait has.
+                let silence = transfer.timeout.map_or(Some(DEFAULT_TIMEOUT), |s| {
+                    (s > 0).then(|| Duration::from_secs(s))
+                });
                 let o = object_copy(&paths, object.s3_endpoint, streams, silence)?;
                 Command::Object(o.ok_or_else(|| Error::Usage("copy needs SRC... DST".into()))?)
             }
