@@ -125,31 +125,27 @@ impl HttpFetch for Fetcher {
         if let Some(h) = out.headers_mut() {
             std::mem::swap(h, resp.headers_mut());
         }
-        let read_url = url.clone();
-        let stream = Box::pin(resp.bytes_stream());
-        let pieces = futures_util::stream::unfold(Some(stream), move |s| {
-            let url = read_url.clone();
-            async move {
-                let mut s = s?;
-                loop {
-                    let next = match silence {
-                        Some(t) => match tokio::time::timeout(t, s.next()).await {
-                            Ok(n) => n,
-                            Err(_) => return Some((Err(silent(&url, t)), None)),
-                        },
-                        None => s.next().await,
-                    };
-                    return match next {
-                        Some(Ok(b)) if b.is_empty() => continue,
-                        Some(Ok(b)) => Some((Ok(Buffer::from(b)), Some(s))),
-                        Some(Err(e)) => {
-                            let err =
-                                failed("read data from http response", &url, true).set_source(e);
-                            Some((Err(err), None))
-                        }
-                        None => None,
-                    };
-                }
+        // The URL travels with the stream (for errors), not cloned per piece.
+        let state = Some((Box::pin(resp.bytes_stream()), url.clone()));
+        let pieces = futures_util::stream::unfold(state, move |s| async move {
+            let (mut s, url) = s?;
+            loop {
+                let next = match silence {
+                    Some(t) => match tokio::time::timeout(t, s.next()).await {
+                        Ok(n) => n,
+                        Err(_) => return Some((Err(silent(&url, t)), None)),
+                    },
+                    None => s.next().await,
+                };
+                return match next {
+                    Some(Ok(b)) if b.is_empty() => continue,
+                    Some(Ok(b)) => Some((Ok(Buffer::from(b)), Some((s, url)))),
+                    Some(Err(e)) => {
+                        let err = failed("read data from http response", &url, true).set_source(e);
+                        Some((Err(err), None))
+                    }
+                    None => None,
+                };
             }
         });
         out.body(HttpBody::new(Box::pin(pieces), length))
